@@ -1,0 +1,46 @@
+"""Fixtures shared by every test layer. Area-specific helpers live in tests/helpers_*.py."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORLD_DIR = REPO_ROOT.parent / "shared" / "retail-world"
+
+# No test may reach a model hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+@pytest.fixture(scope="session")
+def world_dir() -> Path:
+    if not (WORLD_DIR / "users.json").exists():
+        pytest.fail(f"reference world not found at {WORLD_DIR} (tests read ../shared/retail-world)")
+    return WORLD_DIR
+
+
+@pytest.fixture(scope="session")
+def world(world_dir) -> dict:
+    """The full reference world; tests must deep-copy before mutating."""
+    return {name: json.loads((world_dir / f"{name}.json").read_text()) for name in ("users", "orders", "products")}
+
+
+@pytest.fixture(scope="session")
+def reference_tasks(world_dir) -> list[dict]:
+    return [json.loads(line) for line in (world_dir / "tasks_train.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    """A fresh home folder for one test, exported as RETRAIN_HOME."""
+    from dataplane.home import Home
+
+    monkeypatch.setenv("RETRAIN_HOME", str(tmp_path / "home"))
+    return Home.from_env().ensure()
