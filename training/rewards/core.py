@@ -1,0 +1,181 @@
+"""The verifiable core: did the conversation leave the world exactly as the gold actions would,
+did the customer hear every gold fact, and did the agent gather the evidence it answered from?
+
+Everything here reads an `Episode` only (the environment's states and audit log); nothing looks at
+the policy's text except the messages it sent to the customer, which are part of the audit log.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from training.episode import (
+    AUTH_TOOLS,
+    ESCALATION_TOOL,
+    MESSAGE_TOOL,
+    WRITE_TOOLS,
+    AuditEntry,
+    Episode,
+)
+
+# Thousands separators only when they group exactly three digits, so "1,2,3" stays three numbers.
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+_NO_EVIDENCE_TOOLS = frozenset({MESSAGE_TOOL, "think", "calculate"})
+
+
+class GoldError(ValueError):
+    """The episode's gold cannot be used as a reference (malformed, or unreplayable)."""
+
+    def __init__(self, rule: str, detail: str, gold: Any) -> None:
+        super().__init__(f"{rule}: {detail} (gold={gold!r:.300})")
+        self.rule = rule
+        self.detail = detail
+        self.gold = gold
+
+
+def _canonical_number(match: re.Match[str]) -> str:
+    text = match.group(0).replace(",", "")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def normalise_text(text: str) -> str:
+    """Lower-case, drop currency signs, canonicalise numbers, collapse whitespace.
+
+    >>> normalise_text("Refund of $1,234.50 issued")
+    'refund of 1234.5 issued'
+    """
+    lowered = text.lower().replace("$", "")
+    return " ".join(_NUMBER.sub(_canonical_number, lowered).split())
+
+
+def mentions(haystack: str, needle: str) -> bool:
+    """Whether `needle` occurs in `haystack` after normalisation, on token boundaries.
+
+    Boundaries matter for numbers: "10" must not be found inside "100" or "10.5".
+
+    >>> mentions("Your total is $10.00.", "10")
+    True
+    >>> mentions("Your total is $100.", "10")
+    False
+    """
+    hay, pin = normalise_text(haystack), normalise_text(needle)
+    if not pin:
+        return True
+    pattern = r"(?<![0-9a-z])" + re.escape(pin) + r"(?![0-9a-z])(?!\.\d)"
+    return re.search(pattern, hay) is not None
+
+
+def gold_actions(episode: Episode) -> list[dict[str, Any]]:
+    """The gold's tool calls, validated as `[{"name": str, "arguments": dict}]`."""
+    gold = episode.gold
+    if gold is None:
+        return []
+    actions = gold.get("actions", [])
+    if not isinstance(actions, list):
+        raise GoldError("gold_actions_not_list", "gold['actions'] must be a list", gold)
+    for action in actions:
+        if not isinstance(action, dict) or not isinstance(action.get("name"), str) \
+                or not isinstance(action.get("arguments", {}), dict):
+            raise GoldError("bad_gold_action", f"not a {{name, arguments}} object: {action!r:.200}", gold)
+    return actions
+
+
+def expected_final_state(episode: Episode) -> dict[str, Any]:
+    """The world after replaying the gold actions on the episode's initial state.
+
+    Gold calls that fail in the reference (e.g. a second modification of one order) change nothing,
+    exactly as they did when the gold was verified, so their errors are not a reason to reject.
+    """
+    # Imported here: the environment may import the rewards for get_reward().
+    from training.environment import replay_actions
+
+    final, _errors = replay_actions(episode.initial_state, gold_actions(episode))
+    return final
+
+
+def state_matches_gold(episode: Episode) -> bool:
+    """Final state equals the gold replay, record for record.
+
+    >>> from training.episode import Episode
+    >>> world = {"users": {}, "orders": {}, "products": {}}
+    >>> state_matches_gold(Episode(world, world, [], gold={"actions": [], "outputs": []}))
+    True
+    """
+    return _comparable(episode.final_state) == _comparable(expected_final_state(episode))
+
+
+def _comparable(state: dict[str, Any]) -> dict[str, Any]:
+    # Only the three collections are the world; anything else a state carries is not judged.
+    return {key: state.get(key, {}) for key in ("users", "orders", "products")}
+
+
+def outputs_told(episode: Episode) -> bool:
+    """Every gold output string appears in some message sent to the customer.
+
+    >>> from training.episode import Episode
+    >>> ep = Episode({}, {}, [], told=["Your refund is $54.04."], gold={"actions": [], "outputs": ["54.04"]})
+    >>> outputs_told(ep)
+    True
+    """
+    outputs = (episode.gold or {}).get("outputs", []) or []
+    return all(any(mentions(message, str(output)) for message in episode.told) for output in outputs)
+
+
+def _evidence_key(tool: str, arguments: dict[str, Any]) -> tuple[str, ...] | None:
+    """What a call proves, independent of incidental argument differences."""
+    if tool in _NO_EVIDENCE_TOOLS:
+        return None
+    if tool in AUTH_TOOLS:
+        # Any successful identification proves the customer was looked up; which one is the
+        # skipped-verification term's business.
+        return ("authenticated",)
+    if tool == ESCALATION_TOOL:
+        return ("transferred",)
+    return (tool, json.dumps(arguments, sort_keys=True, default=str))
+
+
+def required_evidence(episode: Episode) -> set[tuple[str, ...]]:
+    """The non-write gold calls a no-write task must have made (empty when the gold writes).
+
+    A read-only task (order status, a policy question) leaves the state untouched, so the state
+    check alone would pass an agent that did nothing (TRL-NOTES trap 8). The reads the gold made are
+    the evidence the answer rests on; they are required instead.
+    """
+    actions = gold_actions(episode)
+    if any(action["name"] in WRITE_TOOLS for action in actions):
+        return set()
+    keys = (_evidence_key(a["name"], a.get("arguments", {})) for a in actions)
+    return {key for key in keys if key is not None}
+
+
+def evidence_gathered(episode: Episode) -> bool:
+    """Every required evidence call appears in the audit log as a successful call."""
+    seen = {_evidence_key(e.tool, e.arguments) for e in episode.audit_log if not e.error}
+    return required_evidence(episode) <= seen
+
+
+def verified_success(episode: Episode) -> bool:
+    """The verifiable core: state equals the gold replay, gold outputs told, evidence gathered.
+
+    An episode without gold, or whose gold has nothing to check (no calls and no outputs), is never
+    a success: nothing certifies it, and "doing nothing" must not pass.
+
+    >>> from training.episode import Episode
+    >>> world = {"users": {}, "orders": {}, "products": {}}
+    >>> verified_success(Episode(world, world, [], gold=None))
+    False
+    """
+    gold = episode.gold
+    if gold is None:
+        return False
+    if not gold_actions(episode) and not (gold.get("outputs") or []):
+        return False
+    return evidence_gathered(episode) and outputs_told(episode) and state_matches_gold(episode)
+
+
+def successful_auth_users(entries: list[AuditEntry]) -> set[str]:
+    """User ids returned by successful identification calls among `entries`."""
+    return {e.result.strip() for e in entries if e.tool in AUTH_TOOLS and not e.error}

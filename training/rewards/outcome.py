@@ -1,0 +1,88 @@
+"""Outcome shaping: how the conversation ended (DESIGN section 5, the operators' playbook).
+
+Each term returns an indicator or a measure; its magnitude (+10 completed, -5 failed, ...) is the
+term's weight in `RewardWeights`, so operators retune the playbook in configuration, not code.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from training.episode import Episode
+from training.rewards.core import verified_success
+
+Outcome = Literal["completed", "failed", "escalated"]
+
+
+def outcome_of(episode: Episode) -> Outcome:
+    """Completed means verified success; otherwise a transfer is an escalation, else a failure.
+
+    Verified success wins over a transfer: the work was done and checked, whatever came after.
+
+    >>> from training.episode import Episode
+    >>> outcome_of(Episode({}, {}, [], gold=None))
+    'failed'
+    """
+    if verified_success(episode):
+        return "completed"
+    return "escalated" if episode.transferred else "failed"
+
+
+def completed(episode: Episode) -> float:
+    """1.0 when the episode is a verified success, else 0.0 (default weight +10).
+
+    >>> from training.episode import Episode
+    >>> completed(Episode({}, {}, [], gold=None))
+    0.0
+    """
+    return 1.0 if outcome_of(episode) == "completed" else 0.0
+
+
+def failed(episode: Episode) -> float:
+    """1.0 when the episode neither succeeded nor was escalated (default weight -5).
+
+    >>> from training.episode import Episode
+    >>> failed(Episode({}, {}, [], gold=None))
+    1.0
+    """
+    return 1.0 if outcome_of(episode) == "failed" else 0.0
+
+
+def _escalated(episode: Episode) -> bool:
+    return outcome_of(episode) == "escalated"
+
+
+def escalated_necessary(episode: Episode) -> float:
+    """1.0 for an escalation the record marks as necessary (default weight +2).
+
+    >>> from training.episode import AuditEntry, Episode
+    >>> handoff = AuditEntry("transfer_to_human_agents", {"summary": "x"}, "Transfer successful", False, False)
+    >>> escalated_necessary(Episode({}, {}, [handoff], escalation_was_necessary=True))
+    1.0
+    """
+    return 1.0 if _escalated(episode) and episode.escalation_was_necessary is True else 0.0
+
+
+def escalated_unnecessary(episode: Episode) -> float:
+    """1.0 for an escalation not known to be necessary (unknown counts as unnecessary; weight -1).
+
+    >>> from training.episode import AuditEntry, Episode
+    >>> handoff = AuditEntry("transfer_to_human_agents", {"summary": "x"}, "Transfer successful", False, False)
+    >>> escalated_unnecessary(Episode({}, {}, [handoff], escalation_was_necessary=None))
+    1.0
+    """
+    return 1.0 if _escalated(episode) and episode.escalation_was_necessary is not True else 0.0
+
+
+def sentiment(episode: Episode) -> float:
+    """The customer's positive mood change, counted only on verified success (weight +0.5).
+
+    A negative mood is not punished here: the outcome terms already price failure, and a success
+    with a grumpy customer is still a success.
+
+    >>> from training.episode import Episode
+    >>> sentiment(Episode({}, {}, [], gold=None, sentiment_delta=0.8))
+    0.0
+    """
+    if outcome_of(episode) != "completed":
+        return 0.0
+    return max(0.0, min(1.0, float(episode.sentiment_delta)))
