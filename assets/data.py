@@ -1,0 +1,154 @@
+"""Data assets: the interaction log in DuckDB, the weekly window, its validation, its splits."""
+# No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
+
+import dagster as dg
+
+from orchestration.partitions import week_end, weekly_partitions
+from orchestration.resources import DuckDBStore, HomeResource
+
+DATA_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
+
+
+class IngestConfig(dg.Config):
+    """Extra paths to ingest besides the landing folder (files or folders)."""
+
+    paths: list[str] = []
+
+
+class WindowConfig(dg.Config):
+    size: int = 10_000
+    min_rows: int = 20
+    min_gold_share: float = 0.2
+    max_quarantine_rate: float = 0.05
+
+
+class SplitConfig(dg.Config):
+    train: float = 0.8
+    calibration: float = 0.1
+    shadow: float = 0.1
+
+
+@dg.asset(
+    group_name="data",
+    kinds={"duckdb"},
+    partitions_def=weekly_partitions,
+    retry_policy=DATA_RETRY,
+    check_specs=[dg.AssetCheckSpec("no_row_lost", asset="raw_interactions", blocking=True)],
+)
+def raw_interactions(context: dg.AssetExecutionContext, config: IngestConfig, home: HomeResource,
+                     store: DuckDBStore):
+    """Every interaction ever ingested (DuckDB `interactions`), rejects in `quarantine`."""
+    from dataplane.ingest import ingest_paths
+
+    h = home.home
+    summary = ingest_paths(store.resolved_path(h), [h.landing, *config.paths])
+    counts = summary.to_dict()
+    lost = counts["read"] - (counts["accepted"] + counts["duplicates"] + counts["quarantined"])
+    yield dg.AssetCheckResult(
+        check_name="no_row_lost", passed=lost == 0,
+        metadata={"read": counts["read"], "accepted": counts["accepted"],
+                  "duplicates": counts["duplicates"], "quarantined": counts["quarantined"],
+                  "unaccounted": lost},
+    )
+    with store.connect(h, read_only=True) as con:
+        stored = con.execute("SELECT count(*) FROM interactions").fetchone()[0]
+    yield dg.MaterializeResult(
+        value=counts,
+        metadata={
+            "files_ingested": counts["files"], "rows_read": counts["read"],
+            "accepted": counts["accepted"], "duplicates": counts["duplicates"],
+            "quarantined": counts["quarantined"],
+            "quarantined_by_rule": dg.MetadataValue.json(counts.get("quarantined_by_rule", {})),
+            "interactions_stored": stored, "store": dg.MetadataValue.path(store.resolved_path(h)),
+        },
+    )
+
+
+WINDOW_CHECKS = ("window_gx_suite", "window_min_rows", "window_quarantine_rate", "window_no_pii")
+
+
+@dg.asset(
+    group_name="data",
+    kinds={"duckdb", "great_expectations"},
+    partitions_def=weekly_partitions,
+    retry_policy=DATA_RETRY,
+    check_specs=[dg.AssetCheckSpec(name, asset="interaction_window", blocking=True) for name in WINDOW_CHECKS],
+)
+def interaction_window(context: dg.AssetExecutionContext, config: WindowConfig, raw_interactions: dict,
+                       home: HomeResource, store: DuckDBStore):
+    """The last N interactions that ended before the week's end, validated by Great Expectations."""
+    from dataplane.validation import validate_window
+    from dataplane.window import cut_window, window_frame
+
+    h = home.home
+    with store.connect(h) as con:
+        info = cut_window(con, week_end(context.partition_key), size=config.size)
+        frame = window_frame(con, info.week)
+    report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows)
+    yield from _window_checks(report, info, raw_interactions, config)
+    yield dg.MaterializeResult(
+        value={"week": info.week, "rows": info.rows, "content_hash": info.content_hash,
+               "validation_success": report.success, "validation_path": str(report.json_path)},
+        metadata={
+            "rows": info.rows, "content_hash": info.content_hash,
+            "ended_at_min": str(info.ended_min), "ended_at_max": str(info.ended_max),
+            "outcome_mix": dg.MetadataValue.json(info.outcome_mix),
+            "intent_mix": dg.MetadataValue.json(info.intent_mix),
+            "validation_success": report.success,
+            "data_docs": dg.MetadataValue.path(str(report.docs_path)),
+        },
+    )
+
+
+def _window_checks(report, info, ingest: dict, config: WindowConfig):
+    failed = [r for r in report.results if not r["success"]]
+    yield dg.AssetCheckResult(
+        check_name="window_gx_suite", passed=report.success, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "expectations": len(report.results), "failed": len(failed),
+            "failing_expectations": dg.MetadataValue.json(failed[:10]),
+        },
+    )
+    yield dg.AssetCheckResult(
+        check_name="window_min_rows", passed=info.rows >= config.min_rows,
+        metadata={"rows": info.rows, "threshold": config.min_rows},
+    )
+    read = max(int(ingest.get("read", 0)), 1)
+    rate = int(ingest.get("quarantined", 0)) / read
+    yield dg.AssetCheckResult(
+        check_name="window_quarantine_rate", passed=rate <= config.max_quarantine_rate,
+        metadata={"quarantine_rate": rate, "threshold": config.max_quarantine_rate,
+                  "quarantined": int(ingest.get("quarantined", 0)), "read": int(ingest.get("read", 0))},
+    )
+    pii = [r for r in report.results if r["expectation"] == "no_pii"]
+    yield dg.AssetCheckResult(
+        check_name="window_no_pii", passed=all(r["success"] for r in pii) and bool(pii),
+        metadata={"found": sum(r.get("unexpected_count") or 0 for r in pii),
+                  "sample_ids": dg.MetadataValue.json([i for r in pii for i in r.get("sample_ids", [])][:5])},
+    )
+
+
+@dg.asset(
+    group_name="data",
+    kinds={"duckdb"},
+    partitions_def=weekly_partitions,
+    check_specs=[dg.AssetCheckSpec("no_customer_in_two_splits", asset="window_splits", blocking=True)],
+)
+def window_splits(context: dg.AssetExecutionContext, config: SplitConfig, interaction_window: dict,
+                  home: HomeResource, store: DuckDBStore):
+    """Train / calibration / shadow by a stable hash of customer_id; held-out customers never train."""
+    from dataplane.splits import overlapping_customers, store_splits
+
+    fractions = (config.train, config.calibration, config.shadow)
+    with store.connect(home.home) as con:
+        counts = store_splits(con, interaction_window["week"], fractions)
+        overlap = overlapping_customers(con)
+    yield dg.AssetCheckResult(
+        check_name="no_customer_in_two_splits", passed=not overlap,
+        metadata={"customers_in_two_splits": len(overlap), "sample": dg.MetadataValue.json(sorted(overlap)[:5])},
+    )
+    yield dg.MaterializeResult(
+        value={"week": interaction_window["week"], "counts": counts, "fractions": list(fractions),
+               "window_hash": interaction_window["content_hash"]},
+        metadata={f"{name}_rows": n for name, n in counts.items()},
+    )

@@ -1,0 +1,156 @@
+"""`retrain`: the command-line door to the pipeline.
+
+Each subcommand is a thin call into a plain function; errors print one clear line on stderr and
+exit non-zero (2 for bad input such as a missing path or a malformed week, 1 for a failed run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+
+class CliError(Exception):
+    """An error the user can fix; printed without a traceback."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from dataplane.home import Home
+    from dataplane.ingest import InputPathError, ingest_paths
+
+    home = Home.from_env().ensure()
+    try:
+        summary = ingest_paths(str(home.duckdb_path), args.paths)
+    except InputPathError as err:
+        raise CliError(str(err)) from err
+    counts = summary.to_dict()
+    if args.json:
+        print(json.dumps(counts, indent=2, sort_keys=True, default=str))
+    else:
+        print(f"files {counts['files']}  read {counts['read']}  accepted {counts['accepted']}  "
+              f"duplicates {counts['duplicates']}  quarantined {counts['quarantined']}")
+        for rule, n in sorted(counts.get("quarantined_by_rule", {}).items()):
+            print(f"  quarantined {rule}: {n}")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from training.traffic import simulate
+
+    drift = {}
+    if args.drift_day is not None:
+        drift["intent_mix_from_day"] = args.drift_day
+    if args.degrade_day is not None:
+        drift["degraded_agent_from_day"] = args.degrade_day
+    try:
+        summary = simulate(days=args.days, per_day=args.per_day, seed=args.seed, out_dir=args.out,
+                           start=args.start, world=args.world, drift=drift or None,
+                           policy_version=args.policy_version)
+    except (ValueError, FileNotFoundError) as err:
+        raise CliError(str(err)) from err
+    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _cmd_import_tasks(args: argparse.Namespace) -> int:
+    from training.tasks_import import import_tasks
+
+    try:
+        summary = import_tasks(args.file, args.world, args.out)
+    except (ValueError, FileNotFoundError) as err:
+        raise CliError(str(err)) from err
+    print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from orchestration.runner import run_week
+
+    return 0 if run_week(args.week, config_file=args.config).success else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from orchestration.demo import run_demo
+
+    return run_demo(weeks=args.weeks, per_day=args.per_day, fresh=args.fresh)
+
+
+def _cmd_approve(args: argparse.Namespace) -> int:
+    from orchestration.runner import approve_week
+
+    print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from orchestration.runner import rollback_champion
+
+    print(json.dumps(rollback_champion(), indent=2, default=str))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="retrain", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="simulate traffic and run the weekly retrain end to end")
+    p.add_argument("--weeks", type=int, default=4, help="weeks of traffic to simulate (default 4)")
+    p.add_argument("--per-day", type=int, default=40, help="interactions a day (default 40)")
+    p.add_argument("--fresh", action="store_true", help="start from an empty home folder")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("run", help="run the weekly retrain for one week through Dagster")
+    p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD)")
+    p.add_argument("--config", help="YAML or JSON run config (Dagster run_config ops section)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("ingest", help="ingest interaction files into DuckDB")
+    p.add_argument("paths", nargs="+", help="JSONL / JSONL.gz / Parquet files or folders")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("simulate", help="write simulated production traffic, one folder a day")
+    p.add_argument("--days", type=int, required=True)
+    p.add_argument("--per-day", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder (e.g. $RETRAIN_HOME/landing)")
+    p.add_argument("--start", help="first day, YYYY-MM-DD (default: DAYS days before today)")
+    p.add_argument("--world", help="a retail world folder (users/orders/products.json); default built in")
+    p.add_argument("--policy-version", default="retail-agent/1", help="policy_version to record")
+    p.add_argument("--drift-day", type=int, help="day index from which the intent mix shifts")
+    p.add_argument("--degrade-day", type=int, help="day index from which the agent degrades")
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("import-tasks", help="turn retail-world tasks into interaction records")
+    p.add_argument("file", help="tasks JSONL in the retail-world format")
+    p.add_argument("--world", required=True, help="the world folder the tasks refer to")
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_cmd_import_tasks)
+
+    p = sub.add_parser("approve", help="register a week's held candidate after review")
+    p.add_argument("--week", required=True)
+    p.add_argument("--by", default="cli", help="who approves (recorded as a tag)")
+    p.set_defaults(func=_cmd_approve)
+
+    p = sub.add_parser("rollback", help="make previous_champion the champion again")
+    p.set_defaults(func=_cmd_rollback)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return handler(args)
+    except CliError as err:
+        print(f"retrain {args.command}: error: {err}", file=sys.stderr)
+        return err.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

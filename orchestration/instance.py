@@ -1,0 +1,38 @@
+"""The Dagster instance under the home folder, with the retrain concurrency rules.
+
+`dagster dev`, the daemon and `retrain run` all use `<home>/dagster`, so runs launched from the
+CLI show up in the UI. The run queue allows one weekly retrain at a time (runs carry the
+`agent-retrain/pipeline` tag), and the `retrain` pool admits one training/registration step.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dataplane.home import Home
+
+DAGSTER_YAML = """\
+# Written by agent-retrain (orchestration/instance.py); edit freely, it is not overwritten.
+concurrency:
+  runs:
+    max_concurrent_runs: 4
+    tag_concurrency_limits:
+      - key: "agent-retrain/pipeline"
+        value: "weekly"
+        limit: 1
+  pools:
+    default_limit: 1
+telemetry:
+  enabled: false
+"""
+
+
+def prepare_dagster_home(home: Home) -> Path:
+    """Create `<home>/dagster` with its dagster.yaml and export DAGSTER_HOME to it."""
+    path = home.dagster_home
+    path.mkdir(parents=True, exist_ok=True)
+    config = path / "dagster.yaml"
+    if not config.exists():
+        config.write_text(DAGSTER_YAML)
+    os.environ["DAGSTER_HOME"] = str(path)
+    return path
