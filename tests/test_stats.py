@@ -1,0 +1,143 @@
+"""Paired statistics against hand-computed values and scipy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import binomtest
+
+from evaluation.drift import distribution, total_variation
+from evaluation.stats import (
+    PairingError,
+    agreement_rate,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+    roc_auc,
+)
+
+
+def _pairs(only_a: int, only_b: int, both: int = 0, neither: int = 0) -> tuple[list[bool], list[bool]]:
+    a = [True] * only_a + [False] * only_b + [True] * both + [False] * neither
+    b = [False] * only_a + [True] * only_b + [True] * both + [False] * neither
+    return a, b
+
+
+@pytest.mark.parametrize(
+    ("only_a", "only_b", "expected"),
+    [
+        (3, 0, 0.25),  # 2 * (1/2)^3
+        (0, 0, 1.0),  # no discordant pairs: no evidence either way
+        (1, 1, 1.0),
+        (5, 1, 14 / 64),  # 2 * (C(6,0) + C(6,1)) / 2^6
+        (0, 6, 2 / 64),
+    ],
+)
+def test_mcnemar_exact_matches_hand_computed(only_a, only_b, expected):
+    a, b = _pairs(only_a, only_b, both=4, neither=2)
+    result = mcnemar_exact(a, b)
+    assert (result.only_a, result.only_b) == (only_a, only_b)
+    assert result.p_value == pytest.approx(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 40), st.integers(0, 40), st.integers(1, 10))
+def test_mcnemar_exact_matches_scipy_binomtest(only_a, only_b, concordant):
+    a, b = _pairs(only_a, only_b, both=concordant, neither=concordant)
+    n = only_a + only_b
+    expected = 1.0 if n == 0 else binomtest(only_a, n, 0.5, alternative="two-sided").pvalue
+    assert mcnemar_exact(a, b).p_value == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_mcnemar_is_symmetric_and_ignores_concordant_pairs():
+    a, b = _pairs(7, 2, both=50, neither=50)
+    a2, b2 = _pairs(7, 2)
+    assert mcnemar_exact(a, b).p_value == mcnemar_exact(b, a).p_value == mcnemar_exact(a2, b2).p_value
+
+
+def test_unpaired_inputs_are_refused():
+    with pytest.raises(PairingError):
+        mcnemar_exact([True], [True, False])
+    with pytest.raises(PairingError):
+        paired_bootstrap_ci([], [])
+
+
+def test_bootstrap_ci_contains_true_difference_and_is_reproducible():
+    rng = np.random.default_rng(7)
+    n = 2000
+    latent = rng.random(n)
+    # Correlated arms, as candidate and champion are on the same conversations: true difference 0.1.
+    champion = latent < 0.5
+    candidate = latent < 0.6
+    ci = paired_bootstrap_ci(candidate, champion, n_resamples=1000, seed=3)
+    assert ci.low <= 0.1 <= ci.high
+    assert ci.difference == pytest.approx(candidate.mean() - champion.mean())
+    assert ci.low < ci.difference < ci.high
+    again = paired_bootstrap_ci(candidate, champion, n_resamples=1000, seed=3)
+    assert again == ci
+    other = paired_bootstrap_ci(candidate, champion, n_resamples=1000, seed=4)
+    assert (other.low, other.high) != (ci.low, ci.high)
+
+
+def test_bootstrap_ci_of_identical_arms_is_a_point():
+    outcomes = [True, False, True, True, False] * 20
+    ci = paired_bootstrap_ci(outcomes, outcomes, n_resamples=200, seed=0)
+    assert ci.difference == ci.low == ci.high == 0.0
+
+
+def test_bootstrap_ci_narrows_with_more_pairs():
+    rng = np.random.default_rng(1)
+    widths = []
+    for n in (100, 3000):
+        latent = rng.random(n)
+        ci = paired_bootstrap_ci(latent < 0.6, latent < 0.5, n_resamples=500, seed=0)
+        widths.append(ci.high - ci.low)
+    assert widths[1] < widths[0] / 3
+
+
+def test_roc_auc_hand_computed_with_ties():
+    # Positives: 0.8, 0.4, 0.4; negatives: 0.4, 0.1.
+    # Pairs (pos, neg): (0.8,0.4)=1 (0.8,0.1)=1 (0.4,0.4)=.5 (0.4,0.1)=1 (0.4,0.4)=.5 (0.4,0.1)=1 -> 5/6
+    scores = [0.8, 0.4, 0.4, 0.4, 0.1]
+    labels = [True, True, True, False, False]
+    assert roc_auc(scores, labels) == pytest.approx(5 / 6)
+
+
+def test_roc_auc_extremes():
+    assert roc_auc([1, 2, 3, 4], [0, 0, 1, 1]) == 1.0
+    assert roc_auc([4, 3, 2, 1], [0, 0, 1, 1]) == 0.0
+    assert roc_auc([5, 5, 5, 5], [0, 1, 0, 1]) == 0.5
+    with pytest.raises(ValueError, match="both classes"):
+        roc_auc([1, 2], [True, True])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=2, max_size=30))
+def test_roc_auc_equals_pairwise_definition(items):
+    scores = [s for s, _ in items]
+    labels = [y for _, y in items]
+    pos = [s for s, y in items if y]
+    neg = [s for s, y in items if not y]
+    if not pos or not neg:
+        return
+    brute = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg) / (len(pos) * len(neg))
+    assert roc_auc(scores, labels) == pytest.approx(brute)
+
+
+def test_agreement_rate():
+    assert agreement_rate([True, False, True, False], [True, True, True, False]) == 0.75
+
+
+def test_total_variation():
+    assert total_variation({"a": 0.5, "b": 0.5}, {"a": 0.5, "b": 0.5}) == 0.0
+    assert total_variation({"a": 1.0}, {"b": 1.0}) == 1.0
+    assert total_variation({"a": 0.7, "b": 0.3}, {"a": 0.4, "b": 0.4, "c": 0.2}) == pytest.approx(0.3)
+    assert total_variation({}, {}) == 0.0
+    assert total_variation({}, {"a": 1.0}) == 1.0
+    with pytest.raises(ValueError, match="sum to"):
+        total_variation({"a": 0.5}, {"a": 1.0})
+
+
+def test_distribution_counts_shares():
+    assert distribution(["x", "y", "x", "x"]) == {"x": 0.75, "y": 0.25}
+    assert distribution([]) == {}
