@@ -1,0 +1,171 @@
+"""A tiny tool-calling policy built offline: a BPE tokenizer and a Qwen2 model of a few million weights.
+
+The demo and the tests must run with no model hub, yet exercise exactly the code path a real
+checkpoint takes (`from_pretrained` on a folder). So the tokenizer is trained here with the
+`tokenizers` library on the text the policy will see (world records, conversations, tool schemas,
+the system policy), saved with TRL's shipped `qwen2_5.jinja` chat template byte-for-byte (TRL only
+recognises a template it ships, see TRL-NOTES trap 2), and always loaded back with
+`PreTrainedTokenizerFast.from_pretrained` (never AutoTokenizer, which would swap in the stock Qwen2
+tokenizer for a `qwen2` config, trap 1).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# TRL's tool-call parsing and the chat template both key off these exact strings.
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+
+
+class BootstrapError(ValueError):
+    """The tiny policy could not be built or loaded (names the path or setting at fault)."""
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the tiny Qwen2 policy. Defaults: about 2-3M parameters, fast on two CPU cores."""
+
+    vocab_size: int = 3000
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    # Long enough for the system policy + every tool schema + a short level-1 conversation.
+    max_position_embeddings: int = 4096
+    seed: int = 0
+
+
+def qwen25_chat_template() -> str:
+    """TRL's shipped Qwen2.5 template, byte-identical (its response parser matches on the string)."""
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    return qwen2_5_chat_template
+
+
+def corpus_from_records(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Training text for the tokenizer: each record's world slice, scenario and conversation."""
+    texts: list[str] = []
+    for record in records:
+        for key in ("initial_state", "user_scenario", "gold"):
+            value = record.get(key)
+            if value:
+                texts.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        for message in record.get("messages") or ():
+            texts.append(message.get("content") or "")
+            for call in message.get("tool_calls") or ():
+                texts.append(json.dumps({"name": call.get("name"), "arguments": call.get("arguments")}))
+    return texts
+
+
+def _rendered_examples() -> list[str]:
+    """The chat template rendered around the tool schemas, so its scaffolding gets compact tokens."""
+    from jinja2 import Template
+
+    from training.prompting import SYSTEM_POLICY, tool_schemas
+
+    messages = [
+        {"role": "system", "content": SYSTEM_POLICY},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "think", "arguments": {"thought": "x"}}]},
+        {"role": "tool", "content": "ok"},
+    ]
+    text = Template(qwen25_chat_template()).render(
+        messages=messages, tools=list(tool_schemas()), add_generation_prompt=True)
+    return [text, SYSTEM_POLICY, json.dumps(list(tool_schemas()))]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 3000):
+    """Byte-level BPE with every digit its own token (ids are copied digit by digit, trap 9)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS) + list(MARKUP_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = list(texts) + _rendered_examples()
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+    )
+    fast.chat_template = qwen25_chat_template()
+    return fast
+
+
+def build_tiny_policy(out_dir: str | os.PathLike, records: Iterable[dict[str, Any]],
+                      spec: TinyModelSpec = TinyModelSpec(),
+                      extra_texts: Iterable[str] = ()) -> Path:
+    """Train the tokenizer, initialise a Qwen2 model, save both (safetensors) under `out_dir`."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(list(corpus_from_records(records)) + list(extra_texts), spec.vocab_size)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True,
+        eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None,
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """The policy's tokenizer, through the fast class directly (never AutoTokenizer, trap 1)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    local = Path(path)
+    if local.is_dir():
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(local))
+    else:  # a hub id: its own tokenizer class is the right one there
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(path: str | os.PathLike, dtype: Any = None):
+    """`(model, tokenizer)` from a local folder or a hub id, the same way a real checkpoint loads."""
+    from transformers import AutoModelForCausalLM
+
+    local = Path(path)
+    if not local.is_dir() and (str(path).startswith((".", "/")) or local.exists()):
+        raise BootstrapError(f"model path {str(path)!r} is not a folder")
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    return model, load_tokenizer(path)
+
+
+def ensure_base_policy(models_dir: str | os.PathLike, records: Iterable[dict[str, Any]],
+                       name: str = "base", spec: TinyModelSpec = TinyModelSpec()) -> Path:
+    """The tiny base policy under `models_dir/name`, built once and reused."""
+    out = Path(models_dir) / name
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+        return out
+    return build_tiny_policy(out, records, spec)

@@ -1,0 +1,201 @@
+"""Training tasks from verified interactions, in levels a tiny policy can climb.
+
+Level 1: one intent, few gold actions, an opening message that already states every identifier
+the gold actions need (order id, email, reason), compact tool results. This is the level the demo
+model must learn. Level 2: the other verified tasks with more steps. Level 3: adversarial personas
+and injected tool errors, so recovery is rewarded. Level 4: the raw window records as recorded.
+
+Arrow cannot hold the heterogeneous world dicts, so `initial_state`, `user_scenario` and `gold`
+travel as JSON strings; the environment's `reset` accepts either form.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+LEVELS = (1, 2, 3, 4)
+ADVERSARIAL_PERSONAS = frozenset({"angry", "confused", "terse", "play_dumb", "dumb", "adversarial"})
+# Arguments a customer must state up front for a task to count as self-contained (level 1).
+_STATED_ARGUMENTS = ("order_id", "email", "reason")
+
+
+class CurriculumError(ValueError):
+    """A level mix or record set that cannot make a dataset; `.rule` names what was broken."""
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class LevelRules:
+    """What makes a record level 1 (configurable: a bigger model can start higher)."""
+
+    level1_intents: tuple[str, ...] = ("order_status", "cancel_order")
+    level1_max_actions: int = 3
+    level2_max_actions: int = 8
+
+
+@dataclass
+class CurriculumReport:
+    """What a dataset was made of: logged with the run."""
+
+    requested: dict[int, float]
+    rows_per_level: dict[int, int]
+    eligible_per_level: dict[int, int]
+    intents: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requested": {str(k): v for k, v in self.requested.items()},
+                "rows_per_level": {str(k): v for k, v in self.rows_per_level.items()},
+                "eligible_per_level": {str(k): v for k, v in self.eligible_per_level.items()},
+                "intents": dict(self.intents)}
+
+
+def _as_dict(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def opening_text(record: Mapping[str, Any]) -> str:
+    for message in record.get("messages") or ():
+        if message.get("role") == "user" and message.get("content"):
+            return message["content"]
+    return ""
+
+
+def is_self_contained(record: Mapping[str, Any]) -> bool:
+    """Whether the opening message states every order id, email and reason the gold actions use."""
+    gold = _as_dict(record.get("gold")) or {}
+    text = opening_text(record).lower()
+    if not text:
+        return False
+    for action in gold.get("actions") or ():
+        for key in _STATED_ARGUMENTS:
+            value = (action.get("arguments") or {}).get(key)
+            if isinstance(value, str) and value.lower() not in text:
+                return False
+    return True
+
+
+def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int:
+    """The lowest level a verified record belongs to (4 when it fits no easier level)."""
+    gold = _as_dict(record.get("gold")) or {}
+    n_actions = len(gold.get("actions") or ())
+    scenario = _as_dict(record.get("user_scenario")) or {}
+    if str(scenario.get("persona", "")).lower() in ADVERSARIAL_PERSONAS:
+        return 3
+    if record.get("intent") in rules.level1_intents and 0 < n_actions <= rules.level1_max_actions \
+            and is_self_contained(record):
+        return 1
+    if n_actions <= rules.level2_max_actions:
+        return 2
+    return 4
+
+
+def is_training_task(record: Mapping[str, Any]) -> bool:
+    """Only interactions whose outcome was verified (they carry gold) become tasks (DESIGN 3)."""
+    gold = _as_dict(record.get("gold"))
+    return isinstance(gold, dict) and bool(gold.get("actions") or gold.get("outputs"))
+
+
+def parse_mix(mix: Mapping[Any, float] | Iterable[int]) -> dict[int, float]:
+    """`{level: fraction}` normalised to sum 1; a list of levels means equal shares."""
+    if not isinstance(mix, Mapping):
+        levels = list(mix)
+        if not levels:
+            raise CurriculumError("empty_level_mix", "no level requested")
+        mix = {level: 1.0 for level in levels}
+    parsed: dict[int, float] = {}
+    for key, share in mix.items():
+        try:
+            level = int(key)
+        except (TypeError, ValueError) as err:
+            raise CurriculumError("unknown_level", f"level {key!r} is not one of {LEVELS}") from err
+        if level not in LEVELS:
+            raise CurriculumError("unknown_level", f"level {key!r} is not one of {LEVELS}")
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not share >= 0:
+            raise CurriculumError("bad_level_share", f"level {level} share {share!r} must be a number >= 0")
+        parsed[level] = float(share)
+    total = sum(parsed.values())
+    if total <= 0:
+        raise CurriculumError("empty_level_mix", f"shares {dict(mix)} sum to zero")
+    return {level: share / total for level, share in sorted(parsed.items()) if share > 0}
+
+
+def _row_seed(seed: int, record_id: str, repeat: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{record_id}:{repeat}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31 - 1)
+
+
+def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) -> dict[str, Any]:
+    """One dataset row: the prompt plus everything `RetailEnvironment.reset` needs."""
+    from training.prompting import initial_messages
+
+    row_seed = _row_seed(seed, str(record.get("interaction_id", "")), repeat)
+    dump = lambda value: value if isinstance(value, str) else json.dumps(value, sort_keys=True)  # noqa: E731
+    return {
+        "prompt": initial_messages(dict(record), seed=row_seed),
+        "initial_state": dump(record["initial_state"]),
+        "user_scenario": dump(record.get("user_scenario") or {}),
+        "gold": dump(record.get("gold")),
+        "seed": row_seed,
+        "compact": level < 4,
+        "inject_tool_errors": level == 3,
+        "escalation_was_necessary": record.get("escalation_was_necessary"),
+        "level": level,
+        "interaction_id": str(record.get("interaction_id", "")),
+        "intent": str(record.get("intent", "other")),
+    }
+
+
+def select_rows(records: Iterable[Mapping[str, Any]], mix: Mapping[Any, float] | Iterable[int] = (1,),
+                seed: int = 0, size: int | None = None,
+                rules: LevelRules = LevelRules()) -> tuple[list[dict[str, Any]], CurriculumReport]:
+    """Rows drawn per level share (seeded; a level is cycled when it has fewer records than asked)."""
+    shares = parse_mix(mix)
+    by_level: dict[int, list[Mapping[str, Any]]] = {level: [] for level in LEVELS}
+    for record in records:
+        if not is_training_task(record):
+            continue
+        level = level_of(record, rules)
+        by_level[level].append(record)
+        if level < 4:
+            by_level[4].append(record)  # the raw window holds every verified record
+    missing = [level for level in shares if not by_level[level]]
+    if missing:
+        counts = {level: len(by_level[level]) for level in LEVELS}
+        raise CurriculumError("empty_level", f"levels {missing} have no eligible records (eligible: {counts})")
+    requested_levels = [level for level in shares]
+    total = size if size is not None else sum(len(by_level[level]) for level in requested_levels)
+    if total <= 0:
+        raise CurriculumError("empty_dataset", f"size {size!r} gives no rows")
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    counts: dict[int, int] = {}
+    for index, level in enumerate(requested_levels):
+        wanted = round(shares[level] * total) if index < len(requested_levels) - 1 else total - len(rows)
+        pool = sorted(by_level[level], key=lambda r: str(r.get("interaction_id", "")))
+        rng.shuffle(pool)
+        for i in range(max(wanted, 0)):
+            rows.append(task_row(pool[i % len(pool)], level, seed, repeat=i // len(pool)))
+        counts[level] = max(wanted, 0)
+    rng.shuffle(rows)
+    report = CurriculumReport(shares, counts, {level: len(by_level[level]) for level in LEVELS},
+                              dict(Counter(row["intent"] for row in rows)))
+    return rows, report
+
+
+def build_dataset(records: Iterable[Mapping[str, Any]], mix: Mapping[Any, float] | Iterable[int] = (1,),
+                  seed: int = 0, size: int | None = None, rules: LevelRules = LevelRules()):
+    """`(datasets.Dataset, CurriculumReport)`: columns prompt, initial_state, user_scenario, gold,
+    seed, compact, inject_tool_errors, escalation_was_necessary, level, interaction_id, intent."""
+    from datasets import Dataset
+
+    rows, report = select_rows(records, mix, seed, size, rules)
+    return Dataset.from_list(rows), report
