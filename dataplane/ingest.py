@@ -1,0 +1,218 @@
+"""Ingestion: landing files -> validated, scrubbed rows in `interactions`, the rest in `quarantine`.
+
+One DuckDB transaction per file, so a crash never leaves half a file stored, and a file already
+ingested (same path, size and sha256) is skipped. Every record read ends up in exactly one of
+accepted, duplicates or quarantined; a file that cannot be read as a whole counts as one record
+read and one quarantined (rule corrupt_file, invalid_utf8, line_too_long or empty_file).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from dataplane.contract import ContractError, validate_record
+from dataplane.readers import FileCorruptError, RawRecord, is_landing_file, read_file
+from dataplane.store import QuarantineRows, RowBatch, open_store, prepare_row
+
+CHUNK_ROWS = 5000
+_ID_IN_TEXT = re.compile(r'"interaction_id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"')
+
+
+class InputPathError(FileNotFoundError):
+    """An input path is missing, unreadable or not a landing file; the CLI exits 2."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass
+class FileSummary:
+    path: str
+    status: str  # ingested | skipped | quarantined
+    read: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    quarantined_by_rule: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class IngestSummary:
+    files: int = 0
+    files_skipped: int = 0
+    files_quarantined: int = 0
+    read: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    quarantined_by_rule: dict[str, int] = field(default_factory=dict)
+    per_file: list[FileSummary] = field(default_factory=list)
+
+    def add(self, item: FileSummary) -> None:
+        self.per_file.append(item)
+        self.files += 1
+        self.files_skipped += item.status == "skipped"
+        self.files_quarantined += item.status == "quarantined"
+        for name in ("read", "accepted", "duplicates", "quarantined"):
+            setattr(self, name, getattr(self, name) + getattr(item, name))
+        self.quarantined_by_rule = dict(Counter(self.quarantined_by_rule) + Counter(item.quarantined_by_rule))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def collect_files(paths: list[str | os.PathLike]) -> list[Path]:
+    """Expand directories (recursively, sorted) into landing files; refuse missing inputs."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            raise InputPathError(path, "no such file or directory")
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and is_landing_file(p))
+        elif is_landing_file(path):
+            found.append(path)
+        else:
+            raise InputPathError(path, "not a landing file (*.jsonl, *.jsonl.gz, *.parquet)")
+    for item in found:
+        if not os.access(item, os.R_OK):
+            raise InputPathError(item, "not readable")
+    return list(dict.fromkeys(found))
+
+
+def ingest_paths(db_path: str | os.PathLike, paths: list[str | os.PathLike],
+                 now: datetime | None = None) -> IngestSummary:
+    """Ingest every landing file under `paths` into the store at `db_path`."""
+    files = collect_files(paths)
+    summary = IngestSummary()
+    con = open_store(db_path)
+    try:
+        for path in files:
+            summary.add(ingest_file(con, path, now))
+    finally:
+        con.close()
+    return summary
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None = None) -> FileSummary:
+    """Ingest one file in one transaction (or skip it when this exact file is already in)."""
+    size, sha = path.stat().st_size, file_sha256(path)
+    known = con.execute("SELECT 1 FROM ingested_files WHERE path = ? AND size = ? AND sha256 = ?",
+                        [str(path), size, sha]).fetchone()
+    if known:
+        return FileSummary(str(path), "skipped")
+    stamp = now or datetime.now(timezone.utc)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        result = _FileIngest(con, path, now, stamp).run()
+    except FileCorruptError as err:
+        con.execute("ROLLBACK")
+        con.execute("BEGIN TRANSACTION")
+        quarantine = QuarantineRows(str(path), stamp)
+        quarantine.add(err.line_no, err.rule, err.detail, err.raw, None, file_level=True)
+        quarantine.flush(con)
+        result = FileSummary(str(path), "quarantined", read=1, quarantined=1, quarantined_by_rule={err.rule: 1})
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute(
+        "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [str(path), size, sha, result.status, result.read, result.accepted, result.duplicates,
+         result.quarantined, stamp])
+    con.execute("COMMIT")
+    return result
+
+
+class _FileIngest:
+    """The per-record pass over one file, flushing accepted rows in chunks of CHUNK_ROWS."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime):
+        self.con, self.path, self.now = con, path, now
+        self.summary = FileSummary(str(path), "ingested")
+        self.rules: Counter[str] = Counter()
+        self.quarantine = QuarantineRows(str(path), stamp)
+        self.batch = RowBatch(str(path), stamp)
+        self.seen: dict[str, str] = {}  # id -> content hash of its first copy in this file
+        self.pending_dups: dict[str, list[RawRecord]] = {}
+
+    def run(self) -> FileSummary:
+        for item in read_file(self.path):
+            self.summary.read += 1
+            self._one(item)
+            if len(self.batch) >= CHUNK_ROWS:
+                self._flush()
+        self._flush()
+        self.summary.quarantined_by_rule = dict(self.rules)
+        return self.summary
+
+    def _reject(self, item: RawRecord, rule: str, detail: str, interaction_id: str | None) -> None:
+        self.summary.quarantined += 1
+        self.rules[rule] += 1
+        self.quarantine.add(item.line_no, rule, detail, item.raw_text(), interaction_id)
+
+    def _one(self, item: RawRecord) -> None:
+        if item.error is not None:
+            self._reject(item, item.error.rule, item.error.detail, _recover_id(item))
+            return
+        try:
+            record = validate_record(item.obj, self.now)
+        except ContractError as err:
+            self._reject(item, err.rule, err.detail, _recover_id(item))
+            return
+        row = prepare_row(record)
+        rid, digest = row.interaction_id, row.content_hash
+        first = self.seen.get(rid)
+        if first is None:
+            self.seen[rid] = digest
+            self.batch.append(row, item)
+        elif first != digest:
+            self._reject(item, "duplicate_conflict", f"interaction_id={rid} seen before in this file "
+                         "with different content", rid)
+        elif rid in self.batch.ids_in_batch:
+            self.pending_dups.setdefault(rid, []).append(item)  # resolved once the store is asked
+        else:
+            self.summary.duplicates += 1
+
+    def _flush(self) -> None:
+        outcome = self.batch.flush(self.con)
+        self.summary.accepted += len(outcome.inserted)
+        for rid, (item, stored_hash) in outcome.not_inserted.items():
+            copies = [item] + self.pending_dups.pop(rid, [])
+            if stored_hash == self.seen[rid]:
+                self.summary.duplicates += len(copies)
+                continue
+            self.seen[rid] = stored_hash  # later copies compare against what the store holds
+            for copy in copies:
+                self._reject(copy, "duplicate_conflict",
+                             f"interaction_id={rid} already stored with different content", rid)
+        for copies in self.pending_dups.values():
+            self.summary.duplicates += len(copies)
+        self.pending_dups.clear()
+        self.quarantine.flush(self.con)
+
+
+def _recover_id(item: RawRecord) -> str | None:
+    """The interaction id of a rejected record when one can be read, for the quarantine row."""
+    if isinstance(item.obj, dict) and isinstance(item.obj.get("interaction_id"), str):
+        return item.obj["interaction_id"][:128]
+    if isinstance(item.raw, str):
+        match = _ID_IN_TEXT.search(item.raw)
+        return match.group(1) if match else None
+    return None

@@ -1,0 +1,143 @@
+"""Streaming readers for landing files: JSON Lines (plain or gzip) and Parquet.
+
+Each reader yields one `RawRecord` per record (1-based line or row number, the raw text kept for
+quarantine, and either the decoded object or the per-record ContractError). Damage that makes the
+rest of the file untrustworthy (broken gzip or Parquet, invalid UTF-8, a line over 1 MiB, an
+empty file) raises `FileCorruptError`; the caller then quarantines the whole file. Memory stays
+bounded: JSONL is read a line at a time, Parquet a batch at a time.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataplane.contract import ContractError
+
+MAX_LINE_BYTES = 1024 * 1024
+RAW_KEEP = 4096  # bytes of a corrupt file's offending line kept for the quarantine row
+SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+# Parquet producers cannot express the contract's free-form objects as fixed structs (user and
+# order ids are keys), so these columns may hold JSON text.
+JSON_TEXT_FIELDS = ("initial_state", "user_scenario", "messages", "gold", "human_label")
+PARQUET_BATCH_ROWS = 4096
+
+
+class FileCorruptError(ContractError):
+    """The file as a whole cannot be trusted; `.line_no` and `.raw` locate the damage."""
+
+    def __init__(self, rule: str, detail: str, line_no: int | None = None, raw: str | None = None):
+        super().__init__(rule, detail)
+        self.line_no = line_no
+        self.raw = raw
+
+
+@dataclass
+class RawRecord:
+    line_no: int
+    raw: str | dict  # the JSONL line, or the Parquet row as read
+    obj: Any = None
+    error: ContractError | None = None
+
+    def raw_text(self) -> str:
+        if isinstance(self.raw, str):
+            return self.raw
+        return json.dumps(self.raw, default=str, ensure_ascii=False)
+
+
+def is_landing_file(path: Path) -> bool:
+    return path.name.endswith(SUFFIXES)
+
+
+def read_file(path: Path) -> Iterator[RawRecord]:
+    """Dispatch on the suffix; see the module docstring for what is yielded and raised."""
+    if path.name.endswith(".parquet"):
+        return _read_parquet(path)
+    return _read_jsonl(path)
+
+
+def _open_jsonl(path: Path):
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def _read_jsonl(path: Path) -> Iterator[RawRecord]:
+    line_no = 0
+    seen_content = False
+    with _open_jsonl(path) as handle:
+        while True:
+            try:
+                line = handle.readline(MAX_LINE_BYTES + 1)
+            except (OSError, EOFError, zlib.error) as err:  # gzip damage surfaces while reading
+                raise FileCorruptError("corrupt_file", f"{path.name}: unreadable after line {line_no}: {err}",
+                                       line_no + 1) from err
+            if not line:
+                break
+            line_no += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise FileCorruptError("line_too_long", f"line {line_no} is over {MAX_LINE_BYTES} bytes",
+                                       line_no, line[:RAW_KEEP].decode("utf-8", "replace"))
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise FileCorruptError("invalid_utf8", f"line {line_no}: {err}", line_no,
+                                       line[:RAW_KEEP].decode("utf-8", "replace")) from err
+            text = text.rstrip("\r\n")
+            if not text.strip():
+                continue  # blank lines carry no record
+            seen_content = True
+            yield _decode_line(line_no, text)
+    if not seen_content:
+        raise FileCorruptError("empty_file", f"{path.name} holds no records")
+
+
+def _decode_line(line_no: int, text: str) -> RawRecord:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        return RawRecord(line_no, text, error=ContractError("invalid_json", f"line {line_no}: {err}"))
+    return RawRecord(line_no, text, obj)
+
+
+def _read_parquet(path: Path) -> Iterator[RawRecord]:
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise FileCorruptError("corrupt_file", f"{path.name}: not a readable Parquet file: {err}") from err
+    if parquet.metadata.num_rows == 0:
+        raise FileCorruptError("empty_file", f"{path.name} holds no rows")
+    row_no = 0
+    batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except (pa.ArrowException, OSError) as err:
+            raise FileCorruptError("corrupt_file", f"{path.name}: unreadable after row {row_no}: {err}",
+                                   row_no + 1) from err
+        for row in batch.to_pylist():
+            row_no += 1
+            yield _decode_row(row_no, row)
+
+
+def _decode_row(row_no: int, row: dict) -> RawRecord:
+    raw = dict(row)  # serialised only if the row ends up in quarantine (see raw_text)
+    for key, value in row.items():
+        if isinstance(value, datetime):
+            # A naive Parquet timestamp has no offset: keep it offset-less so the contract says so.
+            row[key] = value.isoformat()
+    for key in JSON_TEXT_FIELDS:
+        value = row.get(key)
+        if isinstance(value, str):
+            try:
+                row[key] = json.loads(value)
+            except json.JSONDecodeError as err:
+                return RawRecord(row_no, raw, error=ContractError("invalid_json", f"row {row_no} {key}: {err}"))
+    return RawRecord(row_no, raw, row)

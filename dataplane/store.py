@@ -1,0 +1,237 @@
+"""The DuckDB store `interactions.duckdb`: schema, opening with a clear lock error, record loading.
+
+`interactions.interaction_id` is a PRIMARY KEY on purpose: ingestion inserts with
+`ON CONFLICT DO NOTHING RETURNING`, so spotting duplicates is an index probe per new row and the
+cost of ingesting a file does not grow with the store.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dataplane.contract import parse_timestamp
+from dataplane.scrub import scrub_record
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS interactions (
+        interaction_id VARCHAR PRIMARY KEY,
+        started_at TIMESTAMPTZ NOT NULL,
+        ended_at TIMESTAMPTZ NOT NULL,
+        policy_version VARCHAR NOT NULL,
+        customer_id VARCHAR NOT NULL,
+        intent VARCHAR NOT NULL,
+        outcome VARCHAR NOT NULL,
+        escalation_was_necessary BOOLEAN,
+        actions_taken BIGINT NOT NULL,
+        customer_sentiment_delta DOUBLE NOT NULL,
+        has_gold BOOLEAN NOT NULL,
+        human_task_success BOOLEAN,
+        schema_version INTEGER NOT NULL,
+        record VARCHAR NOT NULL,
+        content_hash VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        ingested_at TIMESTAMPTZ NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        source_file VARCHAR NOT NULL,
+        line_no BIGINT,
+        rule VARCHAR NOT NULL,
+        detail VARCHAR NOT NULL,
+        raw VARCHAR,
+        interaction_id VARCHAR,
+        file_level BOOLEAN NOT NULL,
+        quarantined_at TIMESTAMPTZ NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ingested_files (
+        path VARCHAR NOT NULL,
+        size BIGINT NOT NULL,
+        sha256 VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        read BIGINT NOT NULL,
+        accepted BIGINT NOT NULL,
+        duplicates BIGINT NOT NULL,
+        quarantined BIGINT NOT NULL,
+        ingested_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (path, size, sha256))""",
+    """CREATE TABLE IF NOT EXISTS windows (
+        week VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        content_hash VARCHAR NOT NULL,
+        window_hash VARCHAR NOT NULL,
+        week_end TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (week, position))""",
+    """CREATE TABLE IF NOT EXISTS calibration_sets (
+        version VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        set_hash VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (version, position))""",
+    """CREATE TABLE IF NOT EXISTS shadow_sets (
+        week VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        set_hash VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (week, position))""",
+)
+
+
+class StoreLockedError(RuntimeError):
+    """Another process holds the DuckDB file; carries the path and DuckDB's own message."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"the store {path} is locked by another process: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def open_store(path: str | os.PathLike, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) the store at `path` with every table in place.
+
+    Read-only opens of a store that does not exist yet create it first, so readers never race the
+    first writer over the schema. A lock held by another process raises StoreLockedError.
+    """
+    path = Path(path)
+    if read_only and not path.exists():
+        open_store(path).close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as err:
+        if "lock" in str(err).lower():
+            raise StoreLockedError(path, str(err)) from err
+        raise
+    if not read_only:
+        for statement in SCHEMA:
+            con.execute(statement)
+    return con
+
+
+def load_records(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict]:
+    """Full scrubbed records for `ids`, in the order given; an unknown id raises KeyError."""
+    if not ids:
+        return []
+    rows = con.execute(
+        "SELECT interaction_id, record FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
+        [list(ids)]).fetchall()
+    by_id = {rid: text for rid, text in rows}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise KeyError(f"{len(missing)} interaction id(s) not in the store, e.g. {missing[:3]}")
+    return [json.loads(by_id[i]) for i in ids]
+
+
+_INTERACTION_COLUMNS = (
+    "interaction_id", "started_at", "ended_at", "policy_version", "customer_id", "intent", "outcome",
+    "escalation_was_necessary", "actions_taken", "customer_sentiment_delta", "has_gold",
+    "human_task_success", "schema_version", "record", "content_hash")
+_ARROW_TYPES = {"started_at": pa.timestamp("us", tz="UTC"), "ended_at": pa.timestamp("us", tz="UTC"),
+                "escalation_was_necessary": pa.bool_(), "actions_taken": pa.int64(),
+                "customer_sentiment_delta": pa.float64(), "has_gold": pa.bool_(),
+                "human_task_success": pa.bool_(), "schema_version": pa.int32()}
+
+
+def canonical_json(record: dict) -> str:
+    """The one serialisation of a record that is stored and hashed (sorted keys, no spaces)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass
+class PreparedRow:
+    """A validated record scrubbed and serialised, ready for `interactions`."""
+    values: tuple
+
+    @property
+    def interaction_id(self) -> str:
+        return self.values[0]
+
+    @property
+    def content_hash(self) -> str:
+        return self.values[-1]
+
+
+def prepare_row(record: dict) -> PreparedRow:
+    """Scrub a validated record and compute its stored JSON and content hash."""
+    clean = scrub_record(record)
+    text = canonical_json(clean)
+    label = clean["human_label"]
+    return PreparedRow((
+        clean["interaction_id"], parse_timestamp(clean["started_at"], "started_at"),
+        parse_timestamp(clean["ended_at"], "ended_at"), clean["policy_version"], clean["customer_id"],
+        clean["intent"], clean["outcome"], clean["escalation_was_necessary"], clean["actions_taken"],
+        clean["customer_sentiment_delta"], clean["gold"] is not None,
+        None if label is None else label["task_success"], clean["schema_version"], text,
+        hashlib.sha256(text.encode()).hexdigest()))
+
+
+@dataclass
+class FlushResult:
+    inserted: list[str]
+    not_inserted: dict[str, tuple[Any, str]]  # id -> (the caller's tag, stored content hash)
+
+
+@dataclass
+class RowBatch:
+    """Accepted rows of one file awaiting a bulk insert; `flush` reports which ids were new."""
+    source_file: str
+    ingested_at: datetime
+    rows: list[PreparedRow] = field(default_factory=list)
+    tags: list[Any] = field(default_factory=list)
+    ids_in_batch: set[str] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def append(self, row: PreparedRow, tag: Any) -> None:
+        self.rows.append(row)
+        self.tags.append(tag)
+        self.ids_in_batch.add(row.interaction_id)
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> FlushResult:
+        """Insert new ids (an index probe each); ids already stored come back with their hash."""
+        if not self.rows:
+            return FlushResult([], {})
+        columns = list(zip(*(r.values for r in self.rows)))
+        table = pa.table({name: pa.array(col, type=_ARROW_TYPES.get(name, pa.string()))
+                          for name, col in zip(_INTERACTION_COLUMNS, columns)})
+        con.register("_incoming", table)
+        try:
+            inserted = [r[0] for r in con.execute(
+                "INSERT INTO interactions SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming "
+                "ON CONFLICT DO NOTHING RETURNING interaction_id",
+                [self.source_file, self.ingested_at]).fetchall()]
+        finally:
+            con.unregister("_incoming")
+        new = set(inserted)
+        missed = {r.interaction_id: tag for r, tag in zip(self.rows, self.tags) if r.interaction_id not in new}
+        stored = dict(con.execute(
+            "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
+            [list(missed)]).fetchall()) if missed else {}
+        self.rows, self.tags, self.ids_in_batch = [], [], set()
+        return FlushResult(inserted, {rid: (tag, stored[rid]) for rid, tag in missed.items()})
+
+
+@dataclass
+class QuarantineRows:
+    """Quarantine rows of one file, written in the file's transaction."""
+    source_file: str
+    quarantined_at: datetime
+    rows: list[tuple] = field(default_factory=list)
+
+    def add(self, line_no: int | None, rule: str, detail: str, raw: str | None,
+            interaction_id: str | None, file_level: bool = False) -> None:
+        self.rows.append((self.source_file, line_no, rule, detail, raw, interaction_id, file_level,
+                          self.quarantined_at))
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self.rows:
+            con.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self.rows)
+            self.rows = []
