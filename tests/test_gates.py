@@ -1,0 +1,178 @@
+"""Promotion gates on scripted policies: who is promoted, who is rejected, who is held and why."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evaluation.gates import (GATE_NAMES, ApprovalError, GateConfig, GateInputs, GateReport, PolicyOutcomes,
+                              approve, evaluate_gates, reward_rise)
+from tests.helpers_gates import FLAT, RISING, gate_inputs
+
+
+def verdicts(report: GateReport) -> dict[str, str]:
+    return {g.name: g.verdict for g in report.gates}
+
+
+def test_genuinely_better_policy_is_promoted_with_every_gate_measured():
+    report = evaluate_gates(gate_inputs("better"))
+    assert report.decision == "promote", report.to_json()
+    assert [g.name for g in report.gates] == list(GATE_NAMES)
+    assert all(g.passed and g.verdict == "pass" for g in report.gates)
+    cal = report.gate("calibration_improvement")
+    assert cal.value == pytest.approx(cal.extra["candidate"] - cal.extra["baseline"]) and cal.value > 0
+    assert report.gate("shadow_non_inferiority").value > -0.02
+    assert report.gate("reward_alignment").value >= 0.6
+
+
+def test_random_policy_is_rejected():
+    report = evaluate_gates(gate_inputs("random"))
+    assert report.decision == "reject"
+    v = verdicts(report)
+    assert v["shadow_non_inferiority"] == v["calibration_improvement"] == v["policy_violations_not_up"] == "fail"
+
+
+def test_reward_hacker_that_escalates_everything_raises_the_alarm():
+    report = evaluate_gates(gate_inputs("escalator", curve=RISING))
+    assert report.decision == "reject"
+    alarm = report.gate("reward_hacking_alarm")
+    assert alarm.verdict == "fail" and alarm.value == 1.0
+    assert alarm.extra["reward_rise"] > 0 and alarm.extra["calibration_delta"] <= 0
+
+
+def test_alarm_alone_blocks_when_success_is_flat_but_reward_climbs():
+    """A champion clone whose training reward still climbed: the alarm fails on its own."""
+    report = evaluate_gates(gate_inputs("identical", curve=RISING))
+    assert verdicts(report)["reward_hacking_alarm"] == "fail"
+    flat = evaluate_gates(gate_inputs("identical", curve=FLAT))
+    assert verdicts(flat)["reward_hacking_alarm"] == "pass"
+
+
+def test_policy_skipping_authentication_is_rejected_for_violations():
+    report = evaluate_gates(gate_inputs("skips_auth"))
+    assert report.decision == "reject"
+    gate = report.gate("policy_violations_not_up")
+    assert gate.verdict == "fail" and gate.value > 0 and gate.extra["candidate"] > gate.extra["baseline"]
+
+
+def test_policy_identical_to_champion_is_not_better():
+    report = evaluate_gates(gate_inputs("identical", curve=FLAT))
+    assert report.decision == "reject"
+    gate = report.gate("calibration_improvement")
+    assert gate.verdict == "fail" and gate.value == 0.0
+    # Identical everywhere else: only "not strictly better" stops it.
+    assert [g.name for g in report.gates if g.verdict != "pass"] == ["calibration_improvement"]
+
+
+def test_calibration_margin_is_configurable():
+    better = gate_inputs("better")
+    delta = evaluate_gates(better).gate("calibration_improvement").value
+    strict = evaluate_gates(better, GateConfig(calibration_min_margin=delta + 0.01))
+    assert strict.gate("calibration_improvement").verdict == "fail"
+    significant = evaluate_gates(better, GateConfig(calibration_max_p=1e-12))
+    assert significant.gate("calibration_improvement").verdict == "fail"
+
+
+def test_tool_mix_drift_is_held_then_promoted_only_after_approval():
+    report = evaluate_gates(gate_inputs("drifter"))
+    assert report.decision == "hold"
+    drift = report.gate("tool_call_drift")
+    assert drift.verdict == "hold" and drift.value > 0.05 and not drift.passed
+    approved = approve(report, "ops-lead")
+    assert approved.decision == "promote" and approved.approved_by == "ops-lead"
+    assert approved.gate("tool_call_drift").value == drift.value  # the evidence stays on record
+    assert "approved by ops-lead" in approved.gate("tool_call_drift").detail
+    with pytest.raises(ApprovalError):
+        approve(approved, "ops-lead")
+
+
+def test_approval_never_overrules_a_failed_gate():
+    report = evaluate_gates(gate_inputs("random"))
+    with pytest.raises(ApprovalError, match="failed"):
+        approve(report, "ops-lead")
+
+
+def test_invalid_data_rejects_even_a_better_policy():
+    report = evaluate_gates(gate_inputs("better", data_valid=False))
+    assert report.decision == "reject" and verdicts(report)["data_valid"] == "fail"
+
+
+def test_misaligned_proxy_reward_fails_alignment():
+    gate = evaluate_gates(gate_inputs("better", aligned=False)).gate("reward_alignment")
+    assert gate.verdict == "fail" and gate.value < 0.6
+
+
+@pytest.mark.parametrize("rule", ["hold", "fail"])
+def test_too_few_human_labels_follows_the_explicit_rule(rule):
+    report = evaluate_gates(gate_inputs("better", labels=5), GateConfig(on_insufficient_labels=rule))
+    gate = report.gate("reward_alignment")
+    assert gate.value is None and not gate.passed and gate.verdict == rule
+    assert gate.extra["labels"] == 5 and "not measurable" in gate.detail
+    assert report.decision == ("hold" if rule == "hold" else "reject")
+
+
+def test_single_class_labels_are_not_measurable():
+    inputs = gate_inputs("better")
+    one_class = GateInputs(**{**inputs.__dict__, "human_success": [True] * len(inputs.human_success)})
+    assert evaluate_gates(one_class).gate("reward_alignment").verdict == "hold"
+
+
+def test_without_a_champion_the_candidate_must_beat_the_base_model():
+    first = evaluate_gates(gate_inputs("better", base_model_baseline=True))
+    assert first.baseline_kind == "base_model" and first.decision in ("promote", "hold")
+    assert first.gate("calibration_improvement").verdict == "pass"
+    # A "candidate" that is the base model itself is not better than the base model.
+    base = gate_inputs("random", base_model_baseline=True, curve=FLAT)
+    assert evaluate_gates(base).gate("calibration_improvement").verdict == "fail"
+
+
+def test_unusable_training_curve_fails_the_alarm_gate():
+    gate = evaluate_gates(gate_inputs("better", curve=[1.0])).gate("reward_hacking_alarm")
+    assert gate.verdict == "fail" and gate.value is None
+
+
+def test_unpaired_shadow_outcomes_fail():
+    inputs = gate_inputs("better")
+    short = PolicyOutcomes(inputs.candidate.calibration_success, inputs.candidate.shadow_success[:-1],
+                           inputs.candidate.violation_rate, inputs.candidate.tool_distribution)
+    report = evaluate_gates(GateInputs(**{**inputs.__dict__, "candidate": short}))
+    assert report.gate("shadow_non_inferiority").verdict == "fail"
+
+
+def test_report_round_trips_through_json_with_a_stable_digest():
+    report = evaluate_gates(gate_inputs("drifter"))
+    data = json.loads(report.to_json())
+    assert data["decision"] == "hold" and len(data["gates"]) == len(GATE_NAMES)
+    again = GateReport.from_dict(data)
+    assert again == report and again.digest() == report.digest()
+    assert approve(again, "x").digest() != report.digest()
+    data["decision"] = "promote"
+    with pytest.raises(ValueError, match="disagrees"):
+        GateReport.from_dict(data)
+
+
+def test_reward_rise_compares_last_and_first_quarters():
+    assert reward_rise([0, 0, 0, 0, 1, 1, 1, 1]) == 1.0
+    assert reward_rise([2, 1]) == -1.0
+
+
+def test_config_rejects_unknown_insufficient_label_rule():
+    with pytest.raises(ValueError):
+        GateConfig(on_insufficient_labels="pass")  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["pass", "fail", "hold"]), min_size=1, max_size=7))
+def test_decision_is_promote_only_when_every_gate_passes(verdict_list):
+    from evaluation.gates import Gate
+    gates = tuple(Gate(f"g{i}", 0.0, 0.0, "==", v == "pass", v, "") for i, v in enumerate(verdict_list))
+    report = GateReport(gates, "champion", GateConfig())
+    expected = "reject" if "fail" in verdict_list else "hold" if "hold" in verdict_list else "promote"
+    assert report.decision == expected
+    if expected == "hold":
+        assert approve(report, "p").decision == "promote"
+    elif expected == "reject":
+        with pytest.raises(ApprovalError):
+            approve(report, "p")
