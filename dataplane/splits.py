@@ -1,0 +1,64 @@
+"""Deterministic train / calibration / shadow split by a salted sha256 of `customer_id`.
+
+The split depends on nothing but the customer id and the salt, so a customer held out in one week
+is held out in every week: a held-out customer can never reach training. Python's `hash()` is
+salted per process and would break that, hence sha256.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+SPLITS = ("train", "calibration", "shadow")
+DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
+DEFAULT_SALT = "agent-retrain/splits/v1"
+
+
+def _check_fractions(fractions: tuple[float, float, float]) -> None:
+    if len(fractions) != len(SPLITS) or any(f < 0 for f in fractions) or not math.isclose(sum(fractions), 1.0):
+        raise ValueError(f"fractions must be {len(SPLITS)} non-negative numbers summing to 1, got {fractions}")
+
+
+def split_of(customer_id: str, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+             salt: str = DEFAULT_SALT) -> str:
+    """"train", "calibration" or "shadow" for this customer, stable across runs and machines."""
+    _check_fractions(fractions)
+    digest = hashlib.sha256(f"{salt}\x00{customer_id}".encode()).digest()
+    point = int.from_bytes(digest[:8], "big") / 2**64  # uniform in [0, 1)
+    edge = 0.0
+    for name, share in zip(SPLITS, fractions):
+        edge += share
+        if point < edge:
+            return name
+    return SPLITS[-1]  # float rounding at the top edge
+
+
+def split_window(records: list[dict], fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+                 salt: str = DEFAULT_SALT) -> dict[str, list[dict]]:
+    """Records grouped by their customer's split, window order kept; every split key present."""
+    out: dict[str, list[dict]] = {name: [] for name in SPLITS}
+    memo: dict[str, str] = {}
+    for record in records:
+        customer = record["customer_id"]
+        if customer not in memo:
+            memo[customer] = split_of(customer, fractions, salt)
+        out[memo[customer]].append(record)
+    return out
+
+
+def customers_in_several_splits(splits: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """Customers found in more than one split, with the splits they were found in (empty = ok)."""
+    seen: dict[str, set[str]] = {}
+    for name, records in splits.items():
+        for record in records:
+            seen.setdefault(record["customer_id"], set()).add(name)
+    return {customer: sorted(names) for customer, names in sorted(seen.items()) if len(names) > 1}
+
+
+def split_counts(splits: dict[str, list[dict]]) -> dict[str, int]:
+    """Rows and distinct customers per split, for asset metadata."""
+    counts: dict[str, int] = {}
+    for name, records in splits.items():
+        counts[f"{name}_rows"] = len(records)
+        counts[f"{name}_customers"] = len({r["customer_id"] for r in records})
+    return counts

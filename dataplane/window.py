@@ -1,0 +1,153 @@
+"""The weekly training window: the last N accepted interactions that ended before the week's end.
+
+Order is (ended_at, interaction_id), so ties are deterministic and cutting the same week twice
+yields the same rows and the same content hash (sha256 over the ordered (id, content_hash) pairs).
+A week is named by the ISO week that contains the last instant before `week_end`
+(`week_end` = Monday 00:00 UTC -> the ISO week that just ended, e.g. "2024-W23").
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+DEFAULT_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    week: str
+    week_end: str
+    rows: int
+    ended_at_min: str | None
+    ended_at_max: str | None
+    content_hash: str
+    outcome_mix: dict[str, int]
+    intent_mix: dict[str, int]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def week_id(week_end: datetime) -> str:
+    """ISO week id ("YYYY-Www") of the week that ends (exclusively) at `week_end`."""
+    _require_aware(week_end)
+    year, week, _ = (week_end - timedelta(microseconds=1)).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _require_aware(moment: datetime) -> None:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"week_end must be timezone-aware, got naive {moment.isoformat()}")
+
+
+def _week(week: str | datetime) -> str:
+    return week if isinstance(week, str) else week_id(week)
+
+
+def window_hash(pairs: list[tuple[str, str]]) -> str:
+    """sha256 over the ordered (interaction_id, content_hash) pairs of a window."""
+    digest = hashlib.sha256()
+    for rid, content in pairs:
+        digest.update(f"{rid}\t{content}\n".encode())
+    return digest.hexdigest()
+
+
+def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = DEFAULT_SIZE) -> WindowInfo:
+    """Select and store (replacing any earlier cut of the same week) the window for `week_end`."""
+    _require_aware(week_end)
+    if size < 1:
+        raise ValueError(f"window size must be >= 1, got {size}")
+    week = week_id(week_end)
+    # DESC + LIMIT is DuckDB's top-N; reversing 10,000 rows afterwards is free.
+    rows = con.execute(
+        "SELECT interaction_id, content_hash, ended_at, outcome, intent FROM interactions "
+        "WHERE ended_at < ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?",
+        [week_end, size]).fetchall()[::-1]
+    pairs = [(r[0], r[1]) for r in rows]
+    digest = window_hash(pairs)
+    table = pa.table({
+        "week": pa.array([week] * len(rows), pa.string()),
+        "position": pa.array(range(len(rows)), pa.int32()),
+        "interaction_id": pa.array([p[0] for p in pairs], pa.string()),
+        "content_hash": pa.array([p[1] for p in pairs], pa.string()),
+        "window_hash": pa.array([digest] * len(rows), pa.string()),
+        "week_end": pa.array([week_end] * len(rows), pa.timestamp("us", tz="UTC")),
+    })
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("DELETE FROM windows WHERE week = ?", [week])
+        con.register("_window_rows", table)
+        con.execute("INSERT INTO windows SELECT * FROM _window_rows")
+        con.unregister("_window_rows")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return WindowInfo(
+        week=week, week_end=week_end.isoformat(), rows=len(rows),
+        ended_at_min=rows[0][2].isoformat() if rows else None,
+        ended_at_max=rows[-1][2].isoformat() if rows else None,
+        content_hash=digest,
+        outcome_mix=dict(sorted(Counter(r[3] for r in rows).items())),
+        intent_mix=dict(sorted(Counter(r[4] for r in rows).items())))
+
+
+def window_ids(con: duckdb.DuckDBPyConnection, week: str | datetime) -> list[str]:
+    """Interaction ids of a stored window, in window order."""
+    return [r[0] for r in con.execute(
+        "SELECT interaction_id FROM windows WHERE week = ? ORDER BY position", [_week(week)]).fetchall()]
+
+
+def window_records(con: duckdb.DuckDBPyConnection, week: str | datetime) -> list[dict]:
+    """Full scrubbed records of a stored window, in window order (empty if never cut)."""
+    rows = con.execute(
+        "SELECT i.record FROM windows w JOIN interactions i ON i.interaction_id = w.interaction_id "
+        "WHERE w.week = ? ORDER BY w.position", [_week(week)]).fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+FRAME_COLUMNS = (
+    "interaction_id", "customer_id", "started_at", "ended_at", "started_at_text", "ended_at_text",
+    "intent", "outcome", "escalation_flag", "actions_taken", "customer_sentiment_delta", "has_gold",
+    "text")
+
+
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record with the columns the validation suite checks.
+
+    Timestamps are parsed here with `errors="coerce"` so an unparseable one shows up as NaT for
+    the suite to count, rather than as an exception. `text` joins every message content and the
+    scenario instruction for the PII scan; `escalation_flag` is "true"/"false"/"null".
+    """
+    def flag(value) -> str:
+        return "null" if value is None else str(bool(value)).lower()
+
+    frame = pd.DataFrame({
+        "interaction_id": [r.get("interaction_id") for r in records],
+        "customer_id": [r.get("customer_id") for r in records],
+        "started_at_text": [r.get("started_at") for r in records],
+        "ended_at_text": [r.get("ended_at") for r in records],
+        "intent": [r.get("intent") for r in records],
+        "outcome": [r.get("outcome") for r in records],
+        "escalation_flag": [flag(r.get("escalation_was_necessary")) for r in records],
+        "actions_taken": [r.get("actions_taken") for r in records],
+        "customer_sentiment_delta": [r.get("customer_sentiment_delta") for r in records],
+        "has_gold": [int(r.get("gold") is not None) for r in records],
+        "text": ["\n".join([m.get("content", "") for m in r.get("messages", [])]
+                           + [r.get("user_scenario", {}).get("instruction", "")]) for r in records],
+    }, columns=[c for c in FRAME_COLUMNS if c not in ("started_at", "ended_at")])
+    for name in ("started_at", "ended_at"):
+        frame[name] = pd.to_datetime(frame[f"{name}_text"], utc=True, errors="coerce", format="ISO8601")
+    return frame[list(FRAME_COLUMNS)]
+
+
+def window_frame(con: duckdb.DuckDBPyConnection, week: str | datetime) -> pd.DataFrame:
+    """The stored window as a DataFrame for `validation.validate_window`."""
+    return records_frame(window_records(con, week))
