@@ -147,3 +147,28 @@ def gate_inputs(name: str, *, curve=RISING, data_valid: bool = True, aligned: bo
         training_rewards=curve,
         baseline_kind="base_model" if base_model_baseline else "champion",
     )
+
+
+# --- interaction records for the evaluation-set tests -------------------------------------------
+
+def make_record(n: int, *, customer: str | None = None, gold: bool = True, label: bool | None = True,
+                minute: int | None = None) -> dict:
+    """A minimal contract-valid interaction; `minute` orders `ended_at` (default: n)."""
+    customer = customer or f"cust_{n % 97}"
+    minute = n if minute is None else minute
+    ended = f"2025-01-0{1 + minute // 1440}T{(minute // 60) % 24:02d}:{minute % 60:02d}:00+00:00"
+    return {
+        "interaction_id": f"int-{n:05d}", "started_at": ended, "ended_at": ended,
+        "policy_version": "bootstrap", "customer_id": customer, "intent": "order_status",
+        "initial_state": {"users": {customer: {"user_id": customer}}, "orders": {}, "products": {}},
+        "user_scenario": {"instruction": "where is my order", "known_info": {}, "persona": "terse"},
+        "messages": [{"role": "user", "content": "where is my order?"},
+                     {"role": "assistant", "content": "It is on its way."}],
+        "outcome": "completed", "escalation_was_necessary": None, "actions_taken": 1,
+        "customer_sentiment_delta": 0.0,
+        "gold": {"actions": [{"name": "get_order_details", "arguments": {"order_id": "#W1"}}],
+                 "outputs": []} if gold else None,
+        "human_label": None if label is None else {"task_success": label, "rater": "r1",
+                                                   "labeled_at": "2025-01-08T00:00:00+00:00"},
+        "schema_version": 1,
+    }

@@ -1,0 +1,335 @@
+"""The two held-out evaluation sets, stored in DuckDB (DESIGN section 6).
+
+Calibration set: frozen and versioned. Built once from calibration-split interactions that carry
+gold actions and a human label; a stored version is never rewritten, and a new version appears only
+through an explicit `freeze_calibration_set(..., force_new=True)` (or a new explicit version name).
+Its human labels are what reward alignment is measured against, so it must stay fixed across weeks
+for week-over-week numbers to mean anything.
+
+Shadow set: per week, up to 5,000 (configurable) most recent shadow-split conversations with gold,
+replayed by candidate and champion with the same seeds so outcomes pair up per conversation.
+
+Both live in tables `calibration_sets` / `shadow_sets` (ids and positions only: the records
+themselves stay in `interactions`, which is append-only, and the set hash covers each record's
+content hash, so any drift of the underlying rows is detectable). The tables are created here with
+CREATE TABLE IF NOT EXISTS using exactly the schema `dataplane.store` declares, so either module
+may be first to touch a database.
+
+Neither set is ever trained on: splits are by customer, and `assert_disjoint_from_training` is the
+explicit check a training asset (and a test) runs.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+
+from dataplane.contract import parse_timestamp
+from dataplane.splits import split_of as default_split_of
+from dataplane.store import load_records
+
+DEFAULT_SHADOW_SIZE = 5_000
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS calibration_sets (
+        version VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        set_hash VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (version, position))""",
+    """CREATE TABLE IF NOT EXISTS shadow_sets (
+        week VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        set_hash VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (week, position))""",
+)
+
+SplitFn = Callable[[str], str]
+
+
+class EvalSetError(ValueError):
+    """A record cannot enter an evaluation set, or a set operation breaks a rule.
+
+    `.rule` is a short name (`not_calibration_split`, `no_gold`, `no_human_label`,
+    `duplicate_record`, `not_in_store`, `empty_set`, `frozen_version_exists`,
+    `new_version_needs_force`); `.record_id` names the offending interaction when there is one.
+    """
+
+    def __init__(self, rule: str, detail: str, record_id: str | None = None):
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+        self.record_id = record_id
+
+
+class TrainingLeakError(AssertionError):
+    """Interactions of an evaluation set appear in a training set; `.overlap` lists them."""
+
+    def __init__(self, set_name: str, overlap: Sequence[str]):
+        super().__init__(f"{len(overlap)} interaction(s) of {set_name} are in the training data, "
+                         f"e.g. {list(overlap)[:5]}")
+        self.set_name = set_name
+        self.overlap = tuple(overlap)
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """One frozen calibration version. `created` is False when an existing version was returned."""
+
+    version: str
+    interaction_ids: tuple[str, ...]
+    set_hash: str
+    created_at: datetime
+    created: bool = False
+
+    @property
+    def rows(self) -> int:
+        return len(self.interaction_ids)
+
+    def records(self, con: duckdb.DuckDBPyConnection) -> list[dict]:
+        return load_records(con, list(self.interaction_ids))
+
+
+@dataclass(frozen=True)
+class ShadowSet:
+    """The shadow set of one week, most recent conversation first."""
+
+    week: str
+    interaction_ids: tuple[str, ...]
+    set_hash: str
+    created_at: datetime
+    created: bool = False
+
+    @property
+    def rows(self) -> int:
+        return len(self.interaction_ids)
+
+    def records(self, con: duckdb.DuckDBPyConnection) -> list[dict]:
+        return load_records(con, list(self.interaction_ids))
+
+
+def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
+    for statement in _TABLES:
+        con.execute(statement)
+
+
+def _has_human_label(record: dict[str, Any]) -> bool:
+    label = record.get("human_label")
+    return isinstance(label, dict) and isinstance(label.get("task_success"), bool)
+
+
+def calibration_problem(record: dict[str, Any], split_of: SplitFn = default_split_of) -> str | None:
+    """The rule `record` breaks for the calibration set, or None when it is eligible."""
+    if split_of(record["customer_id"]) != "calibration":
+        return "not_calibration_split"
+    if not record.get("gold"):
+        return "no_gold"
+    if not _has_human_label(record):
+        return "no_human_label"
+    return None
+
+
+def calibration_eligible(records: Iterable[dict], split_of: SplitFn = default_split_of) -> list[dict]:
+    """The records that may enter a calibration set, ordered by interaction id."""
+    keep = [r for r in records if calibration_problem(r, split_of) is None]
+    return sorted(keep, key=lambda r: r["interaction_id"])
+
+
+def _set_hash(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> str:
+    """sha256 over (position, id, content_hash): the set changes if any member's content does."""
+    rows = con.execute(
+        "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
+        [list(ids)]).fetchall()
+    hashes = dict(rows)
+    missing = [i for i in ids if i not in hashes]
+    if missing:
+        raise EvalSetError("not_in_store", f"{len(missing)} record(s) are not in `interactions`, "
+                           f"e.g. {missing[:3]}", missing[0])
+    digest = hashlib.sha256()
+    for position, rid in enumerate(ids):
+        digest.update(f"{position}\t{rid}\t{hashes[rid]}\n".encode())
+    return digest.hexdigest()
+
+
+def _load_calibration(con: duckdb.DuckDBPyConnection, version: str) -> CalibrationSet | None:
+    rows = con.execute(
+        "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE version = ? ORDER BY position",
+        [version]).fetchall()
+    if not rows:
+        return None
+    return CalibrationSet(version, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
+
+
+def calibration_versions(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every stored version, oldest first."""
+    ensure_tables(con)
+    rows = con.execute(
+        "SELECT version, min(created_at) AS t FROM calibration_sets GROUP BY version ORDER BY t, version").fetchall()
+    return [r[0] for r in rows]
+
+
+def calibration_set(con: duckdb.DuckDBPyConnection, version: str) -> CalibrationSet | None:
+    """A stored version by name, or None."""
+    ensure_tables(con)
+    return _load_calibration(con, version)
+
+
+def current_calibration_set(con: duckdb.DuckDBPyConnection) -> CalibrationSet | None:
+    """The most recently frozen version, or None before the first freeze."""
+    versions = calibration_versions(con)
+    return _load_calibration(con, versions[-1]) if versions else None
+
+
+def _next_version(existing: Sequence[str]) -> str:
+    n = len(existing) + 1
+    while f"v{n}" in existing:
+        n += 1
+    return f"v{n}"
+
+
+def freeze_calibration_set(
+    con: duckdb.DuckDBPyConnection,
+    records: Sequence[dict],
+    version: str | None = None,
+    force_new: bool = False,
+    *,
+    split_of: SplitFn = default_split_of,
+    now: datetime | None = None,
+) -> CalibrationSet:
+    """Freeze `records` as a calibration version, or return the version already frozen.
+
+    - No version stored yet: store one (`version` or "v1").
+    - A version stored and neither `force_new` nor a new `version` name: return the current one
+      untouched (`created=False`); `records` are ignored. This is what makes "built once" hold
+      when the weekly job calls it every week.
+    - `version` names a stored version: returned if its content matches, else
+      `frozen_version_exists` (a frozen version is never rewritten).
+    - A new version while one exists requires `force_new=True` (the explicit command).
+    Every record must be eligible (calibration split, gold, human label) and in `interactions`.
+    """
+    ensure_tables(con)
+    existing = calibration_versions(con)
+    if existing and version is None and not force_new:
+        current = _load_calibration(con, existing[-1])
+        assert current is not None
+        return current
+    ids = _validated_ids(records, split_of)
+    if version is not None and version in existing:
+        stored = _load_calibration(con, version)
+        assert stored is not None
+        if stored.set_hash != _set_hash(con, ids):
+            raise EvalSetError("frozen_version_exists",
+                               f"calibration version {version!r} is frozen with different content; "
+                               "freeze a new version instead")
+        return stored
+    if existing and not force_new:
+        raise EvalSetError("new_version_needs_force",
+                           f"calibration versions {existing} exist; a new version {version!r} needs force_new=True")
+    name = version or _next_version(existing)
+    set_hash = _set_hash(con, ids)
+    created_at = now or datetime.now(timezone.utc)
+    con.executemany(
+        "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+        [[name, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
+    stored = _load_calibration(con, name)
+    assert stored is not None
+    return CalibrationSet(stored.version, stored.interaction_ids, stored.set_hash, stored.created_at, created=True)
+
+
+def _validated_ids(records: Sequence[dict], split_of: SplitFn) -> list[str]:
+    if not records:
+        raise EvalSetError("empty_set", "no eligible records to freeze")
+    seen: set[str] = set()
+    for record in records:
+        rid = record["interaction_id"]
+        problem = calibration_problem(record, split_of)
+        if problem is not None:
+            raise EvalSetError(problem, f"record {rid!r} cannot enter the calibration set", rid)
+        if rid in seen:
+            raise EvalSetError("duplicate_record", f"record {rid!r} given twice", rid)
+        seen.add(rid)
+    return sorted(seen)
+
+
+def _ended_at(record: dict[str, Any]) -> datetime:
+    value = record["ended_at"]
+    return value if isinstance(value, datetime) else parse_timestamp(value, "ended_at")
+
+
+def select_shadow(records: Iterable[dict], size: int = DEFAULT_SHADOW_SIZE,
+                  split_of: SplitFn = default_split_of) -> list[dict]:
+    """Up to `size` most recent shadow-split records with gold; ties broken by interaction id."""
+    if size < 1:
+        raise ValueError(f"shadow set size must be positive, got {size}")
+    keep = [r for r in records if r.get("gold") and split_of(r["customer_id"]) == "shadow"]
+    keep.sort(key=lambda r: r["interaction_id"])
+    keep.sort(key=_ended_at, reverse=True)  # stable: equal times stay in id order
+    return keep[:size]
+
+
+def _load_shadow(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
+    rows = con.execute(
+        "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position",
+        [week]).fetchall()
+    if not rows:
+        return None
+    return ShadowSet(week, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
+
+
+def shadow_set(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
+    """The stored shadow set of `week`, or None."""
+    ensure_tables(con)
+    return _load_shadow(con, week)
+
+
+def build_shadow_set(
+    con: duckdb.DuckDBPyConnection,
+    week: str,
+    records: Iterable[dict],
+    size: int = DEFAULT_SHADOW_SIZE,
+    *,
+    split_of: SplitFn = default_split_of,
+    now: datetime | None = None,
+) -> ShadowSet:
+    """Select and store the shadow set of `week`, or return the one stored by an earlier run.
+
+    Re-running a week never rewrites its shadow set, so a backfill evaluates on the same
+    conversations as the original run did.
+    """
+    ensure_tables(con)
+    stored = _load_shadow(con, week)
+    if stored is not None:
+        return stored
+    chosen = select_shadow(records, size, split_of)
+    if not chosen:
+        raise EvalSetError("empty_set", f"week {week}: no shadow-split records with gold")
+    ids = [r["interaction_id"] for r in chosen]
+    set_hash = _set_hash(con, ids)
+    created_at = now or datetime.now(timezone.utc)
+    con.executemany(
+        "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+        [[week, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
+    loaded = _load_shadow(con, week)
+    assert loaded is not None
+    return ShadowSet(week, loaded.interaction_ids, loaded.set_hash, loaded.created_at, created=True)
+
+
+def assert_disjoint_from_training(train_ids: Iterable[str], *sets: CalibrationSet | ShadowSet) -> None:
+    """Raise TrainingLeakError if any interaction of `sets` is among `train_ids`.
+
+    The training asset calls this on the ids of its GRPO dataset before training starts.
+    """
+    train = set(train_ids)
+    for eval_set in sets:
+        overlap = sorted(train.intersection(eval_set.interaction_ids))
+        if overlap:
+            label = (f"calibration set {eval_set.version}" if isinstance(eval_set, CalibrationSet)
+                     else f"shadow set of {eval_set.week}")
+            raise TrainingLeakError(label, overlap)
