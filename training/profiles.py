@@ -17,7 +17,6 @@ def profile_kwargs(profile: str, use_vllm: bool = False, use_liger: bool = False
             "use_cpu": True,
             "bf16": False,
             "fp16": False,
-            "gradient_checkpointing": False,
             "dataloader_num_workers": 0,
             "dataloader_pin_memory": False,
             "use_vllm": False,

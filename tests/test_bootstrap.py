@@ -1,0 +1,78 @@
+"""The tiny policy builds and loads offline, exactly as a real checkpoint would."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.helpers_training import level1_records, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, world):
+    from training.bootstrap import build_tiny_policy
+
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    out = tmp_path_factory.mktemp("models") / "base"
+    return build_tiny_policy(out, level1_records(world, 40, seed=1), tiny_spec())
+
+
+def test_folder_is_a_loadable_checkpoint(tiny_base):
+    from transformers import PreTrainedTokenizerFast
+
+    from training.bootstrap import load_policy, qwen25_chat_template
+
+    assert (tiny_base / "model.safetensors").exists()
+    model, tokenizer = load_policy(tiny_base)
+    assert isinstance(tokenizer, PreTrainedTokenizerFast)
+    # byte-identical to TRL's shipped template, so its tool-call parser recognises it
+    assert tokenizer.chat_template == qwen25_chat_template()
+    assert model.config.vocab_size == len(tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 50_000 < n_params < 20_000_000
+    assert model.config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert json.loads((tiny_base / "config.json").read_text())["model_type"] == "qwen2"
+
+
+def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
+    from training.bootstrap import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_base)
+    text = 'Order #W6067464: {"order_id": "#W6067464"} costs $1,234.50'
+    ids = tokenizer(text)["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    assert all(len(p.strip("Ġ")) == 1 for p in pieces if any(c.isdigit() for c in p))
+    assert tokenizer.decode(ids) == text
+    for special in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"):
+        assert len(tokenizer(special)["input_ids"]) == 1
+
+
+def test_trl_parses_tool_calls_with_this_tokenizer(tiny_base):
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    from training.bootstrap import load_tokenizer
+
+    tokenizer = add_response_schema(load_tokenizer(tiny_base))
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "status of #W1?"}],
+                                           add_generation_prompt=True, tokenize=True)["input_ids"]
+    answer = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W1"}}\n</tool_call><|im_end|>'
+    parsed = parse_response(tokenizer, tokenizer(answer)["input_ids"], prefix=list(prompt))
+    assert parsed["tool_calls"][0]["function"] == {"name": "get_order_details", "arguments": {"order_id": "#W1"}}
+
+
+def test_missing_local_path_is_a_clear_error(tmp_path):
+    from training.bootstrap import BootstrapError, load_policy
+
+    with pytest.raises(BootstrapError, match="not a folder"):
+        load_policy(tmp_path / "nope")
+
+
+def test_ensure_base_policy_reuses_the_folder(tmp_path, world):
+    from training.bootstrap import ensure_base_policy
+
+    records = level1_records(world, 10, seed=2)
+    first = ensure_base_policy(tmp_path, records, spec=tiny_spec())
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    assert ensure_base_policy(tmp_path, records, spec=tiny_spec()) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp

@@ -1,0 +1,127 @@
+"""Curriculum, run-config validation, and a few real GRPO steps on the tiny model."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.helpers_training import level1_records, tiny_spec, write_jsonl
+
+
+# ---------- curriculum ----------
+
+def test_level_one_is_the_self_contained_short_tasks(world):
+    from training.curriculum import level_of
+
+    records = level1_records(world, 20, seed=0)
+    assert {level_of(r) for r in records} == {1}
+    vague = dict(records[0], messages=[{"role": "user", "content": "help me with my order please"}])
+    assert level_of(vague) == 2
+    angry = dict(records[0], user_scenario={**records[0]["user_scenario"], "persona": "angry"})
+    assert level_of(angry) == 3
+
+
+def test_build_dataset_columns_mix_and_determinism(world):
+    from training.curriculum import build_dataset
+
+    records = level1_records(world, 30, seed=0)
+    long_task = dict(records[0], interaction_id="long", intent="return_items",
+                     gold={"actions": [{"name": "think", "arguments": {"thought": str(i)}} for i in range(9)],
+                           "outputs": []})
+    no_gold = dict(records[1], interaction_id="nogold", gold=None)
+    data, report = build_dataset(records + [long_task, no_gold], {"1": 0.75, "4": 0.25}, seed=3, size=40)
+    assert len(data) == 40
+    assert report.rows_per_level == {1: 30, 4: 10}
+    assert "nogold" not in set(data["interaction_id"])
+    row = data[0]
+    assert row["prompt"][0]["role"] == "system" and row["prompt"][1]["role"] == "user"
+    for key in ("initial_state", "user_scenario", "gold"):
+        assert isinstance(json.loads(row[key]), dict)
+    assert all(c == (lvl < 4) for c, lvl in zip(data["compact"], data["level"]))
+    again, _ = build_dataset(records + [long_task, no_gold], {"1": 0.75, "4": 0.25}, seed=3, size=40)
+    assert again["seed"] == data["seed"] and again["interaction_id"] == data["interaction_id"]
+
+
+@pytest.mark.parametrize("mix,rule", [({"7": 1.0}, "unknown_level"), ({"1": -1}, "bad_level_share"),
+                                      ({"1": 0}, "empty_level_mix"), ({"3": 1.0}, "empty_level")])
+def test_bad_level_mix(world, mix, rule):
+    from training.curriculum import CurriculumError, build_dataset
+
+    with pytest.raises(CurriculumError) as err:
+        build_dataset(level1_records(world, 5), mix)
+    assert err.value.rule == rule
+
+
+# ---------- config validation ----------
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, world):
+    from training.bootstrap import build_tiny_policy
+
+    return build_tiny_policy(tmp_path_factory.mktemp("m") / "base", level1_records(world, 40, seed=1), tiny_spec())
+
+
+def _config(tmp_path, base, **overrides):
+    from training.grpo_config import GRPORunConfig
+
+    records = tmp_path / "records.jsonl"
+    if not records.exists():
+        write_jsonl([], records)
+    raw = {"model_path": str(base), "output_dir": str(tmp_path / "out"), "records_path": str(records)}
+    raw.update(overrides)
+    return GRPORunConfig.from_dict(raw)
+
+
+@pytest.mark.parametrize("overrides,rule", [
+    ({"num_generations": 3, "per_device_train_batch_size": 4}, "generations_do_not_divide_batch"),
+    ({"reward_names": ["completed", "vibes"]}, "unknown_reward_name"),
+    ({"reward_weights": {"vibes": 1.0}}, "unknown_reward_term"),
+    ({"model_path": "/nonexistent/model"}, "missing_model"),
+    ({"max_completion_length": 5000}, "completion_beyond_context"),
+    ({"levels": {"9": 1.0}}, "bad_level_mix"),
+    ({"num_generations": 1, "per_device_train_batch_size": 1}, "too_few_generations"),
+    ({"profile": "tpu"}, "unknown_profile"),
+    ({"mlflow_run_id": "abc"}, "incomplete_mlflow"),
+])
+def test_validate_rejects_before_compute(tmp_path, tiny_base, overrides, rule):
+    from training.grpo_config import ConfigError, validate
+
+    with pytest.raises(ConfigError) as err:
+        validate(_config(tmp_path, tiny_base, **overrides), num_processes=1)
+    assert err.value.rule == rule
+    assert err.value.field in str(err.value)
+
+
+def test_unknown_field_names_the_grpo_overrides_escape_hatch(tmp_path, tiny_base):
+    from training.grpo_config import ConfigError
+
+    with pytest.raises(ConfigError, match="grpo_overrides"):
+        _config(tmp_path, tiny_base, top_p=0.9)
+
+
+def test_mapping_onto_trl_and_overrides_win(tmp_path, tiny_base):
+    from training.grpo_config import to_grpo_config, validate
+
+    config = _config(tmp_path, tiny_base, num_generations=2, per_device_train_batch_size=4,
+                     grpo_overrides={"top_p": 0.9, "temperature": 0.7})
+    validate(config, num_processes=1)
+    args = to_grpo_config(config)
+    assert (args.num_generations, args.top_p, args.temperature) == (2, 0.9, 0.7)
+    assert args.max_tool_calling_iterations == config.max_tool_calling_iterations
+    assert args.use_cpu and args.save_steps == config.save_steps
+
+
+def test_entry_point_exits_nonzero_with_a_clear_message(tmp_path, tiny_base):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model_path": str(tiny_base), "output_dir": str(tmp_path / "o"),
+                               "records_path": str(tmp_path / "r.jsonl"), "num_generations": 3}))
+    (tmp_path / "r.jsonl").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "training.grpo", "--config", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "generations_do_not_divide_batch" in proc.stderr
+    assert not (tmp_path / "o" / "result.json").exists()

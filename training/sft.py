@@ -1,0 +1,124 @@
+"""SFT warm start: teach a fresh policy the tool-call format from verified trajectories.
+
+A tiny random model never emits a parseable `<tool_call>`, so GRPO would have nothing to compare.
+Each recorded conversation whose outcome was verified (it carries gold) is replayed through the
+retail environment: the recorded tool calls are re-executed, the environment's own results (compact
+when the curriculum level uses compact results) replace the recorded ones, and the trajectory is
+kept only when the replay is a verified success. So SFT sees exactly the format GRPO will produce,
+and never a trajectory that fails the verifier. A real instruct model skips this step.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """Warm-start knobs (TRL-NOTES trap 9: batch 16 and enough steps copy ids well)."""
+
+    steps: int = 300
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    max_length: int = 3072
+    seed: int = 0
+    compact: bool = True
+
+
+def _as_dict(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """A contract tool call `{name, arguments}` in the chat-template form."""
+    arguments = _as_dict(call.get("arguments")) or {}
+    return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
+
+
+def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int = 0) -> list[dict] | None:
+    """The record's conversation re-run in the environment, or None when it does not verify."""
+    from training.environment import RetailEnvironment, call_tool
+    from training.prompting import initial_messages
+    from training.rewards import verified_success
+
+    env = RetailEnvironment()
+    env.reset(initial_state=record["initial_state"], user_scenario=record.get("user_scenario") or {},
+              gold=record.get("gold"), seed=seed, compact=compact,
+              escalation_was_necessary=record.get("escalation_was_necessary"))
+    messages: list[dict[str, Any]] = initial_messages(dict(record), seed=seed)
+    opened = False
+    for message in record.get("messages") or ():
+        role = message.get("role")
+        if role == "user" and not opened:
+            opened = True  # the opening message is already in the prompt
+            continue
+        if role != "assistant":
+            continue  # recorded tool results and replies are replaced by the environment's
+        calls = message.get("tool_calls") or []
+        if not calls:
+            messages.append({"role": "assistant", "content": message.get("content") or ""})
+            break  # plain text ends a rollout in TRL's tool loop, so it ends the trajectory too
+        messages.append({"role": "assistant", "content": message.get("content") or "",
+                         "tool_calls": [chat_tool_call(c) for c in calls]})
+        for call in calls:
+            result = call_tool(env, call["name"], _as_dict(call.get("arguments")) or {})
+            messages.append({"role": "tool", "name": call["name"], "content": result})
+        if env.done:
+            break
+    if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
+        messages.append({"role": "assistant", "content": "Thank you."})
+    return messages if verified_success(env.episode) else None
+
+
+def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True) -> list[dict[str, Any]]:
+    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every verified, replayable record."""
+    from training.prompting import tool_schemas
+
+    tools = json.dumps(list(tool_schemas()))
+    rows = []
+    for record in records:
+        if not _as_dict(record.get("gold")):
+            continue
+        messages = replay_trajectory(record, compact=compact)
+        if messages is not None:
+            rows.append({"messages": messages, "tools": tools})
+    return rows
+
+
+class NoTrajectoriesError(ValueError):
+    """No record replayed into a verified trajectory: nothing to warm-start on."""
+
+
+def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]], out_path: str | os.PathLike,
+               settings: SFTSettings = SFTSettings(), report: Any = None) -> dict[str, Any]:
+    """SFT the model at `base_path` on verified trajectories; save to `out_path`; a summary dict."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from training.bootstrap import load_policy
+    from training.checkpoints import save_final_model
+
+    rows = sft_rows(records, compact=settings.compact)
+    if not rows:
+        raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
+    model, tokenizer = load_policy(base_path)
+    out = Path(out_path)
+    args = SFTConfig(
+        output_dir=str(out / "sft-work"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate, lr_scheduler_type="cosine", warmup_steps=min(20, settings.steps // 10),
+        max_length=settings.max_length, assistant_only_loss=True, seed=settings.seed, use_cpu=True,
+        report_to="none", save_strategy="no", logging_steps=max(1, settings.steps // 10), disable_tqdm=True,
+        dataloader_pin_memory=False,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    output = trainer.train()
+    save_final_model(trainer.model, tokenizer, out)
+    summary = {"trajectories": len(rows), "steps": settings.steps, "train_loss": float(output.training_loss),
+               "model_path": str(out)}
+    if report is not None:
+        report(summary)
+    return summary
