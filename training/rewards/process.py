@@ -90,10 +90,11 @@ def skipped_verification(episode: Episode) -> float:
 
 
 def looping(episode: Episode) -> float:
-    """Calls repeating an earlier identical call while the world had not changed (weight -1 each).
+    """Calls repeating an earlier identical call that could not need repeating (weight -1 each).
 
-    Re-reading an order after writing to it is checking, not looping: the answer may differ. The
-    same read, write or message with nothing changed in between can only return what it returned.
+    A repeat is looping when nothing changed in the world since the earlier call (it can only
+    return what it returned), or when the earlier call was a write (it either fails or applies the
+    change twice). Re-reading an order after writing to it is checking, not looping.
 
     >>> from training.episode import AuditEntry, Episode
     >>> read = AuditEntry("get_order_details", {"order_id": "#W1"}, "{}", False, False)
@@ -101,15 +102,18 @@ def looping(episode: Episode) -> float:
     2.0
     """
     seen: set[tuple[str, str, int]] = set()
+    written: set[tuple[str, str]] = set()
     version = 0
     repeats = 0
     for entry in episode.audit_log:
         if entry.tool == "think":
             continue
-        key = (entry.tool, json.dumps(entry.arguments, sort_keys=True, default=str), version)
-        if key in seen:
+        call = (entry.tool, json.dumps(entry.arguments, sort_keys=True, default=str))
+        if (*call, version) in seen or call in written:
             repeats += 1
-        seen.add(key)
+        seen.add((*call, version))
+        if entry.tool in WRITE_TOOLS:
+            written.add(call)
         if entry.changed and entry.tool != MESSAGE_TOOL:
             version += 1
     return float(repeats)

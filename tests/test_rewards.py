@@ -1,0 +1,284 @@
+"""Reward terms: the verifiable core, shaping, weights, and the TRL adapters."""
+from __future__ import annotations
+
+import doctest
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import training.rewards.core
+import training.rewards.efficiency
+import training.rewards.outcome
+import training.rewards.process
+import training.rewards.registry
+from tests.helpers_rewards import entry, first_task, run_calls, solving_calls, status_task, task_world
+from training.environment import RetailEnvironment, call_tool
+from training.episode import Episode
+from training.rewards import (
+    REWARD_TERMS,
+    RewardConfigError,
+    RewardWeights,
+    outcome_of,
+    score_episode,
+    total_reward,
+    trl_reward_functions,
+    verified_success,
+)
+from training.rewards.core import mentions, normalise_text
+from training.rewards.efficiency import quick_completion, too_many_actions
+from training.rewards.outcome import escalated_necessary, escalated_unnecessary, sentiment
+from training.rewards.process import looping, skipped_verification, step_order
+
+EMPTY = {"users": {}, "orders": {}, "products": {}}
+TRANSFER = entry("transfer_to_human_agents", {"summary": "s"}, "Transfer successful")
+
+
+@pytest.mark.parametrize("module", [training.rewards.core, training.rewards.outcome, training.rewards.efficiency,
+                                    training.rewards.process, training.rewards.registry])
+def test_docstring_examples_hold(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# --- text matching -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("told", "output", "expected"), [
+    ("Your refund is $1,234.50", "1234.5", True),
+    ("Your refund is 1234.50 dollars", "$1,234.50", True),
+    ("The status is PENDING.", "pending", True),
+    ("Total: 10.00", "10", True),
+    ("Total: 100", "10", False),
+    ("Total: 10.5", "10", False),
+    ("items 1,2,3", "123", False),
+    ("nothing here", "pending", False),
+])
+def test_mentions(told, output, expected):
+    assert mentions(told, output) is expected
+
+
+def test_normalise_keeps_leading_zeros_of_ids():
+    assert normalise_text("Item 0012 costs $5.10") == "item 0012 costs 5.1"
+
+
+# --- verifiable core through the real environment -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cancel_task(reference_tasks, world):
+    return first_task(reference_tasks, world, "cancel_pending_order", max_actions=1)
+
+
+def test_solving_trajectory_is_verified(world, cancel_task):
+    episode = run_calls(world, cancel_task, solving_calls(world, cancel_task))
+    assert verified_success(episode) and outcome_of(episode) == "completed"
+
+
+def test_doing_nothing_fails_a_write_task(world, cancel_task):
+    episode = run_calls(world, cancel_task, [])
+    assert not verified_success(episode) and outcome_of(episode) == "failed"
+
+
+def test_one_extra_change_breaks_the_exact_state_match(world, cancel_task):
+    calls = solving_calls(world, cancel_task)
+    user_id = cancel_task["user_id"]
+    address = dict(world["users"][user_id]["address"], address1="1 Elsewhere Road")
+    episode = run_calls(world, cancel_task, calls + [("modify_user_address", {"user_id": user_id, **address})])
+    assert not verified_success(episode)
+
+
+def test_gold_calls_that_fail_in_the_reference_are_replayed_as_failures(reference_tasks, world):
+    task = next(t for t in reference_tasks if t["gold_action_errors"] and len(t["actions"]) <= 3)
+    episode = run_calls(world, task, solving_calls(world, task))
+    assert verified_success(episode)
+
+
+def test_read_only_task_needs_the_evidence_and_the_output(world):
+    task = status_task(world)
+    order_id = task["actions"][0]["arguments"]["order_id"]
+    tell = ("send_message_to_customer", {"message": f"Order {order_id} is {task['outputs'][0]}."})
+    read = ("get_order_details", {"order_id": order_id})
+    assert not verified_success(run_calls(world, task, []))  # TRL-NOTES trap 8: nothing done, nothing changed
+    assert not verified_success(run_calls(world, task, [tell]))  # the right words without the lookup
+    assert not verified_success(run_calls(world, task, [read]))  # the lookup without telling
+    assert verified_success(run_calls(world, task, [read, tell]))
+    wrong = ("get_order_details", {"order_id": "#W0000000"})
+    assert not verified_success(run_calls(world, task, [wrong, tell]))
+
+
+def test_no_gold_or_empty_gold_is_never_a_success():
+    assert not verified_success(Episode(EMPTY, EMPTY, [], gold=None))
+    assert not verified_success(Episode(EMPTY, EMPTY, [], gold={"actions": [], "outputs": []}))
+
+
+# --- outcome, efficiency, sentiment ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("necessary", "expected"), [(True, (1.0, 0.0)), (False, (0.0, 1.0)), (None, (0.0, 1.0))])
+def test_escalation_terms_follow_the_flag(necessary, expected):
+    episode = Episode(EMPTY, EMPTY, [TRANSFER], gold=None, escalation_was_necessary=necessary)
+    assert (escalated_necessary(episode), escalated_unnecessary(episode)) == expected
+    assert outcome_of(episode) == "escalated"
+
+
+def test_verified_success_wins_over_a_transfer(world, cancel_task):
+    calls = solving_calls(world, cancel_task) + [("transfer_to_human_agents", {"summary": "done"})]
+    episode = run_calls(world, cancel_task, calls, escalation_was_necessary=False)
+    assert outcome_of(episode) == "completed" and escalated_unnecessary(episode) == 0.0
+
+
+@given(st.lists(st.sampled_from(["get_order_details", "think", "send_message_to_customer", "calculate"]),
+                max_size=14), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_outcome_terms_partition_and_action_counting(tools, transferred):
+    log = [entry(tool, {"n": i}) for i, tool in enumerate(tools)] + ([TRANSFER] if transferred else [])
+    episode = Episode(EMPTY, EMPTY, log, gold=None)
+    indicators = [REWARD_TERMS[name](episode) for name in ("completed", "failed", "escalated_necessary",
+                                                             "escalated_unnecessary")]
+    assert sum(indicators) == 1.0
+    counted = sum(t not in ("think", "send_message_to_customer") for t in tools) + transferred
+    assert too_many_actions(episode) == (1.0 if counted > 10 else 0.0)
+
+
+def test_quick_completion_needs_success_and_fewer_than_three_actions(world, cancel_task):
+    order_id = cancel_task["actions"][0]["arguments"]["order_id"]
+    action = cancel_task["actions"][0]
+    two = [("get_order_details", {"order_id": order_id}), (action["name"], action["arguments"])]
+    assert quick_completion(run_calls(world, cancel_task, two)) == 1.0
+    assert quick_completion(run_calls(world, cancel_task, solving_calls(world, cancel_task))) == 0.0  # 3 actions
+    assert quick_completion(run_calls(world, cancel_task, two[:1])) == 0.0  # quick but not done
+
+
+def test_sentiment_counts_only_positive_mood_on_success(world, cancel_task):
+    solved = run_calls(world, cancel_task, solving_calls(world, cancel_task))
+    assert solved.sentiment_delta > 0 and sentiment(solved) == solved.sentiment_delta
+    unsolved = Episode(EMPTY, EMPTY, [], gold=None, sentiment_delta=0.9)
+    assert sentiment(unsolved) == 0.0
+    grumpy = Episode(solved.initial_state, solved.final_state, solved.audit_log, solved.told, solved.gold,
+                     sentiment_delta=-0.7)
+    assert sentiment(grumpy) == 0.0 and verified_success(grumpy)
+
+
+# --- process penalties ---------------------------------------------------------------------------
+
+STATE = {"users": {"ann_1": {}, "bob_2": {}}, "orders": {"#W1": {"user_id": "ann_1"}, "#W2": {"user_id": "bob_2"}},
+         "products": {}}
+AUTH_ANN = entry("find_user_id_by_email", {"email": "ann@x.com"}, "ann_1")
+AUTH_BOB = entry("find_user_id_by_email", {"email": "bob@x.com"}, "bob_2")
+READ_W1 = entry("get_order_details", {"order_id": "#W1"})
+READ_W2 = entry("get_order_details", {"order_id": "#W2"})
+FAILED_READ_W1 = entry("get_order_details", {"order_id": "#W1"}, "Error: order not found", error=True)
+CANCEL_W1 = entry("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"}, "{}", changed=True)
+
+
+def ep(*log):
+    return Episode(STATE, STATE, list(log))
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    ((AUTH_ANN, READ_W1, CANCEL_W1), 0.0),
+    ((AUTH_ANN, CANCEL_W1), 1.0),
+    ((AUTH_ANN, READ_W2, CANCEL_W1), 1.0),  # reading another order justifies nothing
+    ((AUTH_ANN, FAILED_READ_W1, CANCEL_W1), 1.0),
+    ((AUTH_ANN, CANCEL_W1, READ_W1), 1.0),  # reading afterwards is too late
+    ((CANCEL_W1, CANCEL_W1), 2.0),
+    ((entry("modify_user_address", {"user_id": "ann_1"}), ), 1.0),
+    ((entry("get_user_details", {"user_id": "ann_1"}), entry("modify_user_address", {"user_id": "ann_1"})), 0.0),
+])
+def test_step_order(log, expected):
+    assert step_order(ep(*log)) == expected
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    ((AUTH_ANN, READ_W1, CANCEL_W1), 0.0),
+    ((READ_W1, CANCEL_W1), 1.0),
+    ((AUTH_BOB, READ_W1, CANCEL_W1), 1.0),  # identified somebody else
+    ((READ_W1, CANCEL_W1, AUTH_ANN), 1.0),  # identified too late
+    ((entry("find_user_id_by_email", {"email": "ann@x.com"}, "Error: user not found", error=True), CANCEL_W1), 1.0),
+    ((AUTH_BOB, AUTH_ANN, CANCEL_W1), 0.0),
+    ((entry("cancel_pending_order", {"order_id": "#W9"}, "Error: order not found", error=True),), 1.0),
+    ((AUTH_ANN, entry("cancel_pending_order", {"order_id": "#W9"}, "Error: order not found", error=True)), 0.0),
+])
+def test_skipped_verification(log, expected):
+    assert skipped_verification(ep(*log)) == expected
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    ((READ_W1, READ_W2, READ_W1), 1.0),
+    ((READ_W1, CANCEL_W1, READ_W1), 0.0),  # re-reading after a change is checking
+    ((READ_W1, CANCEL_W1, entry("cancel_pending_order", CANCEL_W1.arguments, "Error: non-pending order",
+                                error=True)), 1.0),  # a repeated write loops even after its own change
+    ((entry("send_message_to_customer", {"message": "hi"}),) * 3, 2.0),
+    ((entry("think", {"thought": "x"}),) * 3, 0.0),
+])
+def test_looping(log, expected):
+    assert looping(ep(*log)) == expected
+
+
+# --- weights, scoring, TRL adapters ----------------------------------------------------------------
+
+def test_default_weights_are_the_playbook():
+    weights = RewardWeights()
+    assert (weights.completed, weights.failed, weights.escalated_necessary, weights.escalated_unnecessary,
+            weights.too_many_actions, weights.quick_completion, weights.sentiment) == (10, -5, 2, -1, -0.5, 1, 0.5)
+    assert set(weights.to_dict()) == set(REWARD_TERMS)
+
+
+def test_unknown_weight_names_are_rejected_with_the_valid_ones():
+    with pytest.raises(RewardConfigError, match="unknown_reward_term.*completd.*'completed'") as info:
+        RewardWeights.from_dict({"completd": 3})
+    assert info.value.rule == "unknown_reward_term"
+    with pytest.raises(RewardConfigError, match="bad_reward_weight"):
+        RewardWeights.from_dict({"looping": True})
+    with pytest.raises(RewardConfigError, match="bad_reward_weight"):
+        RewardWeights.from_dict({"looping": float("nan")})
+    with pytest.raises(RewardConfigError, match="unknown_reward_term"):
+        trl_reward_functions(["completed", "nope"])
+
+
+def test_score_episode_weights_each_term_and_total_sums(world, cancel_task):
+    calls = solving_calls(world, cancel_task)
+    episode = run_calls(world, cancel_task, calls[:1] + calls[1:2] * 2 + calls[2:])  # one looping read
+    scores = score_episode(episode)
+    assert list(scores) == list(REWARD_TERMS)
+    assert scores["completed"] == 10.0 and scores["looping"] == -1.0
+    assert total_reward(episode) == pytest.approx(sum(scores.values()))
+    doubled = score_episode(episode, {"looping": -2.0, "completed": 20})
+    assert doubled["looping"] == -2.0 and doubled["completed"] == 20.0
+
+
+def _envs(world, task, trajectories):
+    envs = []
+    for calls in trajectories:
+        env = RetailEnvironment()
+        env.reset(initial_state=task_world(world, task), gold={"actions": task["actions"], "outputs": []},
+                  user_scenario={"instruction": task["instruction"], "known_info": {}, "persona": "polite"})
+        for name, arguments in calls:
+            call_tool(env, name, arguments)
+        envs.append(env)
+    return envs
+
+
+def test_trl_functions_read_environments_not_completions(world, cancel_task):
+    envs = _envs(world, cancel_task, [solving_calls(world, cancel_task), []])
+    functions = trl_reward_functions()
+    assert len({f.__name__ for f in functions}) == len(REWARD_TERMS)
+    columns = {f.__name__: f(["<tool_call>...</tool_call>", "I did it!"], environments=envs) for f in functions}
+    assert columns["reward_completed"] == [10.0, 0.0] and columns["reward_failed"] == [0.0, -5.0]
+    swapped = {f.__name__: f(["anything", "else"], environments=envs) for f in functions}
+    assert swapped == columns
+    for i, env in enumerate(envs):
+        assert sum(column[i] for column in columns.values()) == pytest.approx(env.get_reward())
+
+
+def test_trl_functions_refuse_missing_or_misaligned_environments(world, cancel_task):
+    function = trl_reward_functions(["completed"])[0]
+    with pytest.raises(ValueError, match="environment_factory"):
+        function(["x"])
+    with pytest.raises(ValueError, match="2 environments for 1 completions"):
+        function(["x"], environments=_envs(world, cancel_task, [[], []]))
+
+
+def test_trl_functions_pickle_and_keep_their_weight():
+    function = trl_reward_functions(["looping"], {"looping": -3})[0]
+    clone = pickle.loads(pickle.dumps(function))
+    assert clone.__name__ == "reward_looping" and clone.weight == -3.0
