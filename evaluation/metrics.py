@@ -1,0 +1,148 @@
+"""Metrics over a policy's trials: success, pass^k, recovery, effort, tool mix, rewards.
+
+Everything here is a pure function of `Trial`s (their episodes and flags), so the same numbers come
+out of a calibration run, a shadow replay or a test. `summarize` gives them stable flat names for
+MLflow, so weeks and candidate/champion compare side by side.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from evaluation.drift import distribution, total_variation
+from evaluation.failure_modes import failure_mode_shares, policy_violations
+from evaluation.rollout import Trial
+
+PASS_KS = (1, 2, 3, 4)
+
+
+def success_rate(trials: Sequence[Trial]) -> float:
+    """Fraction of trials that are a verified success (0.0 for no trials would hide a bug: raises)."""
+    if not trials:
+        raise ValueError("success rate of no trials is undefined")
+    return sum(t.success for t in trials) / len(trials)
+
+
+def successes_by_task(trials: Iterable[Trial]) -> dict[str, list[bool]]:
+    """Per record id, its trials' success flags in trial order."""
+    by_task: dict[str, list[tuple[int, bool]]] = defaultdict(list)
+    for t in trials:
+        by_task[t.record_id].append((t.trial, t.success))
+    return {rid: [ok for _, ok in sorted(flags)] for rid, flags in by_task.items()}
+
+
+def pass_hat_k(trials: Sequence[Trial], k: int) -> float:
+    """pass^k: the chance that k trials of a task, drawn without replacement, all succeed.
+
+    Unbiased estimator from tau-bench: per task with n trials and c successes, C(c, k) / C(n, k),
+    averaged over tasks. Needs at least k trials of every task (ValueError otherwise). pass^1 is
+    the success rate; pass^k falls with k unless the policy is consistent.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    by_task = successes_by_task(trials)
+    if not by_task:
+        raise ValueError("pass^k of no trials is undefined")
+    short = {rid: len(flags) for rid, flags in by_task.items() if len(flags) < k}
+    if short:
+        raise ValueError(f"pass^{k} needs {k} trials per task; these have fewer: {dict(list(short.items())[:5])}")
+    return sum(math.comb(sum(f), k) / math.comb(len(f), k) for f in by_task.values()) / len(by_task)
+
+
+def pass_hat_ks(trials: Sequence[Trial], ks: Iterable[int] = PASS_KS) -> dict[int, float]:
+    """pass^k for every k in `ks` that the trials support (k <= the fewest trials of a task)."""
+    by_task = successes_by_task(trials)
+    if not by_task:
+        return {}
+    most = min(len(f) for f in by_task.values())
+    return {k: pass_hat_k(trials, k) for k in ks if k <= most}
+
+
+def recovery_rate(trials: Sequence[Trial]) -> float | None:
+    """Among trials with at least one failed tool call (an `Error:` result), the fraction that
+    still succeeded; None when no trial had a failed call (nothing to recover from)."""
+    hit = [t for t in trials if any(e.error for e in t.episode.audit_log)]
+    return sum(t.success for t in hit) / len(hit) if hit else None
+
+
+def actions_per_task(trials: Sequence[Trial]) -> float:
+    """Mean number of agent actions per trial (tool calls other than talking and thinking)."""
+    if not trials:
+        raise ValueError("actions per task of no trials is undefined")
+    return sum(len(t.episode.actions) for t in trials) / len(trials)
+
+
+def tool_call_distribution(trials: Iterable[Trial]) -> dict[str, float]:
+    """Share of each tool name among all calls in all trials (talking and thinking included:
+    a policy that starts chatting instead of acting is a shift the gate should see)."""
+    return distribution(e.tool for t in trials for e in t.episode.audit_log)
+
+
+def tool_call_shift(candidate: Iterable[Trial], champion: Iterable[Trial]) -> float:
+    """Total variation distance between two policies' tool-call distributions."""
+    return total_variation(tool_call_distribution(candidate), tool_call_distribution(champion))
+
+
+def reward_totals(trials: Sequence[Trial]) -> dict[str, float]:
+    """Mean total reward and the mean of each weighted reward term over the trials."""
+    if not trials:
+        raise ValueError("reward totals of no trials are undefined")
+    sums: dict[str, float] = defaultdict(float)
+    for t in trials:
+        for name, value in t.reward_terms.items():
+            sums[name] += value
+    out = {"reward_mean": sum(t.reward for t in trials) / len(trials)}
+    out.update({f"reward_term_{name}": total / len(trials) for name, total in sorted(sums.items())})
+    return out
+
+
+def policy_violation_rate(trials: Sequence[Trial]) -> float:
+    """Fraction of trials (successful or not) with at least one policy violation."""
+    if not trials:
+        raise ValueError("violation rate of no trials is undefined")
+    return sum(bool(policy_violations(t)) for t in trials) / len(trials)
+
+
+def paired_outcomes(candidate: Iterable[Trial], champion: Iterable[Trial]) -> tuple[list[bool], list[bool]]:
+    """Success flags of the two policies aligned by (record id, trial); both sides must match."""
+    a = {t.key: t.success for t in candidate}
+    b = {t.key: t.success for t in champion}
+    if a.keys() != b.keys():
+        missing = sorted(a.keys() ^ b.keys())[:5]
+        raise ValueError(f"trials do not pair up: {len(a.keys() ^ b.keys())} unmatched, e.g. {missing}")
+    keys = sorted(a)
+    return [a[key] for key in keys], [b[key] for key in keys]
+
+
+def summarize(trials: Sequence[Trial]) -> dict[str, Any]:
+    """Every scalar metric under a stable flat name (`success_rate`, `pass_hat_2`, ...).
+
+    Optional quantities that are undefined for these trials (recovery with no failed call,
+    pass^k beyond the trials run) are left out rather than reported as a misleading 0.
+    """
+    out: dict[str, Any] = {
+        "trials": len(trials),
+        "tasks": len({t.record_id for t in trials}),
+        "success_rate": success_rate(trials),
+        "actions_per_task": actions_per_task(trials),
+        "turns_per_task": sum(t.turns for t in trials) / len(trials),
+        "tool_error_rate": sum(t.tool_errors for t in trials) / max(1, sum(t.tool_calls for t in trials)),
+        "policy_violation_rate": policy_violation_rate(trials),
+    }
+    out.update({f"pass_hat_{k}": value for k, value in pass_hat_ks(trials).items()})
+    recovery = recovery_rate(trials)
+    if recovery is not None:
+        out["recovery_rate"] = recovery
+    out.update(reward_totals(trials))
+    out.update({f"failure_share_{mode}": share for mode, share in failure_mode_shares(trials).items()})
+    out.update({f"ended_by_{kind}": n / len(trials) for kind, n in _count(t.ended_by for t in trials).items()})
+    return out
+
+
+def _count(values: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for value in values:
+        counts[value] += 1
+    return dict(sorted(counts.items()))
