@@ -1,0 +1,350 @@
+"""MLflow model registry: register a promoted candidate once per week, move `champion`, roll back.
+
+Models are logged as plain artifact folders (safetensors weights + tokenizer files) under the
+week's run at `model/`, and a model version is created from that run's artifact source: nothing is
+pickled, and any MLflow store (sqlite file, tracking server on Postgres) holds the same thing.
+
+Idempotency. The model version is created with its `week` tag in the same call (the store inserts
+version and tags in one transaction), so a week's version is always findable by that tag:
+re-running the week finds it instead of creating a second one. A crash between "version created"
+and "alias moved" leaves a version without the `promoted` tag; the next call finishes the moves.
+
+Alias order. `previous_champion` is set to the old champion first, then `champion` to the new
+version, then the version is tagged `promoted=true`. A crash after the first step leaves champion
+untouched (serving is unaffected, and previous == champion is harmless); the retry repeats both
+steps. The other order would be unsafe: with champion moved first, a crash before previous is set
+would lose the old champion's number, and a retry (seeing champion already at the new version)
+could never recover it, so `rollback` would restore the wrong model.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import sqlalchemy.exc
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
+
+from evaluation.gates import GateReport
+
+DEFAULT_MODEL_NAME = "retail-agent"
+DEFAULT_EXPERIMENT = "retail-agent-weekly"
+CHAMPION, PREVIOUS = "champion", "previous_champion"
+MODEL_ARTIFACT_PATH = "model"
+WEEK_TAG, PROMOTED_TAG, REPLACED_TAG = "week", "promoted", "replaced_version"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+_WEEK_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # also keeps the registry filter string safe
+_STORE_ERRORS = (MlflowException, requests.RequestException, sqlalchemy.exc.SQLAlchemyError, OSError)
+
+
+class RegistryError(RuntimeError):
+    """An MLflow call failed during a named step; champion is unchanged unless the step says so.
+
+    Retrying the same call is safe: registration is idempotent per week.
+    """
+
+    def __init__(self, step: str, uri: str, cause: BaseException | str):
+        super().__init__(f"MLflow registry at {uri} failed during '{step}': {cause}. "
+                         "Re-run to retry: registration is idempotent per week.")
+        self.step, self.uri, self.cause = step, uri, cause
+
+
+class NotPromotableError(RegistryError):
+    """The gate report does not say 'promote'."""
+
+
+class StaleCandidateError(RegistryError):
+    """The champion already comes from a later week; an older week must not replace it."""
+
+
+class NoPreviousChampionError(RegistryError):
+    """Rollback requested but no `previous_champion` alias exists."""
+
+
+class ModelDirError(ValueError):
+    """The model folder is not a plain safetensors + tokenizer folder; `.rule` names the problem."""
+
+    def __init__(self, path: Path, rule: str, detail: str):
+        super().__init__(f"{rule}: {path}: {detail}")
+        self.path, self.rule, self.detail = path, rule, detail
+
+
+@dataclass(frozen=True)
+class ChampionInfo:
+    name: str
+    version: int
+    week: str | None
+    source: str
+    run_id: str | None
+    tags: dict[str, str]
+    previous_version: int | None
+
+    @property
+    def model_uri(self) -> str:
+        return f"models:/{self.name}@{CHAMPION}"
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    name: str
+    from_version: int
+    to_version: int
+    previous_version: int | None  # what `previous_champion` points at afterwards
+
+
+@contextmanager
+def _step(uri: str, step: str) -> Iterator[None]:
+    try:
+        yield
+    except _STORE_ERRORS as err:
+        raise RegistryError(step, uri, err) from err
+
+
+def _code(err: MlflowException) -> int:
+    return ErrorCode.Value(err.error_code) if isinstance(err.error_code, str) else err.error_code
+
+
+def mlflow_client(tracking_uri: str) -> MlflowClient:
+    """A client whose registry is the tracking store (sqlite file or server), no global state."""
+    with _step(tracking_uri, "connect"):
+        return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
+    """The id of experiment `name`, created with `artifact_location` if missing.
+
+    Pass an artifact location for a sqlite store (else MLflow writes `./mlruns` in the current
+    directory); leave it None against a server with `--artifacts-destination`.
+    """
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except MlflowException as err:
+        if _code(err) != RESOURCE_ALREADY_EXISTS:  # a concurrent creator won the race
+            raise
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def check_model_dir(model_dir: str | Path) -> Path:
+    """Refuse anything but a folder of safetensors weights plus tokenizer files (no pickles)."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ModelDirError(path, "not_a_directory", "the model must be a folder")
+    files = [p for p in path.rglob("*") if p.is_file()]
+    pickled = [p.name for p in files if p.suffix in PICKLE_SUFFIXES]
+    if pickled:
+        raise ModelDirError(path, "pickled_weights", f"pickle-based files are not registered: {pickled}")
+    if not any(p.suffix == ".safetensors" for p in files):
+        raise ModelDirError(path, "no_safetensors", "no *.safetensors weights")
+    if not any(p.name in TOKENIZER_FILES for p in files):
+        raise ModelDirError(path, "no_tokenizer", f"none of {TOKENIZER_FILES}")
+    return path
+
+
+def _check_names(week: str, name: str) -> None:
+    """Both end up quoted inside MLflow filter strings, so only plain characters are accepted."""
+    for label, value in (("week", week), ("model name", name)):
+        if not _WEEK_RE.fullmatch(value):
+            raise ValueError(f"{label} {value!r} must be 1-64 of [A-Za-z0-9_.:-]")
+
+
+def _tag_value(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list, tuple)) else str(value)
+
+
+def _version_tags(week: str, lineage: Mapping[str, Any], report: GateReport) -> dict[str, str]:
+    tags = {str(k): _tag_value(v) for k, v in lineage.items()}
+    tags.update({WEEK_TAG: week, "gate_decision": report.decision, "gate_report_digest": report.digest(),
+                 "baseline_kind": report.baseline_kind})
+    if report.approved_by:
+        tags["approved_by"] = report.approved_by
+    return tags
+
+
+def _description(week: str, lineage: Mapping[str, Any], report: GateReport) -> str:
+    gates = "; ".join(f"{g.name}={'n/a' if g.value is None else f'{g.value:.4g}'} ({g.verdict})"
+                      for g in report.gates)
+    approval = f" Approved by {report.approved_by}." if report.approved_by else ""
+    return (f"GRPO candidate of week {week}, promoted over the {report.baseline_kind}. "
+            f"Window {lineage.get('window_hash', 'unknown')}.{approval} Gates: {gates}.")
+
+
+def _ensure_registered_model(client: MlflowClient, name: str) -> None:
+    try:
+        client.get_registered_model(name)
+    except MlflowException as err:
+        if _code(err) != RESOURCE_DOES_NOT_EXIST:
+            raise
+        try:
+            client.create_registered_model(name, description="Retail customer-service agent (GRPO, weekly).")
+        except MlflowException as race:
+            if _code(race) != RESOURCE_ALREADY_EXISTS:
+                raise
+
+
+def _week_versions(client: MlflowClient, name: str, week: str) -> list[int]:
+    found = client.search_model_versions(f"name = '{name}' and tags.{WEEK_TAG} = '{week}'")
+    return sorted(int(mv.version) for mv in found)
+
+
+def _registration_run(client: MlflowClient, week: str, artifact_location: str | None) -> str:
+    """The run that holds the week's model artifacts when the caller gave none (found by tag)."""
+    exp = ensure_experiment(client, DEFAULT_EXPERIMENT, artifact_location)
+    runs = client.search_runs([exp], f"tags.retrain_week = '{week}' and tags.retrain_role = 'model'", max_results=1)
+    if runs:
+        return runs[0].info.run_id
+    run = client.create_run(exp, tags={"retrain_week": week, "retrain_role": "model"}, run_name=f"model-{week}")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def _week_order(a: str, b: str) -> int | None:
+    """-1/0/1 comparing two week ids of the same format (ISO week or date), else None."""
+    for pattern in (r"\d{4}-W\d{2}", r"\d{4}-\d{2}-\d{2}"):
+        if re.fullmatch(pattern, a) and re.fullmatch(pattern, b):
+            return (a > b) - (a < b)
+    return None
+
+
+def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str) -> None:
+    with _step(uri, "read aliases"):
+        mv = client.get_model_version(name, str(version))
+        if mv.tags.get(PROMOTED_TAG) == "true":
+            return  # done before; never re-point champion at a week that was superseded or rolled back
+        current = client.get_registered_model(name).aliases.get(CHAMPION)
+    if current is not None and int(current) != version:
+        with _step(uri, "read champion"):
+            champion_week = client.get_model_version(name, str(current)).tags.get(WEEK_TAG)
+        if champion_week and _week_order(champion_week, week) == 1:
+            raise StaleCandidateError("check week order", uri,
+                                      f"champion v{current} is from week {champion_week}, later than {week}")
+        with _step(uri, f"set alias {PREVIOUS}"):
+            client.set_registered_model_alias(name, PREVIOUS, str(current))
+            client.set_model_version_tag(name, str(version), REPLACED_TAG, str(current))
+        with _step(uri, f"set alias {CHAMPION}"):
+            client.set_registered_model_alias(name, CHAMPION, str(version))
+    elif current is None:
+        with _step(uri, f"set alias {CHAMPION}"):
+            client.set_registered_model_alias(name, CHAMPION, str(version))
+    with _step(uri, "tag promoted"):
+        client.set_model_version_tag(name, str(version), PROMOTED_TAG, "true")
+
+
+def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any],
+                       gate_report: GateReport | Mapping[str, Any], *, name: str = DEFAULT_MODEL_NAME,
+                       run_id: str | None = None, artifact_location: str | None = None) -> int:
+    """Register the week's promoted candidate and make it `champion`; returns the version number.
+
+    Idempotent per week: a second call returns the same version (finishing alias moves a crash
+    interrupted). `run_id` (else `lineage["run_id"]`) is the run the model folder is logged into;
+    without either, a per-week model run is found or created in `retail-agent-weekly`.
+    Raises NotPromotableError unless the report's decision is 'promote', ModelDirError for a
+    folder that is not safetensors + tokenizer, RegistryError (with the step) when MLflow fails.
+    """
+    report = gate_report if isinstance(gate_report, GateReport) else GateReport.from_dict(gate_report)
+    if report.decision != "promote":
+        raise NotPromotableError("check gates", tracking_uri, f"gate decision is {report.decision!r}, not 'promote'")
+    _check_names(week, name)
+    path = check_model_dir(model_dir)
+    client = mlflow_client(tracking_uri)
+    with _step(tracking_uri, "find week version"):
+        _ensure_registered_model(client, name)
+        versions = _week_versions(client, name, week)
+    if len(versions) > 1:
+        raise RegistryError("find week version", tracking_uri, f"week {week} has several versions {versions}")
+    if versions:
+        version = versions[0]
+    else:
+        run = run_id or lineage.get("run_id")
+        with _step(tracking_uri, "log model artifacts"):
+            run = run or _registration_run(client, week, artifact_location)
+            client.log_artifacts(run, str(path), MODEL_ARTIFACT_PATH)
+            source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{MODEL_ARTIFACT_PATH}"
+        with _step(tracking_uri, "create model version"):
+            mv = client.create_model_version(name, source, run_id=run, tags=_version_tags(week, lineage, report),
+                                             description=_description(week, lineage, report))
+        version = int(mv.version)
+    _promote(client, name, version, week, tracking_uri)
+    return version
+
+
+def find_week_version(tracking_uri: str, week: str, name: str = DEFAULT_MODEL_NAME) -> int | None:
+    """The version registered for `week`, or None."""
+    _check_names(week, name)
+    client = mlflow_client(tracking_uri)
+    with _step(tracking_uri, "find week version"):
+        versions = _week_versions(client, name, week)
+    return versions[0] if versions else None
+
+
+def _aliases(client: MlflowClient, name: str, uri: str) -> dict[str, str] | None:
+    with _step(uri, "read aliases"):
+        try:
+            return dict(client.get_registered_model(name).aliases)
+        except MlflowException as err:
+            if _code(err) == RESOURCE_DOES_NOT_EXIST:
+                return None
+            raise
+
+
+def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> ChampionInfo | None:
+    """The current champion, or None when the model or the alias does not exist yet."""
+    client = mlflow_client(tracking_uri)
+    aliases = _aliases(client, name, tracking_uri)
+    if not aliases or CHAMPION not in aliases:
+        return None
+    with _step(tracking_uri, "read champion"):
+        mv = client.get_model_version(name, str(aliases[CHAMPION]))
+    previous = aliases.get(PREVIOUS)
+    return ChampionInfo(name, int(mv.version), mv.tags.get(WEEK_TAG), mv.source, mv.run_id, dict(mv.tags),
+                        None if previous is None else int(previous))
+
+
+def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAULT_MODEL_NAME) -> Path | None:
+    """Download the champion's model folder under `dst_dir`; None when there is no champion."""
+    import mlflow.artifacts  # heavy; only the policy_base asset needs it
+
+    info = champion_info(tracking_uri, name)
+    if info is None:
+        return None
+    with _step(tracking_uri, "download champion"):
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=info.source, dst_path=str(dst_dir),
+                                                        tracking_uri=tracking_uri))
+
+
+def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResult:
+    """Make `previous_champion` the champion again.
+
+    Champion moves first (the point of the command), then `previous_champion` moves one step
+    further back (to the version the restored one replaced) or is removed, so a second rollback
+    goes further back instead of re-promoting the bad version. A crash in between leaves
+    champion == previous; re-running finishes the job.
+    """
+    client = mlflow_client(tracking_uri)
+    aliases = _aliases(client, name, tracking_uri) or {}
+    if PREVIOUS not in aliases:
+        raise NoPreviousChampionError("read aliases", tracking_uri, f"model {name!r} has no {PREVIOUS} alias")
+    target, current = int(aliases[PREVIOUS]), aliases.get(CHAMPION)
+    with _step(tracking_uri, f"set alias {CHAMPION}"):
+        if current is None or int(current) != target:
+            client.set_registered_model_alias(name, CHAMPION, str(target))
+            if current is not None:
+                client.set_model_version_tag(name, str(current), "rolled_back", "true")
+    with _step(tracking_uri, f"move alias {PREVIOUS}"):
+        older = client.get_model_version(name, str(target)).tags.get(REPLACED_TAG)
+        if older is not None:
+            client.set_registered_model_alias(name, PREVIOUS, older)
+        else:
+            client.delete_registered_model_alias(name, PREVIOUS)
+    return RollbackResult(name, target if current is None else int(current), target,
+                          None if older is None else int(older))

@@ -1,0 +1,216 @@
+"""MLflow registration on the embedded sqlite store: aliases, idempotency, crash repair, outages."""
+from __future__ import annotations
+
+import itertools
+import socket
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from safetensors.numpy import save_file
+
+from evaluation.gates import approve, evaluate_gates
+from evaluation.registry import (CHAMPION, PREVIOUS, ModelDirError, NoPreviousChampionError, NotPromotableError,
+                                 RegistryError, StaleCandidateError, champion_info, download_champion,
+                                 find_week_version, register_candidate, rollback)
+from tests.helpers_gates import gate_inputs
+
+_names = itertools.count()
+
+
+class Crash(BaseException):
+    """A process dying mid-call: not an Exception, so nothing on the way may catch it."""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow")
+    return f"sqlite:///{root / 'mlflow.db'}", (root / "artifacts").as_uri()
+
+
+@pytest.fixture(scope="module")
+def promoted():
+    return evaluate_gates(gate_inputs("better"))
+
+
+@pytest.fixture()
+def model_dir(tmp_path):
+    path = tmp_path / "model"
+    path.mkdir()
+    save_file({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, str(path / "model.safetensors"))
+    (path / "tokenizer.json").write_text('{"version": "1.0"}')
+    (path / "config.json").write_text('{"model_type": "qwen2"}')
+    return path
+
+
+@pytest.fixture()
+def reg(store, promoted, model_dir):
+    """register(week) on a fresh model name in the shared sqlite store."""
+    uri, artifacts = store
+    name = f"agent-{next(_names)}"
+
+    def register(week, report=promoted, **lineage):
+        lineage = {"window_hash": f"hash-{week}", "validation_success": True, "train_rows": 80, **lineage}
+        return register_candidate(uri, model_dir, week, lineage, report, name=name, artifact_location=artifacts)
+
+    register.uri, register.name = uri, name
+    register.client = MlflowClient(uri, registry_uri=uri)
+    return register
+
+
+def aliases(reg) -> dict[str, int]:
+    return {k: int(v) for k, v in reg.client.get_registered_model(reg.name).aliases.items()}
+
+
+def versions(reg) -> list[int]:
+    return sorted(int(mv.version) for mv in reg.client.search_model_versions(f"name = '{reg.name}'"))
+
+
+def test_first_registration_becomes_champion_with_lineage(reg, promoted, tmp_path):
+    assert reg("2025-W01") == 1
+    assert aliases(reg) == {CHAMPION: 1}
+    info = champion_info(reg.uri, reg.name)
+    assert info.version == 1 and info.week == "2025-W01" and info.previous_version is None
+    assert info.tags["window_hash"] == "hash-2025-W01" and info.tags["validation_success"] == "True"
+    assert info.tags["gate_report_digest"] == promoted.digest() and info.tags["gate_decision"] == "promote"
+    assert info.tags["train_rows"] == "80" and info.run_id and info.source.endswith("/model")
+    mv = reg.client.get_model_version(reg.name, "1")
+    assert "2025-W01" in mv.description and "calibration_improvement" in mv.description
+    # The registered artifact is the plain folder: safetensors + tokenizer, nothing pickled.
+    local = download_champion(reg.uri, tmp_path / "dl", reg.name)
+    assert sorted(p.name for p in local.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_next_week_moves_champion_and_keeps_previous(reg):
+    reg("2025-W01")
+    assert reg("2025-W02") == 2
+    assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
+    assert champion_info(reg.uri, reg.name).previous_version == 1
+
+
+def test_rerunning_a_week_never_creates_a_second_version(reg):
+    reg("2025-W01")
+    reg("2025-W02")
+    assert reg("2025-W02") == 2 and reg("2025-W01") == 1
+    assert versions(reg) == [1, 2]
+    assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}  # re-running W01 did not move champion back
+    assert find_week_version(reg.uri, "2025-W02", reg.name) == 2
+    assert find_week_version(reg.uri, "2025-W09", reg.name) is None
+
+
+@pytest.mark.parametrize("crash_on_alias", [PREVIOUS, CHAMPION])
+def test_crash_between_version_and_alias_is_repaired_on_retry(reg, monkeypatch, crash_on_alias):
+    reg("2025-W01")
+    real = MlflowClient.set_registered_model_alias
+
+    def dying(self, name, alias, version):
+        if alias == crash_on_alias:
+            raise Crash(f"killed before setting {alias}")
+        return real(self, name, alias, version)
+
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", dying)
+    with pytest.raises(Crash):
+        reg("2025-W02")
+    assert versions(reg) == [1, 2]
+    assert aliases(reg)[CHAMPION] == 1  # serving unaffected by the crash
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", real)
+    assert reg("2025-W02") == 2
+    assert versions(reg) == [1, 2]
+    assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
+
+
+def test_store_failure_during_registration_leaves_champion_and_retry_registers_once(reg, monkeypatch):
+    reg("2025-W01")
+    real = MlflowClient.create_model_version
+
+    def outage(self, *args, **kwargs):
+        raise MlflowException("API request to registry failed: connection reset")
+
+    monkeypatch.setattr(MlflowClient, "create_model_version", outage)
+    with pytest.raises(RegistryError, match="create model version") as err:
+        reg("2025-W02")
+    assert err.value.step == "create model version" and reg.uri in str(err.value)
+    monkeypatch.setattr(MlflowClient, "create_model_version", real)
+    assert aliases(reg) == {CHAMPION: 1}
+    assert reg("2025-W02") == 2 and reg("2025-W02") == 2
+    assert versions(reg) == [1, 2] and aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
+
+
+def test_unreadable_sqlite_store_raises_clearly_then_retry_registers_once(tmp_path, promoted, model_dir):
+    uri, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", (tmp_path / "art").as_uri()
+    lineage = {"window_hash": "h"}
+    register_candidate(uri, model_dir, "2025-W01", lineage, promoted, artifact_location=artifacts)
+    db = tmp_path / "mlflow.db"
+    good = db.read_bytes()
+    db.write_bytes(b"this is not a database" * 512)  # same inode: open connections see it too
+    with pytest.raises(RegistryError) as err:
+        register_candidate(uri, model_dir, "2025-W02", lineage, promoted, artifact_location=artifacts)
+    assert "Re-run to retry" in str(err.value)
+    db.write_bytes(good)
+    assert champion_info(uri).version == 1
+    assert register_candidate(uri, model_dir, "2025-W02", lineage, promoted, artifact_location=artifacts) == 2
+    assert find_week_version(uri, "2025-W02") == 2 and champion_info(uri).version == 2
+
+
+def test_closed_port_is_a_clear_error(model_dir, promoted, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    with pytest.raises(RegistryError) as err:
+        register_candidate(uri, model_dir, "2025-W01", {}, promoted)
+    assert uri in str(err.value) and err.value.step == "find week version"
+
+
+def test_rollback_restores_previous_and_walks_further_back(reg):
+    for week in ("2025-W01", "2025-W02", "2025-W03"):
+        reg(week)
+    result = rollback(reg.uri, reg.name)
+    assert (result.from_version, result.to_version, result.previous_version) == (3, 2, 1)
+    assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
+    assert reg.client.get_model_version(reg.name, "3").tags["rolled_back"] == "true"
+    # Re-running the rolled-back week must not re-promote it.
+    assert reg("2025-W03") == 3 and aliases(reg)[CHAMPION] == 2
+    second = rollback(reg.uri, reg.name)
+    assert (second.to_version, second.previous_version) == (1, None)
+    assert aliases(reg) == {CHAMPION: 1}
+    with pytest.raises(NoPreviousChampionError):
+        rollback(reg.uri, reg.name)
+
+
+def test_only_promote_decisions_register(reg):
+    held = evaluate_gates(gate_inputs("drifter"))
+    rejected = evaluate_gates(gate_inputs("random"))
+    for report in (held, rejected, rejected.to_dict()):
+        with pytest.raises(NotPromotableError):
+            reg("2025-W01", report)
+    assert find_week_version(reg.uri, "2025-W01", reg.name) is None
+    # After a person approves the held run, it registers, and the approval is on the version.
+    assert reg("2025-W01", approve(held, "ops-lead").to_dict()) == 1
+    assert champion_info(reg.uri, reg.name).tags["approved_by"] == "ops-lead"
+
+
+def test_older_week_never_replaces_a_newer_champion(reg):
+    reg("2025-W05")
+    with pytest.raises(StaleCandidateError):
+        reg("2025-W04")
+    assert aliases(reg) == {CHAMPION: 1}
+
+
+def test_pickled_or_incomplete_model_folders_are_refused(reg, model_dir):
+    (model_dir / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    with pytest.raises(ModelDirError) as err:
+        reg("2025-W01")
+    assert err.value.rule == "pickled_weights"
+    (model_dir / "pytorch_model.bin").unlink()
+    (model_dir / "tokenizer.json").unlink()
+    with pytest.raises(ModelDirError) as err:
+        reg("2025-W01")
+    assert err.value.rule == "no_tokenizer"
+
+
+def test_no_champion_yet(store):
+    assert champion_info(store[0], "never-registered") is None
