@@ -54,20 +54,31 @@ def describe(action: dict[str, Any]) -> str:
 
 
 def solving_calls(world: dict[str, Any], task: dict[str, Any]) -> list[Call]:
-    """Authenticate, read each order before its first write, confirm, write, report, tell outputs."""
+    """Authenticate, read each order before its first write, confirm, write, report, tell outputs.
+
+    The last report carries the gold outputs too: once every goal is reported done, the persona
+    customer says goodbye and leaves, and later messages would not reach it.
+    """
     calls: list[Call] = [auth_call(world, task)]
     read: set[str] = set()
+    reports: list[str] = []
     for action in task["actions"]:
         order_id = action["arguments"].get("order_id")
+        if action["name"] not in WRITE_TOOLS:
+            calls.append((action["name"], action["arguments"]))
+            read.add(order_id) if action["name"] == "get_order_details" else None
+            continue
         if order_id and order_id not in read:
             calls.append(("get_order_details", {"order_id": order_id}))
             read.add(order_id)
         calls.append(("send_message_to_customer", {"message": f"I will {describe(action)}. Shall I proceed?"}))
         calls.append((action["name"], action["arguments"]))
-        calls.append(("send_message_to_customer",
-                      {"message": f"Your request for order {order_id} has been processed successfully."}))
-    for output in task.get("outputs", []):
-        calls.append(("send_message_to_customer", {"message": f"For your information: {output}."}))
+        reports.append(f"The {action['name'].replace('_', ' ')} request for order {order_id} has been processed "
+                       "successfully.")
+    calls += [("send_message_to_customer", {"message": report}) for report in reports[:-1]]
+    final = " ".join(reports[-1:] + [f"For your information: {output}." for output in task.get("outputs", [])])
+    if final:
+        calls.append(("send_message_to_customer", {"message": final}))
     return calls
 
 
@@ -84,8 +95,9 @@ def other_order(world: dict[str, Any], task: dict[str, Any], order_id: str) -> s
 
 
 def first_task(tasks: list[dict[str, Any]], world: dict[str, Any], tool: str, max_actions: int = 2) -> dict[str, Any]:
-    """The first reference task using `tool` with few gold actions, whose customer has other orders."""
-    for task in tasks:
+    """The reference task using `tool` with the fewest gold actions (first in file order on ties)
+    whose customer has other orders."""
+    for task in sorted(tasks, key=lambda t: len(t["actions"])):
         names = [a["name"] for a in task["actions"]]
         if tool in names and len(names) <= max_actions and not task["gold_action_errors"] \
                 and len(world["users"][task["user_id"]]["orders"]) > 1:

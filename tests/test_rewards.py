@@ -29,7 +29,7 @@ from training.rewards import (
 from training.rewards.core import mentions, normalise_text
 from training.rewards.efficiency import quick_completion, too_many_actions
 from training.rewards.outcome import escalated_necessary, escalated_unnecessary, sentiment
-from training.rewards.process import looping, skipped_verification, step_order
+from training.rewards.process import looping, skipped_verification, step_order, unauthenticated_reads
 
 EMPTY = {"users": {}, "orders": {}, "products": {}}
 TRANSFER = entry("transfer_to_human_agents", {"summary": "s"}, "Transfer successful")
@@ -200,6 +200,18 @@ def test_step_order(log, expected):
 ])
 def test_skipped_verification(log, expected):
     assert skipped_verification(ep(*log)) == expected
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    ((AUTH_ANN, READ_W1), 0.0),
+    ((READ_W1, AUTH_ANN, READ_W1), 1.0),
+    ((AUTH_ANN, READ_W2), 1.0),  # Bob's order, Ann identified
+    ((AUTH_ANN, entry("get_user_details", {"user_id": "bob_2"})), 1.0),
+    ((entry("get_order_details", {"order_id": "#W9"}, "Error: order not found", error=True),), 0.0),
+    ((entry("get_product_details", {"product_id": "1"}),), 0.0),  # not a customer's record
+])
+def test_unauthenticated_reads(log, expected):
+    assert unauthenticated_reads(ep(*log)) == expected
 
 
 @pytest.mark.parametrize(("log", "expected"), [

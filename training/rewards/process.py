@@ -89,6 +89,35 @@ def skipped_verification(episode: Episode) -> float:
     return float(violations)
 
 
+CUSTOMER_READS = {"get_order_details": "order", "get_user_details": "user"}
+
+
+def unauthenticated_reads(episode: Episode) -> float:
+    """Reads of a customer's order or profile before that customer was identified (weight -0.5 each).
+
+    The policy is to authenticate before looking at a customer's records; without this term a
+    read-only task (order status) would pay the same for skipping identification as for doing it.
+    Reads of records that do not exist are not counted: they reveal nothing.
+
+    >>> from training.episode import AuditEntry, Episode
+    >>> state = {"orders": {"#W1": {"user_id": "ann_1"}}}
+    >>> read = AuditEntry("get_order_details", {"order_id": "#W1"}, "{}", False, False)
+    >>> auth = AuditEntry("find_user_id_by_email", {"email": "a@b.c"}, "ann_1", False, False)
+    >>> unauthenticated_reads(Episode(state, state, [read])), unauthenticated_reads(Episode(state, state, [auth, read]))
+    (1.0, 0.0)
+    """
+    violations = 0
+    for index, entry in enumerate(episode.audit_log):
+        kind = CUSTOMER_READS.get(entry.tool)
+        if kind is None or entry.error:
+            continue
+        ident = entry.arguments.get("order_id" if kind == "order" else "user_id")
+        owner = _owner(episode, (kind, ident)) if isinstance(ident, str) else None
+        if owner is not None and owner not in successful_auth_users(episode.audit_log[:index]):
+            violations += 1
+    return float(violations)
+
+
 def looping(episode: Episode) -> float:
     """Calls repeating an earlier identical call that could not need repeating (weight -1 each).
 

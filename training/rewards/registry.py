@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 from training.episode import Episode
 from training.rewards.efficiency import quick_completion, too_many_actions
 from training.rewards.outcome import completed, escalated_necessary, escalated_unnecessary, failed, sentiment
-from training.rewards.process import looping, skipped_verification, step_order
+from training.rewards.process import looping, skipped_verification, step_order, unauthenticated_reads
 
 Term = Callable[[Episode], float]
 
@@ -27,6 +27,7 @@ REWARD_TERMS: dict[str, Term] = {
     "sentiment": sentiment,
     "step_order": step_order,
     "skipped_verification": skipped_verification,
+    "unauthenticated_reads": unauthenticated_reads,
     "looping": looping,
 }
 
@@ -45,7 +46,8 @@ class RewardWeights:
     """Multiplier per term; the defaults are the operators' playbook (DESIGN section 5).
 
     Process penalties are per violation. `skipped_verification` outweighs the quick-completion
-    bonus so that dropping authentication to finish in fewer steps never pays.
+    bonus so that dropping authentication to finish in fewer steps never pays; reading a customer's
+    records unauthenticated costs less (nothing changed) but still more than nothing.
     """
 
     completed: float = 10.0
@@ -57,6 +59,7 @@ class RewardWeights:
     sentiment: float = 0.5
     step_order: float = -1.0
     skipped_verification: float = -2.0
+    unauthenticated_reads: float = -0.5
     looping: float = -1.0
 
     @classmethod
