@@ -235,3 +235,20 @@ def simulate(days: int, per_day: int, seed: int = 0, out_dir: str | Path = "land
         "per_day_summary": per_day_summary, "drift": [asdict(d) for d in drifts],
         "seconds": round(seconds, 3), "interactions_per_second": round(total / seconds, 1) if seconds else None,
     }
+
+
+def measure_throughput(n: int = 2_000, seed: int = 0, world: Mapping[str, Any] | str | Path | None = None) -> dict[str, Any]:
+    """Simulate `n` interactions (one day) into a temporary folder and report interactions per second.
+
+    The timed span covers scenario sampling, the conversations, outcome scoring and writing the
+    file; building the default world (milliseconds) is outside it. For bench/environment.py.
+    """
+    import tempfile
+
+    the_world = resolve_world(world)
+    with tempfile.TemporaryDirectory(prefix="retrain-traffic-") as tmp:
+        summary = simulate(days=1, per_day=_positive_int(n, "n"), seed=seed, out_dir=tmp, world=the_world)
+        written = sum(Path(f).stat().st_size for f in summary["files"])
+    return {"interactions": summary["interactions"], "seconds": summary["seconds"],
+            "interactions_per_second": summary["interactions_per_second"], "bytes_written": written,
+            "mean_record_bytes": round(written / summary["interactions"]), "completed_rate": summary["completed_rate"]}

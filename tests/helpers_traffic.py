@@ -1,0 +1,65 @@
+"""Helpers for the simulated-traffic and task-import tests (tests only)."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from dataplane.contract import validate_record
+
+# Simulated days start 2026-11-02 by default; validating "now" a year later keeps every
+# timestamp in the past whatever day the tests run.
+NOW = datetime(2027, 12, 1, tzinfo=timezone.utc)
+KNOWN_INFO_KEYS = {"email", "first_name", "last_name", "zip", "order_ids", "intent", "reason", "item_names",
+                   "payment_method_id", "address"}
+
+
+@lru_cache(maxsize=4)
+def generated_world(n_users: int = 150, seed: int = 0) -> dict[str, Any]:
+    """A generated world, cached: callers must not mutate it (everything here deep-copies)."""
+    from training.worldgen import generate_world
+
+    return generate_world(n_users=n_users, seed=seed)
+
+
+def read_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Every JSON line of the given files, in order."""
+    records = []
+    for path in paths:
+        records += [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    return records
+
+
+def validate_all(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Normalised records; raises the data plane's ContractError on the first invalid one."""
+    return [validate_record(record, now=NOW) for record in records]
+
+
+def ingest(tmp_path: Path, paths: list[Path | str]) -> dict[str, Any]:
+    """Ingest landing files into a fresh DuckDB store; returns the summary as a dict."""
+    from dataplane.ingest import ingest_paths
+
+    return ingest_paths(tmp_path / "ingest.duckdb", paths, now=NOW).to_dict()
+
+
+def day_files(out: Path) -> list[Path]:
+    return sorted(out.glob("*/interactions.jsonl"))
+
+
+def expected_changes_hold(initial: dict[str, Any], final: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    """Differences between a replay and a task's expected_changes (empty when they agree).
+
+    Every record named in expected_changes must equal it; every other record must be unchanged.
+    """
+    problems = []
+    for kind in ("users", "orders", "products"):
+        named = expected.get(kind, {})
+        for record_id, record in named.items():
+            if final[kind].get(record_id) != record:
+                problems.append(f"{kind}[{record_id}] differs from expected")
+        for record_id, record in initial[kind].items():
+            if record_id not in named and final[kind].get(record_id) != record:
+                problems.append(f"{kind}[{record_id}] changed but is not in expected_changes")
+    return problems

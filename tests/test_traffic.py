@@ -1,0 +1,243 @@
+"""Simulated production traffic: world generator, scenarios, production agent, daily files, drift."""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import random
+
+import pytest
+
+from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
+from training.agents import EXPERT_RATES, MISTAKES, AgentConfigError, ScriptedAgent, _applicable
+from training.environment import replay_actions
+from training.episode import AUTH_TOOLS, WRITE_TOOLS
+from training.rewards import outcome_of, verified_success
+from training.scenarios import INTENTS, ScenarioError, sample_scenario, sample_scenarios
+from training.simulator import PERSONAS
+from training.traffic import Drift, TrafficConfigError, WorldNotFoundError, measure_throughput, simulate
+from training.world import validate_world
+from training.worldgen import WorldGenError, generate_world
+
+ORDER_STATUS_FOR = {"cancel_order": "pending", "modify_order_items": "pending", "modify_order_address": "pending",
+                    "modify_order_payment": "pending", "return_items": "delivered", "exchange_items": "delivered"}
+
+
+def test_generated_world_is_deterministic_complete_and_unambiguous():
+    world = generate_world(n_users=120, seed=5)
+    validate_world(world)
+    assert json.dumps(world) == json.dumps(generate_world(n_users=120, seed=5))
+    assert json.dumps(world) != json.dumps(generate_world(n_users=120, seed=6))
+    assert len(world["users"]) == 120
+    assert {o["status"] for o in world["orders"].values()} == {"pending", "processed", "delivered", "cancelled"}
+    cards = [m for u in world["users"].values() for m in u["payment_methods"].values() if m["source"] == "gift_card"]
+    assert cards and all(isinstance(m["balance"], int | float) for m in cards)
+    emails = [u["email"] for u in world["users"].values()]
+    name_zips = [(u["name"]["first_name"], u["name"]["last_name"], u["address"]["zip"]) for u in world["users"].values()]
+    assert len(set(emails)) == len(emails) and len(set(name_zips)) == len(name_zips)
+    for order_id, order in world["orders"].items():
+        assert order_id in world["users"][order["user_id"]]["orders"]
+        assert (order["fulfillments"] == []) == (order["status"] == "pending")
+        for item in order["items"]:
+            variant = world["products"][item["product_id"]]["variants"][item["item_id"]]
+            assert (variant["price"], variant["options"]) == (item["price"], item["options"])
+    with pytest.raises(WorldGenError):
+        generate_world(n_users=0)
+
+
+@pytest.mark.parametrize("source", ["generated", "reference"])
+def test_scenarios_cover_every_intent_with_clean_gold(source, world):
+    the_world = generated_world() if source == "generated" else world
+    rng = random.Random(11)
+    for intent in INTENTS:
+        for _ in range(6):
+            s = sample_scenario(the_world, intent, rng)
+            assert s.intent == intent and s.user_id in s.initial_state["users"]
+            final, errors = replay_actions(s.initial_state, s.gold["actions"])
+            assert errors == []
+            writes = [a for a in s.gold["actions"] if a["name"] in WRITE_TOOLS]
+            assert (final != s.initial_state) == bool(writes)
+            if intent in ORDER_STATUS_FOR:
+                assert s.initial_state["orders"][s.order_id]["status"] == ORDER_STATUS_FOR[intent]
+            if intent == "order_status":
+                assert s.gold["outputs"] == [s.initial_state["orders"][s.order_id]["status"]]
+            if intent == "other":
+                assert s.gold["actions"][-1]["name"] == "transfer_to_human_agents"
+                assert s.escalation_was_necessary is True
+            info = s.user_scenario["known_info"]
+            assert set(info) <= KNOWN_INFO_KEYS and info["intent"] == intent
+            assert "email" in info or {"first_name", "last_name", "zip"} <= set(info)
+            assert s.user_scenario["persona"] in PERSONAS
+
+
+def test_expert_is_verified_successful_on_every_sampled_scenario(world):
+    expert = ScriptedAgent(EXPERT_RATES)
+    batches = [sample_scenarios(generated_world(), 150, seed=seed) for seed in (1, 2)]
+    batches.append(sample_scenarios(world, 120, seed=3))
+    failures, seen = [], collections.Counter()
+    for batch in batches:
+        for index, scenario in enumerate(batch):
+            conversation = expert.run(scenario, seed=index)
+            seen[scenario.intent] += 1
+            if not verified_success(conversation.episode):
+                failures.append((scenario.intent, scenario.user_scenario["persona"]))
+            assert conversation.episode.transferred == (scenario.intent == "other")
+    assert failures == []
+    assert set(seen) == set(INTENTS)
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_mistakes_happen_at_their_rate_and_cause_failures(mistake):
+    rate = 0.3
+    agent = ScriptedAgent({name: (rate if name == mistake else 0.0) for name in MISTAKES})
+    scenarios = [s for s in sample_scenarios(generated_world(), 300, seed=21) if _applicable(mistake, s)]
+    assert len(scenarios) >= 60
+    made = 0
+    for index, scenario in enumerate(scenarios):
+        conversation = agent.run(scenario, seed=index)
+        outcome = outcome_of(conversation.episode)
+        if not conversation.mistakes:
+            assert outcome == "completed"
+            continue
+        made += 1
+        log = conversation.episode.audit_log
+        if mistake == "skipped_authentication":
+            assert not any(e.tool in AUTH_TOOLS for e in log)
+            # The state check alone passes a write without verification; a told fact or a
+            # transfer needs the identification as evidence.
+            assert (outcome == "completed") == (scenario.intent not in ("order_status", "other"))
+        elif mistake == "unnecessary_escalation":
+            assert outcome == "escalated" and scenario.escalation_was_necessary is None
+        else:
+            assert outcome == "failed"
+    n = len(scenarios)
+    assert abs(made / n - rate) < 4 * math.sqrt(rate * (1 - rate) / n)
+
+
+def test_mistake_rates_are_validated():
+    with pytest.raises(AgentConfigError):
+        ScriptedAgent({"typo": 0.1})
+    with pytest.raises(AgentConfigError):
+        ScriptedAgent({"looping": 1.5})
+
+
+def test_simulated_files_pass_the_contract_and_ingest_with_zero_quarantine(tmp_path):
+    out = tmp_path / "landing"
+    summary = simulate(days=2, per_day=60, seed=3, out_dir=out, world=generated_world(), verified_share=0.8)
+    json.dumps(summary)  # the CLI prints it
+    files = day_files(out)
+    assert [f.parent.name for f in files] == ["2026-11-02", "2026-11-03"]
+    records = read_records(files)
+    assert len(records) == summary["interactions"] == 120
+    validate_all(records)
+    report = ingest(tmp_path, [out])
+    assert (report["accepted"], report["quarantined"], report["duplicates"]) == (120, 0, 0)
+    for record in records:
+        assert record["started_at"][:10] == record["ended_at"][:10]
+        assert record["started_at"] <= record["ended_at"]
+        transferred = any(c["name"] == "transfer_to_human_agents" for m in record["messages"] if m["role"] == "assistant"
+                          for c in m.get("tool_calls", []))
+        assert (record["escalation_was_necessary"] is not None) == transferred
+        if record["outcome"] == "escalated":
+            assert transferred
+        if record["escalation_was_necessary"] is not None:
+            assert record["escalation_was_necessary"] == (record["intent"] == "other")
+        assert record["messages"][0]["role"] == "system" and record["messages"][1]["role"] == "user"
+    assert 0.65 < sum(r["gold"] is not None for r in records) / 120 < 0.95
+    assert summary["completed_rate"] > 0.75
+
+
+def test_simulation_is_deterministic_per_seed(tmp_path):
+    a = simulate(days=2, per_day=25, seed=9, out_dir=tmp_path / "a", world=generated_world())
+    b = simulate(days=2, per_day=25, seed=9, out_dir=tmp_path / "b", world=generated_world())
+    c = simulate(days=2, per_day=25, seed=10, out_dir=tmp_path / "c", world=generated_world())
+    assert a["outcomes"] == b["outcomes"]
+    for fa, fb, fc in zip(day_files(tmp_path / "a"), day_files(tmp_path / "b"), day_files(tmp_path / "c")):
+        assert fa.read_bytes() == fb.read_bytes()
+        assert fa.read_bytes() != fc.read_bytes()
+
+
+def test_default_world_keeps_customers_stable_across_days_and_runs(tmp_path):
+    simulate(days=3, per_day=40, seed=1, out_dir=tmp_path / "a")
+    simulate(days=1, per_day=40, seed=2, out_dir=tmp_path / "b", start="2026-11-09")
+    by_day = [{r["customer_id"] for r in read_records([f])} for f in day_files(tmp_path / "a")]
+    later = {r["customer_id"] for r in read_records(day_files(tmp_path / "b"))}
+    assert by_day[0] & by_day[1] and by_day[1] & by_day[2]
+    assert later & set().union(*by_day)
+
+
+def test_intent_mix_drift_changes_only_the_days_from_x(tmp_path):
+    base = simulate(days=4, per_day=40, seed=4, out_dir=tmp_path / "base", world=generated_world())
+    drift = {"from_day": 2, "intent_mix": {"modify_user_address": 1.0}}
+    drifted = simulate(days=4, per_day=40, seed=4, out_dir=tmp_path / "drift", world=generated_world(), drift=drift)
+    base_files, drift_files = day_files(tmp_path / "base"), day_files(tmp_path / "drift")
+    for day in (0, 1):
+        assert base_files[day].read_bytes() == drift_files[day].read_bytes()
+    for day in (2, 3):
+        assert {r["intent"] for r in read_records([drift_files[day]])} == {"modify_user_address"}
+    assert len({r["intent"] for r in read_records(base_files[2:])}) >= 6
+    assert drifted["drift"] == [{"from_day": 2, "intent_mix": {"modify_user_address": 1.0},
+                                 "mistake_rates": None, "policy_version": None}]
+    assert base["drift"] == []
+
+
+def test_degraded_agent_drift_lowers_success_from_day_x(tmp_path):
+    drift = Drift(from_day=2, mistake_rates={"unnecessary_escalation": 0.4, "looping": 0.2},
+                  policy_version="retail-agent/2")
+    summary = simulate(days=4, per_day=50, seed=6, out_dir=tmp_path, world=generated_world(), drift=drift)
+    rates = [day["completed_rate"] for day in summary["per_day_summary"]]
+    assert min(rates[:2]) - max(rates[2:]) > 0.2
+    versions = [{r["policy_version"] for r in read_records([f])} for f in day_files(tmp_path)]
+    assert versions == [{"retail-agent/1"}] * 2 + [{"retail-agent/2"}] * 2
+
+
+@pytest.mark.parametrize("flip", [0.0, 1.0])
+def test_human_labels_follow_the_outcome_with_rater_noise(tmp_path, flip):
+    simulate(days=1, per_day=80, seed=8, out_dir=tmp_path, world=generated_world(), label_share=0.5,
+             label_flip_rate=flip, mistake_rates={"unnecessary_escalation": 0.3})
+    labelled = [r for r in read_records(day_files(tmp_path)) if r["human_label"] is not None]
+    assert 20 < len(labelled) < 60
+    for record in labelled:
+        agrees = record["human_label"]["task_success"] == (record["outcome"] == "completed")
+        assert agrees == (flip == 0.0)
+        assert record["human_label"]["labeled_at"] > record["ended_at"]
+
+
+def test_model_policy_path_records_what_the_policy_did(tmp_path):
+    class TransferEverything:
+        name = "transfer-everything"
+
+        def act(self, conversations):
+            return [{"role": "assistant", "content": "",
+                     "tool_calls": [{"name": "transfer_to_human_agents", "arguments": {"summary": "help"}}]}
+                    for _ in conversations]
+
+    summary = simulate(days=1, per_day=20, seed=2, out_dir=tmp_path, world=generated_world(), policy=TransferEverything(),
+                       policy_version="candidate/7")
+    records = validate_all(read_records(day_files(tmp_path)))
+    assert {r["outcome"] for r in records} == {"escalated"} and summary["outcomes"] == {"escalated": 20}
+    assert all(r["actions_taken"] == 1 and r["policy_version"] == "candidate/7" for r in records)
+    assert all(r["escalation_was_necessary"] == (r["intent"] == "other") for r in records)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"days": 0}, TrafficConfigError), ({"per_day": -1}, TrafficConfigError), ({"label_share": 2}, TrafficConfigError),
+    ({"start": "not-a-date"}, TrafficConfigError), ({"world": "/nonexistent/world"}, WorldNotFoundError),
+    ({"intent_mix": {"refund_everything": 1.0}}, ScenarioError), ({"drift": {"intent_mix": {}}}, TrafficConfigError),
+    ({"drift": {"from_day": -1}}, TrafficConfigError), ({"policy_version": ""}, TrafficConfigError),
+])
+def test_bad_arguments_raise_specific_errors(tmp_path, kwargs, error):
+    arguments = {"days": 1, "per_day": 2, "seed": 0, "out_dir": tmp_path, **kwargs}
+    with pytest.raises(error):
+        simulate(**arguments)
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_world_folder_in_reference_format_is_used(tmp_path, world_dir, world):
+    simulate(days=1, per_day=15, seed=0, out_dir=tmp_path, world=world_dir)
+    assert {r["customer_id"] for r in read_records(day_files(tmp_path))} <= set(world["users"])
+
+
+def test_measure_throughput_reports_a_rate():
+    figures = measure_throughput(n=40, seed=0)
+    assert figures["interactions"] == 40 and figures["interactions_per_second"] > 0
