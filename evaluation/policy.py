@@ -160,9 +160,14 @@ class HFPolicy:
             list(conversation), tools=list(tool_schemas()), add_generation_prompt=True, tokenize=False)
 
     def act(self, conversations: list[list[Message]]) -> list[Message]:
+        return [self._to_message(text) for text in self.complete(conversations)]
+
+    def complete(self, conversations: list[list[Message]]) -> list[str | None]:
+        """The raw generated text of each conversation's next turn, in one batched generation per
+        `batch_size` chunk; None where the prompt no longer fits the model's context."""
         self.calls += 1
         prompts = [self.render(c) for c in conversations]
-        encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        encoded = list(self.tokenizer(prompts, add_special_tokens=False)["input_ids"]) if prompts else []
         order = list(range(len(prompts)))
         if self.sort_by_length:
             # Similar lengths in one batch waste less compute on padding.
@@ -175,7 +180,7 @@ class HFPolicy:
             texts.update({i: None for i in chunk if i not in fits})
             if fits:
                 texts.update(zip(fits, self._generate([encoded[i] for i in fits])))
-        return [self._to_message(texts[i]) for i in range(len(prompts))]
+        return [texts[i] for i in range(len(prompts))]
 
     def _too_long(self, ids: list[int]) -> bool:
         return bool(self.context_limit) and len(ids) + self.max_new_tokens > self.context_limit

@@ -147,3 +147,88 @@ def test_table_policy_without_a_script_for_the_task_says_so(records):
     policy = ScriptedPolicy.from_table({"other-task": []}, name="narrow")
     with pytest.raises(ScriptError, match="no script for task"):
         policy.act([Conversation([], task_id=records[0]["interaction_id"])])
+
+
+# ---- a transformers policy: a tiny randomly initialised Qwen2 with a locally trained tokenizer ----
+
+@pytest.fixture(scope="module")
+def tiny_policy_dir(tmp_path_factory, records):
+    from training.bootstrap import TinyModelSpec, build_tiny_policy
+
+    spec = TinyModelSpec(vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192)
+    return build_tiny_policy(tmp_path_factory.mktemp("tiny"), records, spec)
+
+
+@pytest.fixture(scope="module")
+def hf_policy(tiny_policy_dir):
+    import torch
+
+    from evaluation.policy import HFPolicy
+
+    policy = HFPolicy(str(tiny_policy_dir), max_new_tokens=10)
+    # A fresh initialisation has near-uniform logits and repeats one token; wider weights make the
+    # greedy output depend on the prompt, so batched-vs-single comparisons are not vacuous.
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in policy.model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.2)
+    return policy
+
+
+def _conversations(records):
+    from training.prompting import initial_messages
+
+    convs = [initial_messages(r, seed=i) for i, r in enumerate(records[:4])]
+    # Different lengths, so that the batch really is left-padded.
+    convs[1] = convs[1] + [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "think", "arguments": {"thought": "x"}}]},
+        {"role": "tool", "name": "think", "content": "a longer tool result " * 12},
+    ]
+    convs[2] = convs[2] + [{"role": "assistant", "content": "Could you give me your email?", "tool_calls": []},
+                           {"role": "user", "content": "It is a@b.c"}]
+    return convs
+
+
+def test_hf_policy_batched_generation_gives_one_parseable_message_each(hf_policy, records):
+    convs = _conversations(records)
+    calls_before = hf_policy.calls
+    messages = hf_policy.act(convs)
+    assert hf_policy.calls == calls_before + 1
+    assert len(messages) == len(convs)
+    for message in messages:
+        assert message["role"] == "assistant"
+        assert isinstance(message["content"], str)
+        assert isinstance(message["tool_calls"], list)
+        assert all(set(c) == {"name", "arguments"} for c in message["tool_calls"])
+
+
+def test_hf_policy_batched_equals_one_at_a_time(hf_policy, records):
+    convs = _conversations(records)
+    lengths = {len(hf_policy.tokenizer(hf_policy.render(c))["input_ids"]) for c in convs}
+    assert len(lengths) == len(convs), "the test needs conversations of different lengths"
+    singles = [hf_policy.complete([c])[0] for c in convs]
+    assert len(set(singles)) == len(convs) and all(singles), singles  # outputs depend on the prompt
+    hf_policy.sort_by_length = False
+    try:
+        unsorted_batch = hf_policy.complete(convs)
+    finally:
+        hf_policy.sort_by_length = True
+    assert unsorted_batch == singles
+    assert hf_policy.complete(convs) == singles
+
+
+def test_hf_policy_reports_a_prompt_that_outgrew_the_context(tiny_policy_dir, records):
+    from evaluation.policy import HFPolicy
+
+    policy = HFPolicy(str(tiny_policy_dir), max_new_tokens=4)
+    policy.context_limit = 100  # far below the prompt (system policy + tool schemas)
+    trial = run_rollouts(policy, records[:1], max_turns=3)[0]
+    assert trial.ended_by == "context_full" and trial.turns == 1
+
+
+def test_hf_policy_rolls_out_end_to_end(hf_policy, records):
+    trials = run_rollouts(hf_policy, records[:3], k=2, seed=0, max_turns=2)
+    assert len(trials) == 6
+    assert all(1 <= t.turns <= 2 and not t.success for t in trials)
