@@ -191,7 +191,7 @@ class EnvironmentCore:
     def _invoke(self, name: Any, arguments: Any) -> str:
         info = self._TOOLS.get(name) if isinstance(name, str) else None
         if info is None:
-            shown = name if isinstance(name, str) and len(name) <= 100 else repr(name)[:100]
+            shown = (name if len(name) <= 100 else name[:100] + "...") if isinstance(name, str) else f"<{type(name).__name__}>"
             return self._refuse(shown, preview(arguments), f"Error: unknown tool {shown!r}")
         try:
             clean = check_arguments(info.spec, arguments)

@@ -74,8 +74,11 @@ def _check_size(arguments: dict[Any, Any]) -> None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """A short quoted form of a name; non-strings by type only (repr of junk can recurse deeply)."""
+    if not isinstance(value, str):
+        return f"<{type(value).__name__}>"
+    text = repr(value[:60])
+    return text if len(value) <= 57 else text[:-1] + "...'"
 
 
 def check_arguments(spec: ParamSpec, arguments: Any) -> dict[str, Any]:

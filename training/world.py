@@ -7,6 +7,7 @@ the full world; the fidelity tests check exactly that.
 """
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -47,8 +48,6 @@ def copy_json(value: Any) -> Any:
         return [copy_json(item) for item in value]
     if kind in (str, int, float, bool) or value is None:
         return value
-    import copy
-
     return copy.deepcopy(value)
 
 
