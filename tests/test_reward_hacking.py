@@ -159,3 +159,9 @@ def test_escalation_earns_only_when_it_was_necessary(tasks, world, solved):
     needed = run_calls(world, task, escalate_everything(world, task), escalation_was_necessary=True)
     not_needed = run_calls(world, task, escalate_everything(world, task), escalation_was_necessary=False)
     assert total_reward(not_needed) < 0 < total_reward(needed) < solved["cancel_pending_order"]
+
+
+def test_every_reference_task_solved_is_verified_and_untouched_is_not(reference_tasks, world):
+    for task in reference_tasks:
+        assert verified_success(run_calls(world, task, solving_calls(world, task))), task["task_id"]
+        assert not verified_success(run_calls(world, task, [auth_call(world, task)])), task["task_id"]

@@ -13,7 +13,7 @@ import training.rewards.efficiency
 import training.rewards.outcome
 import training.rewards.process
 import training.rewards.registry
-from tests.helpers_rewards import entry, first_task, run_calls, solving_calls, status_task, task_world
+from tests.helpers_rewards import auth_call, entry, first_task, run_calls, solving_calls, status_task, task_world
 from training.environment import RetailEnvironment, call_tool
 from training.episode import Episode
 from training.rewards import (
@@ -294,3 +294,13 @@ def test_trl_functions_pickle_and_keep_their_weight():
     function = trl_reward_functions(["looping"], {"looping": -3})[0]
     clone = pickle.loads(pickle.dumps(function))
     assert clone.__name__ == "reward_looping" and clone.weight == -3.0
+
+
+def test_gold_that_changes_nothing_requires_reading_the_order(reference_tasks, world):
+    task = next(t for t in reference_tasks if not t["expected_changes"].get("orders") and not
+                t["expected_changes"].get("users"))
+    order_id = task["actions"][0]["arguments"]["order_id"]
+    auth = auth_call(world, task)
+    assert not verified_success(run_calls(world, task, [auth]))
+    assert not verified_success(run_calls(world, task, [auth, ("get_order_details", {"order_id": "#W0000000"})]))
+    assert verified_success(run_calls(world, task, [auth, ("get_order_details", {"order_id": order_id})]))

@@ -138,16 +138,25 @@ def _evidence_key(tool: str, arguments: dict[str, Any]) -> tuple[str, ...] | Non
 
 
 def required_evidence(episode: Episode) -> set[tuple[str, ...]]:
-    """The non-write gold calls a no-write task must have made (empty when the gold writes).
+    """The calls a task whose gold changes nothing must have made (empty when the gold changes state).
 
-    A read-only task (order status, a policy question) leaves the state untouched, so the state
-    check alone would pass an agent that did nothing (TRL-NOTES trap 8). The reads the gold made are
-    the evidence the answer rests on; they are required instead.
+    A read-only task (order status), or one whose gold write fails in the reference (insufficient
+    gift-card balance), leaves the state untouched, so the state check alone would pass an agent
+    that did nothing (TRL-NOTES trap 8). Required instead: the gold's own non-write calls, and a
+    read of every record the gold's writes name (the order's details, the user's profile), which is
+    what the answer to the customer must rest on.
     """
     actions = gold_actions(episode)
-    if any(action["name"] in WRITE_TOOLS for action in actions):
+    writes = [a for a in actions if a["name"] in WRITE_TOOLS]
+    if writes and _comparable(expected_final_state(episode)) != _comparable(episode.initial_state):
         return set()
-    keys = (_evidence_key(a["name"], a.get("arguments", {})) for a in actions)
+    keys = {_evidence_key(a["name"], a.get("arguments", {})) for a in actions if a["name"] not in WRITE_TOOLS}
+    for action in writes:
+        arguments = action.get("arguments", {})
+        if "order_id" in arguments:
+            keys.add(_evidence_key("get_order_details", {"order_id": arguments["order_id"]}))
+        elif "user_id" in arguments:
+            keys.add(_evidence_key("get_user_details", {"user_id": arguments["user_id"]}))
     return {key for key in keys if key is not None}
 
 
