@@ -45,29 +45,46 @@ class MlflowServer:
              "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1",
              "--port", str(self.port), "--workers", "1"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "MLFLOW_ENABLE_TELEMETRY": "false"})
+            # No background job runner (huey consumers): the registry does not need it, and it
+            # multiplies processes and start-up time.
+            env={**os.environ, "MLFLOW_ENABLE_TELEMETRY": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+        try:
+            self._wait_ready(log.name)
+        except BaseException:
+            self.stop()  # never leave a server behind, whatever went wrong while waiting
+            raise
+
+    def _wait_ready(self, log_name: str) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"mlflow server exited with {self.proc.returncode}; see {log.name}")
+                pytest.fail(f"mlflow server exited with {self.proc.returncode}; see {log_name}")
             try:
                 if requests.get(f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10).ok:
                     return
             except (requests.ConnectionError, requests.Timeout):  # not listening yet, or still migrating
                 pass
             time.sleep(0.5)
-        self.stop()
-        pytest.fail(f"mlflow server not ready after {READY_TIMEOUT_S} s; see {log.name}")
+        pytest.fail(f"mlflow server not ready after {READY_TIMEOUT_S} s; see {log_name}")
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)  # the server's own process group: it and its workers
+        # The server's own process group (it and its workers), which this test started.
+        self._signal_group(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            pass
+        self._signal_group(signal.SIGKILL)  # workers that outlived the parent
+        self.proc.wait(timeout=10)
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:  # the whole group is already gone
+            pass
 
 
 @pytest.fixture()
