@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
-from training.agents import EXPERT_RATES, MISTAKES, AgentConfigError, ScriptedAgent, _applicable
+from training.agents import EXPERT_RATES, MISTAKES, AgentConfigError, ScriptedAgent, mistake_applicable
 from training.environment import replay_actions
 from training.episode import AUTH_TOOLS, WRITE_TOOLS
 from training.rewards import outcome_of, verified_success
@@ -90,7 +90,7 @@ def test_expert_is_verified_successful_on_every_sampled_scenario(world):
 def test_mistakes_happen_at_their_rate_and_cause_failures(mistake):
     rate = 0.3
     agent = ScriptedAgent({name: (rate if name == mistake else 0.0) for name in MISTAKES})
-    scenarios = [s for s in sample_scenarios(generated_world(), 300, seed=21) if _applicable(mistake, s)]
+    scenarios = [s for s in sample_scenarios(generated_world(), 300, seed=21) if mistake_applicable(mistake, s)]
     assert len(scenarios) >= 60
     made = 0
     for index, scenario in enumerate(scenarios):
@@ -241,3 +241,24 @@ def test_world_folder_in_reference_format_is_used(tmp_path, world_dir, world):
 def test_measure_throughput_reports_a_rate():
     figures = measure_throughput(n=40, seed=0)
     assert figures["interactions"] == 40 and figures["interactions_per_second"] > 0
+
+
+def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from training.traffic import DEGRADED_MISTAKE_RATES, SHIFTED_INTENT_MIX
+
+    summary = simulate(days=3, per_day=60, seed=5, out_dir=tmp_path, world=generated_world(), start=None,
+                       drift={"intent_mix_from_day": 1, "degraded_agent_from_day": 2})
+    today = datetime.now(timezone.utc).date()
+    assert summary["start"] == (today - timedelta(days=3)).isoformat()
+    assert summary["drift"] == [
+        {"from_day": 1, "intent_mix": SHIFTED_INTENT_MIX, "mistake_rates": None, "policy_version": None},
+        {"from_day": 2, "intent_mix": None, "mistake_rates": DEGRADED_MISTAKE_RATES, "policy_version": None}]
+    days = [read_records([f]) for f in day_files(tmp_path)]
+    share = [sum(r["intent"] in ("return_items", "exchange_items") for r in day) / len(day) for day in days]
+    assert min(share[1:]) > share[0]
+    from dataplane.contract import validate_record
+
+    for record in (r for day in days for r in day):
+        validate_record(record)  # now = the real clock: days that ended yesterday are ingestible today

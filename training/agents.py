@@ -120,7 +120,7 @@ class ScriptedAgent:
     def draw_mistakes(self, scenario: Scenario, rng: random.Random) -> list[str]:
         """The mistakes this conversation will make: drawn per rate, kept if applicable, one derailer at most."""
         drawn = [name for name in MISTAKES if rng.random() < self.rates[name]]
-        applicable = [name for name in drawn if _applicable(name, scenario)]
+        applicable = [name for name in drawn if mistake_applicable(name, scenario)]
         derailer = next((name for name in _PRECEDENCE if name in applicable), None)
         return [name for name in applicable if name == "skipped_authentication" or name == derailer]
 
@@ -137,7 +137,8 @@ def _other_orders(scenario: Scenario) -> list[str]:
     return [oid for oid in scenario.initial_state["orders"] if oid != scenario.order_id]
 
 
-def _applicable(mistake: str, scenario: Scenario) -> bool:
+def mistake_applicable(mistake: str, scenario: Scenario) -> bool:
+    """Whether `mistake` can happen in `scenario` (e.g. a wrong order needs a second order)."""
     intent, orders = scenario.intent, scenario.initial_state["orders"]
     if mistake in ("skipped_authentication", "looping"):
         return True

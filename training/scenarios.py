@@ -219,7 +219,11 @@ def sample_scenario(world: dict[str, Any], intent: str, rng: random.Random,
     if intent not in INTENTS:
         raise ScenarioError(f"unknown intent {intent!r}; known: {list(INTENTS)}")
     if replay is None:
-        from training.environment import replay_actions as replay
+        from training.environment import replay_actions
+
+        def replay(state: dict, actions: list) -> tuple[dict, list]:
+            # Only the comparison below reads the result, so unchanged records may be shared.
+            return replay_actions(state, actions, share_unchanged=True)
     sampler = sampler or _Sampler(world)
     for _ in range(_MAX_TRIES):
         drafted = sampler.draft(intent, rng)

@@ -31,6 +31,21 @@ RECORDS_FILE = "interactions.jsonl"
 _RATERS = tuple(f"rater-{i:02d}" for i in range(1, 9))
 
 
+# Presets for the CLI's --drift-day / --degrade-day: returns, exchanges and requests outside the
+# tools take over; and every mistake five times as frequent as by default.
+SHIFTED_INTENT_MIX: dict[str, float] = {
+    "order_status": 0.05, "cancel_order": 0.05, "return_items": 0.30, "exchange_items": 0.25,
+    "modify_order_items": 0.05, "modify_order_address": 0.05, "modify_order_payment": 0.05,
+    "modify_user_address": 0.05, "other": 0.15,
+}
+DEGRADED_MISTAKE_RATES: dict[str, float] = {
+    "wrong_order": 0.15, "cancel_non_pending": 0.10, "unnecessary_escalation": 0.15,
+    "looping": 0.10, "skipped_authentication": 0.15, "wrong_item": 0.15,
+}
+_PRESET_KEYS = {"intent_mix_from_day": ("intent_mix", SHIFTED_INTENT_MIX),
+                "degraded_agent_from_day": ("mistake_rates", DEGRADED_MISTAKE_RATES)}
+
+
 class TrafficConfigError(ValueError):
     """A bad argument to `simulate` (names the argument, the value and the rule)."""
 
@@ -69,6 +84,21 @@ class Drift:
         return drift
 
 
+def coerce_drifts(drift: Drift | Mapping[str, Any] | Sequence[Drift | Mapping[str, Any]] | None) -> list[Drift]:
+    """Drifts from a Drift, a Drift-shaped mapping, a list of either, or the preset mapping
+    `{"intent_mix_from_day": X, "degraded_agent_from_day": Y}` (either key optional)."""
+    if drift is None:
+        return []
+    if isinstance(drift, Mapping) and drift and set(drift) <= set(_PRESET_KEYS):
+        return [Drift.coerce({"from_day": day, _PRESET_KEYS[key][0]: dict(_PRESET_KEYS[key][1])})
+                for key, day in drift.items() if day is not None]
+    if isinstance(drift, (Drift, Mapping)):
+        return [Drift.coerce(drift)]
+    if isinstance(drift, Sequence) and not isinstance(drift, str):
+        return [Drift.coerce(d) for d in drift]
+    raise TrafficConfigError(f"drift must be a Drift, a mapping or a list of them, got {type(drift).__name__}")
+
+
 @dataclass(frozen=True)
 class _Day:
     """The settings in force on one day, after drifts."""
@@ -90,7 +120,9 @@ def _share(value: Any, name: str) -> float:
     return float(value)
 
 
-def _start_date(value: date | str) -> date:
+def _start_date(value: date | str | None, days: int) -> date:
+    if value is None:  # the `days` days that ended yesterday (UTC): depends on the calendar
+        return datetime.now(timezone.utc).date() - timedelta(days=days)
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
@@ -165,7 +197,8 @@ def _days(days: int, intent_mix: dict[str, float], rates: dict[str, float], poli
     return out
 
 
-def simulate(days: int, per_day: int, seed: int = 0, out_dir: str | Path = "landing", start: date | str = DEFAULT_START,
+def simulate(days: int, per_day: int, seed: int = 0, out_dir: str | Path = "landing",
+             start: date | str | None = DEFAULT_START,
              world: Mapping[str, Any] | str | Path | None = None,
              drift: Drift | Mapping[str, Any] | Sequence[Drift | Mapping[str, Any]] | None = None,
              policy_version: str = DEFAULT_POLICY_VERSION, mistake_rates: Mapping[str, float] | None = None,
@@ -174,6 +207,8 @@ def simulate(days: int, per_day: int, seed: int = 0, out_dir: str | Path = "land
              policy: ModelPolicy | None = None) -> dict[str, Any]:
     """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
 
+    `start` is the first day (default 2026-11-02, so the same arguments give the same bytes);
+    None means the `days` days that ended yesterday (UTC). `drift`: see `coerce_drifts`.
     Returns a JSON-serialisable summary (files, counts by outcome, intent and mistake, success
     rate per day, throughput). `world` is a world dict, a reference-format folder, or None for
     the generated world (`n_users` users, always the same customers); `policy` replaces the
@@ -186,8 +221,8 @@ def simulate(days: int, per_day: int, seed: int = 0, out_dir: str | Path = "land
         raise TrafficConfigError(f"policy_version={policy_version!r} must be a non-empty string")
     shares = {k: _share(v, k) for k, v in (("verified_share", verified_share), ("label_share", label_share),
                                           ("label_flip_rate", label_flip_rate))}
-    first = _start_date(start)
-    drifts = [] if drift is None else [Drift.coerce(d) for d in ([drift] if isinstance(drift, (Drift, Mapping)) else drift)]
+    first = _start_date(start, days)
+    drifts = coerce_drifts(drift)
     schedule = _days(days, validate_intent_mix(intent_mix or DEFAULT_INTENT_MIX),
                      validate_mistake_rates(mistake_rates), policy_version, drifts)
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
