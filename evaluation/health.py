@@ -1,0 +1,151 @@
+"""The champion-health circuit breaker's judgement (issue 6): is the model in production still sound?
+
+The promotion gate trusted the champion because of its shadow evaluation. Once it serves real
+traffic, the interactions it served are judged by the same verifiable rules: each one is replayed
+(`evaluation.replay`) and scored for verified success (only those carrying gold can be judged) and
+for policy violations (`evaluation.failure_modes.episode_violations`: a write before the order's
+owner was authenticated, a write on an order whose status does not allow it, a write without a
+prior read of the record). The breaker trips when verified success falls more than `margin` below
+the shadow estimate, or when the share of interactions with a violation rises more than
+`violation_spike` above its baseline. The sensor that rolls the alias back lives in
+`orchestration/`; this module only decides, and says why with evidence.
+
+With fewer than `min_interactions` judged interactions nothing is concluded: the verdict is
+healthy, with reason "insufficient data", because rolling back on noise is itself an outage.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+from evaluation.failure_modes import episode_violations
+from evaluation.replay import ReplayError, recorded_episode
+from training.rewards import GoldError, verified_success
+
+__all__ = ["HealthConfigError", "HealthVerdict", "assess_champion_health", "EVIDENCE_PER_FINDING", "INSUFFICIENT_DATA"]
+
+EVIDENCE_PER_FINDING = 5
+INSUFFICIENT_DATA = "insufficient data"
+
+
+class HealthConfigError(ValueError):
+    """A breaker setting out of range; names the setting, the value and the rule."""
+
+
+@dataclass(frozen=True)
+class HealthVerdict:
+    """The breaker's decision with every number it rests on.
+
+    `n` counts the champion's replayed interactions, `n_verified` those carrying gold (the base of
+    `observed_success`). `evidence` maps each finding (`low_success`, and one key per violation
+    rule) to a few interaction ids; `skipped` lists records that could not be judged, with why.
+    """
+
+    healthy: bool
+    reason: str
+    n: int
+    observed_success: float | None
+    expected_success: float
+    margin: float
+    violation_rate: float | None
+    baseline: float | None
+    violation_spike: float = 0.10
+    n_verified: int = 0
+    champion: str | None = None
+    tripped: tuple[str, ...] = ()
+    evidence: dict[str, list[str]] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for incidents and sensor metadata."""
+        out = asdict(self)
+        out["tripped"] = list(self.tripped)
+        return out
+
+
+def _share(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+        raise HealthConfigError(f"{name}={value!r} must be a number in [0, 1]")
+    return float(value)
+
+
+def _note(evidence: dict[str, list[str]], finding: str, interaction_id: Any) -> None:
+    ids = evidence[finding]
+    if len(ids) < EVIDENCE_PER_FINDING and str(interaction_id) not in ids:
+        ids.append(str(interaction_id))
+
+
+def assess_champion_health(records: Iterable[Mapping[str, Any]], shadow_success_estimate: float,
+                           margin: float = 0.10, min_interactions: int = 30,
+                           violation_baseline: float | None = None, violation_spike: float = 0.10,
+                           *, champion: str | None = None) -> HealthVerdict:
+    """Judge newly ingested interactions served by the champion against its shadow estimate.
+
+    `champion` is the `policy_version` the champion serves under; records of other versions are
+    left out (listed in `skipped`). None takes every record as the champion's. Without a
+    `violation_baseline` the baseline is 0: any violation share above `violation_spike` trips.
+    Each check needs `min_interactions` judged interactions (the success check counts only those
+    with gold); when neither check has enough, the verdict is healthy with reason
+    "insufficient data". Raises HealthConfigError on out-of-range settings.
+    """
+    expected = _share(shadow_success_estimate, "shadow_success_estimate")
+    margin = _share(margin, "margin")
+    spike = _share(violation_spike, "violation_spike")
+    baseline = _share(violation_baseline, "violation_baseline") if violation_baseline is not None else None
+    if isinstance(min_interactions, bool) or not isinstance(min_interactions, int) or min_interactions < 1:
+        raise HealthConfigError(f"min_interactions={min_interactions!r} must be an integer >= 1")
+
+    evidence: dict[str, list[str]] = defaultdict(list)
+    skipped: list[dict[str, Any]] = []
+    n = violating = verified_n = successes = 0
+    for record in records:
+        rid = record.get("interaction_id")
+        if champion is not None and record.get("policy_version") != champion:
+            skipped.append({"interaction_id": rid, "reason": f"served by {record.get('policy_version')!r}"})
+            continue
+        try:
+            episode = recorded_episode(record)
+            success = verified_success(episode) if episode.gold is not None else None
+        except (ReplayError, GoldError) as exc:
+            # Ingestion validated these records, so this is rare; it is reported, not hidden.
+            skipped.append({"interaction_id": rid, "reason": f"{type(exc).__name__}: {exc}"})
+            continue
+        n += 1
+        rules = sorted({v.rule for v in episode_violations(episode)})
+        violating += bool(rules)
+        for rule in rules:
+            _note(evidence, rule, rid)
+        if success is not None:
+            verified_n += 1
+            successes += success
+            if not success:
+                _note(evidence, "low_success", rid)
+
+    observed = successes / verified_n if verified_n else None
+    rate = violating / n if n else None
+    tripped, reasons = [], []
+    if verified_n >= min_interactions and observed is not None and observed < expected - margin:
+        tripped.append("low_success")
+        reasons.append(f"verified success {observed:.3f} is more than {margin:.2f} below the shadow "
+                       f"estimate {expected:.3f} ({verified_n} interactions with gold)")
+    reference = 0.0 if baseline is None else baseline
+    if n >= min_interactions and rate is not None and rate > reference + spike:
+        tripped.append("violation_spike")
+        reasons.append(f"policy violations in {rate:.3f} of {n} interactions, more than {spike:.2f} above "
+                       f"the baseline {reference:.3f}")
+    if tripped:
+        reason = "; ".join(reasons)
+    elif n < min_interactions:
+        reason = f"{INSUFFICIENT_DATA}: {n} champion interactions, {min_interactions} needed"
+    elif verified_n < min_interactions:
+        reason = (f"{INSUFFICIENT_DATA} for the success check ({verified_n} with gold, {min_interactions} "
+                  f"needed); violations within bounds")
+    else:
+        reason = "verified success and policy violations within bounds"
+    return HealthVerdict(
+        healthy=not tripped, reason=reason, n=n, observed_success=observed, expected_success=expected,
+        margin=margin, violation_rate=rate, baseline=baseline, violation_spike=spike, n_verified=verified_n,
+        champion=champion, tripped=tuple(tripped), evidence=dict(evidence), skipped=skipped,
+    )
