@@ -262,3 +262,32 @@ def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
 
     for record in (r for day in days for r in day):
         validate_record(record)  # now = the real clock: days that ended yesterday are ingestible today
+
+
+def test_run_policy_drives_an_evaluation_policy_like_the_expert():
+    from evaluation.policy import ScriptedPolicy, assistant_turns
+
+    from training.agents import run_policy
+
+    for index, scenario in enumerate(sample_scenarios(generated_world(), 40, seed=4)):
+        expert = ScriptedAgent(EXPERT_RATES).run(scenario, seed=index)
+        steps = [m for m in expert.messages if m["role"] == "assistant"]
+        policy = ScriptedPolicy(lambda conv, steps=steps: steps[assistant_turns(conv)] if assistant_turns(conv) < len(steps)
+                                else "Goodbye.")
+        replayed = run_policy(policy, scenario, seed=index)
+        assert replayed.messages == expert.messages
+        assert verified_success(replayed.episode)
+
+
+def test_malformed_model_calls_still_make_contract_records(tmp_path):
+    class Garbled:
+        def act(self, conversations):
+            return [{"role": "assistant", "content": "hm", "tool_calls": [{"name": "cancel_pending_order",
+                                                                           "arguments": ["not", "an", "object"]}]}
+                    for _ in conversations]
+
+    simulate(days=1, per_day=5, seed=1, out_dir=tmp_path, world=generated_world(), policy=Garbled())
+    records = validate_all(read_records(day_files(tmp_path)))
+    tool_results = [m["content"] for r in records for m in r["messages"] if m["role"] == "tool"]
+    assert tool_results and all(t.startswith("Error") for t in tool_results)
+    assert {r["outcome"] for r in records} == {"failed"}

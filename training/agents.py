@@ -198,7 +198,8 @@ class _Script:
         return False
 
     def _transfer(self, summary: str) -> None:
-        self.t.say("I'm going to transfer you to a human agent who can help you with this.")
+        # No announcement first: the persona customer leaves on hearing "transfer", and a rollout
+        # stops as soon as the customer has left, so the hand-over itself would never happen.
         self.t.call("transfer_to_human_agents", {"summary": summary})
 
     def _end(self, text: str) -> None:
@@ -319,12 +320,18 @@ def run_policy(policy: ModelPolicy, scenario: Scenario, seed: int = 0, max_turns
     env, messages = start_conversation(scenario, seed)
     for _ in range(max_turns):
         message = policy.act([messages])[0]
-        calls = [{"name": c["name"], "arguments": c.get("arguments") or {}} for c in message.get("tool_calls") or []]
+        raw = list(message.get("tool_calls") or [])
+        # The record must hold a string name and an object of arguments whatever the model emitted;
+        # the environment still sees the raw call and answers a malformed one with an Error.
+        calls = [{"name": str(c.get("name")), "arguments": c["arguments"] if isinstance(c.get("arguments"), dict)
+                  else {"raw": str(c.get("arguments"))[:500]}} for c in raw]
         messages.append({"role": "assistant", "content": str(message.get("content") or ""),
                          **({"tool_calls": calls} if calls else {})})
-        for call in calls:
-            messages.append({"role": "tool", "name": call["name"], "content": call_tool(env, call["name"],
-                                                                                        call["arguments"])})
+        for call, original in zip(calls, raw):
+            result = call_tool(env, original.get("name"), original.get("arguments") or {})
+            messages.append({"role": "tool", "name": call["name"], "content": result})
+            if env.done:  # as in evaluation rollouts: nothing runs after a transfer or a departure
+                break
         if not calls or env.done:
             break
     return Conversation(messages, env, [])
