@@ -101,7 +101,8 @@ class RollbackResult:
 
 
 @contextmanager
-def _step(uri: str, step: str) -> Iterator[None]:
+def mlflow_step(uri: str, step: str) -> Iterator[None]:
+    """Run MLflow calls of one named step; store failures become RegistryError naming it."""
     try:
         yield
     except _STORE_ERRORS as err:
@@ -114,7 +115,7 @@ def _code(err: MlflowException) -> int:
 
 def mlflow_client(tracking_uri: str) -> MlflowClient:
     """A client whose registry is the tracking store (sqlite file or server), no global state."""
-    with _step(tracking_uri, "connect"):
+    with mlflow_step(tracking_uri, "connect"):
         return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
@@ -217,26 +218,26 @@ def _week_order(a: str, b: str) -> int | None:
 
 
 def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str) -> None:
-    with _step(uri, "read aliases"):
+    with mlflow_step(uri, "read aliases"):
         mv = client.get_model_version(name, str(version))
         if mv.tags.get(PROMOTED_TAG) == "true":
             return  # done before; never re-point champion at a week that was superseded or rolled back
         current = client.get_registered_model(name).aliases.get(CHAMPION)
     if current is not None and int(current) != version:
-        with _step(uri, "read champion"):
+        with mlflow_step(uri, "read champion"):
             champion_week = client.get_model_version(name, str(current)).tags.get(WEEK_TAG)
         if champion_week and _week_order(champion_week, week) == 1:
             raise StaleCandidateError("check week order", uri,
                                       f"champion v{current} is from week {champion_week}, later than {week}")
-        with _step(uri, f"set alias {PREVIOUS}"):
+        with mlflow_step(uri, f"set alias {PREVIOUS}"):
             client.set_registered_model_alias(name, PREVIOUS, str(current))
             client.set_model_version_tag(name, str(version), REPLACED_TAG, str(current))
-        with _step(uri, f"set alias {CHAMPION}"):
+        with mlflow_step(uri, f"set alias {CHAMPION}"):
             client.set_registered_model_alias(name, CHAMPION, str(version))
     elif current is None:
-        with _step(uri, f"set alias {CHAMPION}"):
+        with mlflow_step(uri, f"set alias {CHAMPION}"):
             client.set_registered_model_alias(name, CHAMPION, str(version))
-    with _step(uri, "tag promoted"):
+    with mlflow_step(uri, "tag promoted"):
         client.set_model_version_tag(name, str(version), PROMOTED_TAG, "true")
 
 
@@ -257,7 +258,7 @@ def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, line
     _check_names(week, name)
     path = check_model_dir(model_dir)
     client = mlflow_client(tracking_uri)
-    with _step(tracking_uri, "find week version"):
+    with mlflow_step(tracking_uri, "find week version"):
         _ensure_registered_model(client, name)
         versions = _week_versions(client, name, week)
     if len(versions) > 1:
@@ -266,11 +267,11 @@ def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, line
         version = versions[0]
     else:
         run = run_id or lineage.get("run_id")
-        with _step(tracking_uri, "log model artifacts"):
+        with mlflow_step(tracking_uri, "log model artifacts"):
             run = run or _registration_run(client, week, artifact_location)
             client.log_artifacts(run, str(path), MODEL_ARTIFACT_PATH)
             source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{MODEL_ARTIFACT_PATH}"
-        with _step(tracking_uri, "create model version"):
+        with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(name, source, run_id=run, tags=_version_tags(week, lineage, report),
                                              description=_description(week, lineage, report))
         version = int(mv.version)
@@ -282,13 +283,13 @@ def find_week_version(tracking_uri: str, week: str, name: str = DEFAULT_MODEL_NA
     """The version registered for `week`, or None."""
     _check_names(week, name)
     client = mlflow_client(tracking_uri)
-    with _step(tracking_uri, "find week version"):
+    with mlflow_step(tracking_uri, "find week version"):
         versions = _week_versions(client, name, week)
     return versions[0] if versions else None
 
 
 def _aliases(client: MlflowClient, name: str, uri: str) -> dict[str, str] | None:
-    with _step(uri, "read aliases"):
+    with mlflow_step(uri, "read aliases"):
         try:
             return dict(client.get_registered_model(name).aliases)
         except MlflowException as err:
@@ -303,7 +304,7 @@ def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> Champion
     aliases = _aliases(client, name, tracking_uri)
     if not aliases or CHAMPION not in aliases:
         return None
-    with _step(tracking_uri, "read champion"):
+    with mlflow_step(tracking_uri, "read champion"):
         mv = client.get_model_version(name, str(aliases[CHAMPION]))
     previous = aliases.get(PREVIOUS)
     return ChampionInfo(name, int(mv.version), mv.tags.get(WEEK_TAG), mv.source, mv.run_id, dict(mv.tags),
@@ -317,7 +318,7 @@ def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAUL
     info = champion_info(tracking_uri, name)
     if info is None:
         return None
-    with _step(tracking_uri, "download champion"):
+    with mlflow_step(tracking_uri, "download champion"):
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=info.source, dst_path=str(dst_dir),
                                                         tracking_uri=tracking_uri))
 
@@ -335,12 +336,12 @@ def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResul
     if PREVIOUS not in aliases:
         raise NoPreviousChampionError("read aliases", tracking_uri, f"model {name!r} has no {PREVIOUS} alias")
     target, current = int(aliases[PREVIOUS]), aliases.get(CHAMPION)
-    with _step(tracking_uri, f"set alias {CHAMPION}"):
+    with mlflow_step(tracking_uri, f"set alias {CHAMPION}"):
         if current is None or int(current) != target:
             client.set_registered_model_alias(name, CHAMPION, str(target))
             if current is not None:
                 client.set_model_version_tag(name, str(current), "rolled_back", "true")
-    with _step(tracking_uri, f"move alias {PREVIOUS}"):
+    with mlflow_step(tracking_uri, f"move alias {PREVIOUS}"):
         older = client.get_model_version(name, str(target)).tags.get(REPLACED_TAG)
         if older is not None:
             client.set_registered_model_alias(name, PREVIOUS, older)

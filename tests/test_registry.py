@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +216,70 @@ def test_pickled_or_incomplete_model_folders_are_refused(reg, model_dir):
 
 def test_no_champion_yet(store):
     assert champion_info(store[0], "never-registered") is None
+
+
+# --- the week's MLflow run (evaluation.run_log) --------------------------------------------------
+
+def week_run(report, week="2025-W07", samples=None):
+    from dataplane.window import records_frame
+    from evaluation.run_log import WeekRun
+    from tests.helpers_gates import make_record
+
+    frame = records_frame([make_record(i) for i in range(30)]).drop(columns=["text"])
+    metrics = {s: {p: {"success": v, "pass_hat_1": v, "pass_hat_2": v * 0.8, "pass_hat_3": v * 0.7}
+                   for p, v in (("candidate", 0.7), ("champion", 0.55))} for s in ("calibration", "shadow")}
+    return WeekRun(
+        week=week, window_hash="ab" * 32, window_frame=frame, gate_report=report,
+        params={"grpo": {"learning_rate": 1e-5, "num_generations": 4}, "window_size": 30},
+        metrics=metrics,
+        failure_modes={"candidate": {"wrong_tool": 0.1, "looping": 0.02}, "champion": {"wrong_tool": 0.2}},
+        tool_distribution={"candidate": {"get_order_details": 0.6, "think": 0.4},
+                           "champion": {"get_order_details": 0.7, "think": 0.3}},
+        reward_curve=[1.0, 1.5, 2.0, 2.2],
+        samples=samples if samples is not None else [
+            {"interaction_id": "int-1", "policy": "candidate", "success": True,
+             "transcript": "customer: my card is 4111 1111 1111 1111, call 415-555-0100"}],
+        validation={"success": True, "results": [{"expectation": "rows", "success": True}]},
+    )
+
+
+def test_week_run_logs_stable_metrics_window_input_and_artifacts(store, tmp_path):
+    from dataplane.scrub import find_pii
+    from evaluation.run_log import find_week_runs, load_gate_report, log_week_run
+
+    uri, artifacts = store
+    report = evaluate_gates(gate_inputs("random"))  # a rejected candidate keeps every number too
+    run_id = log_week_run(uri, week_run(report), experiment_name="weekly-test", artifact_location=artifacts)
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    m = run.data.metrics
+    assert m["calibration/candidate/success"] == 0.7 and m["shadow/champion/pass_hat_2"] == pytest.approx(0.44)
+    assert m["failure_modes/candidate/wrong_tool"] == 0.1 and m["tools/champion/think"] == 0.3
+    assert m["gate/calibration_improvement/passed"] == 0.0
+    assert m["gate/calibration_improvement/value"] == report.gate("calibration_improvement").value
+    assert [x.value for x in client.get_metric_history(run_id, "train/reward")] == [1.0, 1.5, 2.0, 2.2]
+    assert run.data.params["grpo.learning_rate"] == "1e-05" and run.data.tags["gate_decision"] == "reject"
+    assert run.info.status == "FINISHED"
+    (inp,) = run.inputs.dataset_inputs
+    assert inp.dataset.digest == ("ab" * 32)[:32] and inp.dataset.name == "window-2025-W07"
+    assert json.loads(inp.dataset.profile)["num_rows"] == 30
+    names = {f.path for f in client.list_artifacts(run_id)} | {
+        f.path for d in ("plots", "samples", "validation") for f in client.list_artifacts(run_id, d)}
+    assert {"gate_report.json", "plots/failure_modes.png", "plots/pass_hat_k.png", "plots/tool_distribution.png",
+            "plots/training_reward.png", "samples/trajectories.json", "validation/results.json"} <= names
+    table = Path(client.download_artifacts(run_id, "samples/trajectories.json", str(tmp_path))).read_text()
+    assert find_pii(table) == [] and "4111" not in table and "int-1" in table
+    assert load_gate_report(uri, run_id) == report
+    assert find_week_runs(uri, "2025-W07", "weekly-test") == [run_id]
+
+
+def test_week_run_refuses_samples_that_still_carry_pii(store, monkeypatch):
+    import evaluation.run_log as run_log
+
+    monkeypatch.setattr(run_log, "scrub_text", lambda text: text)  # a scrubber that misses everything
+    report = evaluate_gates(gate_inputs("better"))
+    with pytest.raises(run_log.PIILeakError) as err:
+        run_log.log_week_run(store[0], week_run(report, week="2025-W08"), experiment_name="weekly-test",
+                             artifact_location=store[1])
+    assert err.value.column == "transcript" and err.value.row == 0
+    assert run_log.find_week_runs(store[0], "2025-W08", "weekly-test") == []

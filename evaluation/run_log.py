@@ -1,0 +1,249 @@
+"""The week's MLflow run: every number and artifact behind a promotion decision, kept even on reject.
+
+Metric names are stable so weeks compare side by side in the MLflow UI:
+`{eval_set}/{policy}/{metric}` (e.g. `calibration/candidate/success`, `shadow/champion/pass_hat_2`),
+`failure_modes/{policy}/{mode}`, `tools/{policy}/{tool}`, `gate/{gate}/value` and
+`gate/{gate}/passed`, and `train/reward` stepped over the training curve. The baseline is always
+called `champion` (the tag `baseline_kind` says when it was the base model).
+
+Artifacts: `gate_report.json`, `validation/results.json`, `samples/trajectories.json` (scrubbed,
+and checked with `dataplane.scrub.find_pii`: a leak raises instead of being logged) and four
+plots under `plots/`. Plots use matplotlib's object API (`Figure`), so no pyplot global state and
+no display backend is touched.
+"""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlflow.data
+import pandas as pd
+from matplotlib.figure import Figure
+from mlflow.data.code_dataset_source import CodeDatasetSource
+from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+from dataplane.scrub import find_pii, scrub_text
+from evaluation.gates import GateReport
+from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, mlflow_client, mlflow_step
+
+_KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
+WEEK_TAG, ROLE_TAG = "retrain_week", "retrain_role"
+
+
+class PIILeakError(ValueError):
+    """A sample trajectory still holds PII after scrubbing; `.row` and `.column` locate it."""
+
+    def __init__(self, row: int, column: str, kinds: list[str]):
+        super().__init__(f"sample row {row}, column {column!r} contains PII of kinds {kinds}; not logged")
+        self.row, self.column, self.kinds = row, column, kinds
+
+
+@dataclass
+class WeekRun:
+    """What one weekly run logs. Nested mappings are `{set: {policy: {metric: value}}}` for
+    `metrics` and `{policy: {name: share}}` for failure modes and tool distributions."""
+
+    week: str
+    window_hash: str
+    window_frame: pd.DataFrame
+    gate_report: GateReport
+    params: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
+    failure_modes: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    tool_distribution: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    reward_curve: Sequence[float] = ()
+    samples: Sequence[Mapping[str, Any]] = ()
+    validation: Mapping[str, Any] | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def metric_key(*parts: str) -> str:
+    """`a/b/c` from name parts, refusing characters that would make names unstable across stores."""
+    for part in parts:
+        if not _KEY_PART.fullmatch(part):
+            raise ValueError(f"metric name part {part!r} must be [A-Za-z0-9_.-]+")
+    return "/".join(parts)
+
+
+def flatten_metrics(run: WeekRun) -> dict[str, float]:
+    """Every scalar metric of the run under its stable name."""
+    out: dict[str, float] = {}
+    for eval_set, policies in run.metrics.items():
+        for policy, values in policies.items():
+            for name, value in values.items():
+                out[metric_key(eval_set, policy, name)] = float(value)
+    for prefix, table in (("failure_modes", run.failure_modes), ("tools", run.tool_distribution)):
+        for policy, shares in table.items():
+            for name, share in shares.items():
+                out[metric_key(prefix, policy, name)] = float(share)
+    for gate in run.gate_report.gates:
+        if gate.value is not None:
+            out[metric_key("gate", gate.name, "value")] = gate.value
+        out[metric_key("gate", gate.name, "passed")] = 1.0 if gate.verdict == "pass" else 0.0
+    return out
+
+
+def _flat_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flat_params(value, f"{name}."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return out
+
+
+def scrubbed_samples(samples: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Samples as a table with every text cell scrubbed; raises PIILeakError if any PII survives."""
+    rows = []
+    for i, sample in enumerate(samples):
+        row = {}
+        for column, value in sample.items():
+            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+            clean = scrub_text(text)
+            kinds = find_pii(clean)
+            if kinds:
+                raise PIILeakError(i, column, kinds)
+            row[column] = clean if isinstance(value, str) or clean != text else value
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _bars(title: str, table: Mapping[str, Mapping[str, float]], ylabel: str) -> Figure:
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.subplots()
+    names = sorted({n for shares in table.values() for n in shares})
+    width = 0.8 / max(1, len(table))
+    for j, (policy, shares) in enumerate(sorted(table.items())):
+        ax.bar([i + j * width for i in range(len(names))], [shares.get(n, 0.0) for n in names], width, label=policy)
+    ax.set_xticks([i + width * (len(table) - 1) / 2 for i in range(len(names))], names, rotation=45, ha="right")
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return fig
+
+
+def _pass_hat_k_figure(metrics: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Figure | None:
+    lines = {}
+    for eval_set, policies in metrics.items():
+        for policy, values in policies.items():
+            ks = sorted((int(k.removeprefix("pass_hat_")), v) for k, v in values.items() if k.startswith("pass_hat_"))
+            if ks:
+                lines[f"{eval_set}/{policy}"] = ks
+    if not lines:
+        return None
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for label, points in sorted(lines.items()):
+        ax.plot([k for k, _ in points], [v for _, v in points], marker="o", label=label)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass^k")
+    ax.set_ylim(0, 1)
+    ax.set_title("pass^k: all k trials succeed")
+    ax.legend()
+    return fig
+
+
+def _reward_figure(curve: Sequence[float]) -> Figure:
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(range(len(curve)), list(curve))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("mean reward")
+    ax.set_title("GRPO training reward")
+    return fig
+
+
+def figures(run: WeekRun) -> dict[str, Figure]:
+    """The plots this run can draw from what it was given, by artifact path."""
+    out: dict[str, Figure] = {}
+    if run.failure_modes:
+        out["plots/failure_modes.png"] = _bars("Failure modes: candidate vs champion", run.failure_modes, "share")
+    pass_k = _pass_hat_k_figure(run.metrics)
+    if pass_k is not None:
+        out["plots/pass_hat_k.png"] = pass_k
+    if run.tool_distribution:
+        out["plots/tool_distribution.png"] = _bars("Tool-call distribution", run.tool_distribution, "share of calls")
+    if run.reward_curve:
+        out["plots/training_reward.png"] = _reward_figure(run.reward_curve)
+    return out
+
+
+def _window_input(run: WeekRun) -> DatasetInput:
+    source = CodeDatasetSource({"store": "interactions.duckdb", "table": "windows", "week": run.week,
+                                "window_hash": run.window_hash})
+    # The registry's dataset digest column holds 36 characters; the full hash is in the source.
+    with warnings.catch_warnings():
+        # Schema inference hints about integer columns concern model signatures, not a window.
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
+        dataset = mlflow.data.from_pandas(run.window_frame, source=source, name=f"window-{run.week}",
+                                          digest=run.window_hash[:32])._to_mlflow_entity()
+    return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "window")])
+
+
+def log_week_run(tracking_uri: str, run: WeekRun, *, experiment_name: str = DEFAULT_EXPERIMENT,
+                 artifact_location: str | None = None) -> str:
+    """Log the week's run and return its id. The run ends FAILED (and the error propagates) if
+    anything cannot be logged, so a half-logged run is never mistaken for a complete one."""
+    samples = scrubbed_samples(run.samples)  # before anything is written
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "create run"):
+        exp = ensure_experiment(client, experiment_name, artifact_location)
+        tags = {WEEK_TAG: run.week, ROLE_TAG: "evaluation", "window_hash": run.window_hash,
+                "gate_decision": run.gate_report.decision, "baseline_kind": run.gate_report.baseline_kind,
+                "gate_report_digest": run.gate_report.digest(), **run.tags}
+        run_id = client.create_run(exp, tags=tags, run_name=f"week-{run.week}").info.run_id
+    try:
+        with mlflow_step(tracking_uri, "log run"):
+            params = [Param(k, v[:6000]) for k, v in sorted(_flat_params(run.params).items())]
+            now = int(time.time() * 1000)
+            metrics = [Metric(k, v, now, 0) for k, v in sorted(flatten_metrics(run).items())]
+            metrics += [Metric("train/reward", float(r), now, i) for i, r in enumerate(run.reward_curve)]
+            for start in range(0, max(len(params), len(metrics)), 100):
+                client.log_batch(run_id, metrics=metrics[start:start + 100], params=params[start:start + 100])
+            client.log_inputs(run_id, datasets=[_window_input(run)])
+            client.log_dict(run_id, run.gate_report.to_dict(), "gate_report.json")
+            if run.validation is not None:
+                client.log_dict(run_id, dict(run.validation), "validation/results.json")
+            if len(samples):
+                client.log_table(run_id, samples, "samples/trajectories.json")
+            for path, fig in figures(run).items():
+                client.log_figure(run_id, fig, path)
+    except BaseException:
+        client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+        raise
+    client.set_terminated(run_id)
+    return run_id
+
+
+def find_week_runs(tracking_uri: str, week: str, experiment_name: str = DEFAULT_EXPERIMENT) -> list[str]:
+    """Finished evaluation run ids of `week`, newest first (e.g. for `retrain approve`)."""
+    metric_key(week)  # the week is quoted into a filter string
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "search runs"):
+        exp = client.get_experiment_by_name(experiment_name)
+        if exp is None:
+            return []
+        runs = client.search_runs(
+            [exp.experiment_id],
+            f"tags.{WEEK_TAG} = '{week}' and tags.{ROLE_TAG} = 'evaluation' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"])
+    return [r.info.run_id for r in runs]
+
+
+def load_gate_report(tracking_uri: str, run_id: str) -> GateReport:
+    """The gate report a week run logged."""
+    client = mlflow_client(tracking_uri)
+    with tempfile.TemporaryDirectory() as tmp, mlflow_step(tracking_uri, "load gate report"):
+        path = client.download_artifacts(run_id, "gate_report.json", tmp)
+        data = json.loads(Path(path).read_text())
+    return GateReport.from_dict(data)
