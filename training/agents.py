@@ -253,7 +253,7 @@ class _Script:
         if result.startswith("Error"):
             self._end(f"I'm sorry, I was unable to complete that: {result[len('Error: '):]}. Have a good day.")
             return
-        self.t.say(_confirmation(name, arguments))
+        self.t.say(_confirmation(name, arguments, self.s))
         self._end("Is there anything else I can help you with? Have a great day!")
 
     def _swap_item(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -271,48 +271,46 @@ class _Script:
         return list(dict.fromkeys(by_item[i] for i in arguments["item_ids"] if i in by_item))
 
 
-def _names(scenario: Scenario, item_ids: list[str]) -> str:
+# Worded so the persona customer recognises the action proposed, then the action done.
+_PROPOSALS = {
+    "cancel_pending_order": "I can cancel order {o} (reason: {reason}).",
+    "return_delivered_order_items": "I can return the {items} from order {o}, refunded to {pm}.",
+    "exchange_delivered_order_items": "I can exchange the {items} from order {o} for the new variant, settling "
+                                      "any price difference with {pm}.",
+    "modify_pending_order_items": "I can modify the {items} in order {o} to the new variant, settling any price "
+                                  "difference with {pm}.",
+    "modify_pending_order_address": "I can update the shipping address of order {o} to {address}.",
+    "modify_pending_order_payment": "I can switch the payment method of order {o} to {pm}.",
+    "modify_user_address": "I can update the default address on your account to {address}.",
+}
+_DONE_TEXT = {
+    "cancel_pending_order": "Order {o} has been cancelled.",
+    "return_delivered_order_items": "The return of order {o} has been requested.",
+    "exchange_delivered_order_items": "The exchange for order {o} has been requested.",
+    "modify_pending_order_items": "The items of order {o} have been modified.",
+    "modify_pending_order_address": "The shipping address of order {o} has been updated.",
+    "modify_pending_order_payment": "The payment method of order {o} has been updated.",
+    "modify_user_address": "Your default address has been updated.",
+}
+
+
+def _fill(template: str, a: dict[str, Any], scenario: Scenario) -> str:
     order = scenario.initial_state["orders"].get(scenario.order_id or "", {"items": []})
     names = {item["item_id"]: item["name"] for item in order["items"]}
-    return " and the ".join(names.get(i, f"item {i}") for i in item_ids)
-
-
-def _address_text(arguments: dict[str, Any]) -> str:
-    return ", ".join(arguments[k] for k in ("address1", "address2", "city", "state", "zip", "country"))
+    address = ", ".join(str(a.get(k)) for k in ("address1", "address2", "city", "state", "zip", "country"))
+    return template.format(o=a.get("order_id"), reason=a.get("reason"), pm=a.get("payment_method_id"),
+                           items=" and the ".join(names.get(i, f"item {i}") for i in a.get("item_ids", [])),
+                           address=address)
 
 
 def _proposal(name: str, a: dict[str, Any], scenario: Scenario) -> str:
-    """The confirmation question, worded so the persona customer recognises the action it proposes."""
-    ask = " Shall I proceed?"
-    if name == "cancel_pending_order":
-        return f"I can cancel order {a['order_id']} (reason: {a['reason']}).{ask}"
-    if name == "return_delivered_order_items":
-        return (f"I can return the {_names(scenario, a['item_ids'])} from order {a['order_id']}, refunded to "
-                f"{a['payment_method_id']}.{ask}")
-    if name == "exchange_delivered_order_items":
-        return (f"I can exchange the {_names(scenario, a['item_ids'])} from order {a['order_id']} for the new "
-                f"variant, settling any price difference with {a['payment_method_id']}.{ask}")
-    if name == "modify_pending_order_items":
-        return (f"I can modify the {_names(scenario, a['item_ids'])} in order {a['order_id']} to the new variant, "
-                f"settling any price difference with {a['payment_method_id']}.{ask}")
-    if name == "modify_pending_order_address":
-        return f"I can update the shipping address of order {a['order_id']} to {_address_text(a)}.{ask}"
-    if name == "modify_pending_order_payment":
-        return f"I can switch the payment method of order {a['order_id']} to {a['payment_method_id']}.{ask}"
-    return f"I can update the default address on your account to {_address_text(a)}.{ask}"
+    """The confirmation question for a write."""
+    return _fill(_PROPOSALS[name], a, scenario) + " Shall I proceed?"
 
 
-def _confirmation(name: str, a: dict[str, Any]) -> str:
-    """The report after a successful write, worded so the customer recognises it as done."""
-    return {
-        "cancel_pending_order": "Order {o} has been cancelled.",
-        "return_delivered_order_items": "The return of order {o} has been requested.",
-        "exchange_delivered_order_items": "The exchange for order {o} has been requested.",
-        "modify_pending_order_items": "The items of order {o} have been modified.",
-        "modify_pending_order_address": "The shipping address of order {o} has been updated.",
-        "modify_pending_order_payment": "The payment method of order {o} has been updated.",
-        "modify_user_address": "Your default address has been updated.",
-    }[name].format(o=a.get("order_id"))
+def _confirmation(name: str, a: dict[str, Any], scenario: Scenario) -> str:
+    """The report after a successful write."""
+    return _fill(_DONE_TEXT[name], a, scenario)
 
 
 def run_policy(policy: ModelPolicy, scenario: Scenario, seed: int = 0, max_turns: int = 30) -> Conversation:

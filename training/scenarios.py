@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from training.episode import WRITE_TOOLS
 from training.world import touched_subset
 from training.worldgen import random_address
 
@@ -56,8 +57,6 @@ class Scenario:
     @property
     def write(self) -> dict[str, Any] | None:
         """The gold write call, or None for read-only and escalation scenarios."""
-        from training.episode import WRITE_TOOLS
-
         return next((a for a in self.gold["actions"] if a["name"] in WRITE_TOOLS), None)
 
 
@@ -107,8 +106,9 @@ def _methods(user: dict[str, Any]) -> list[str]:
     return list(user["payment_methods"])
 
 
-class _Sampler:
-    """Draws one intent's gold write and customer knowledge; returns None when the pick is unusable."""
+class ScenarioSampler:
+    """Indexes a world's orders by status once; `draft` proposes one intent's gold and customer
+    knowledge, or None when the random pick is unusable (e.g. a one-method user for a payment change)."""
 
     def __init__(self, world: dict[str, Any]) -> None:
         self.world = world
@@ -214,7 +214,7 @@ def _instruction(intent: str, user: dict[str, Any], order_id: str | None, info: 
 
 def sample_scenario(world: dict[str, Any], intent: str, rng: random.Random,
                     replay: Callable[[dict, list], tuple[dict, list]] | None = None,
-                    sampler: _Sampler | None = None) -> Scenario:
+                    sampler: ScenarioSampler | None = None) -> Scenario:
     """One replay-verified scenario of `intent`; raises ScenarioError after repeated bad draws."""
     if intent not in INTENTS:
         raise ScenarioError(f"unknown intent {intent!r}; known: {list(INTENTS)}")
@@ -224,7 +224,7 @@ def sample_scenario(world: dict[str, Any], intent: str, rng: random.Random,
         def replay(state: dict, actions: list) -> tuple[dict, list]:
             # Only the comparison below reads the result, so unchanged records may be shared.
             return replay_actions(state, actions, share_unchanged=True)
-    sampler = sampler or _Sampler(world)
+    sampler = sampler or ScenarioSampler(world)
     for _ in range(_MAX_TRIES):
         drafted = sampler.draft(intent, rng)
         if drafted is None:
@@ -257,6 +257,6 @@ def sample_scenarios(world: dict[str, Any], n: int, seed: int = 0,
     """`n` scenarios with intents drawn from `intent_mix` (default DEFAULT_INTENT_MIX), deterministic per seed."""
     mix = validate_intent_mix(intent_mix or DEFAULT_INTENT_MIX)
     rng = random.Random(f"scenarios:{seed}")
-    sampler = _Sampler(world)
+    sampler = ScenarioSampler(world)
     intents = rng.choices(list(mix), list(mix.values()), k=n)
     return [sample_scenario(world, intent, rng, sampler=sampler) for intent in intents]

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from training.agents import ModelPolicy, ScriptedAgent, run_policy, validate_mistake_rates
 from training.rewards import outcome_of, verified_success
-from training.scenarios import DEFAULT_INTENT_MIX, Scenario, _Sampler, sample_scenario, validate_intent_mix
+from training.scenarios import DEFAULT_INTENT_MIX, Scenario, ScenarioSampler, sample_scenario, validate_intent_mix
 from training.world import load_world, validate_world
 from training.worldgen import generate_world
 
@@ -226,7 +226,7 @@ def simulate(days: int, per_day: int, seed: int = 0, out_dir: str | Path = "land
     schedule = _days(days, validate_intent_mix(intent_mix or DEFAULT_INTENT_MIX),
                      validate_mistake_rates(mistake_rates), policy_version, drifts)
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
-    sampler, out = _Sampler(the_world), Path(out_dir)
+    sampler, out = ScenarioSampler(the_world), Path(out_dir)
     counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
     per_day_summary, files, customers, labelled, with_gold = [], [], set(), 0, 0
     began = time.perf_counter()
