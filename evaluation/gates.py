@@ -32,6 +32,8 @@ from typing import Any, Literal
 import numpy as np
 
 from evaluation.drift import total_variation
+from evaluation.metrics import paired_outcomes, policy_violation_rate, tool_call_distribution
+from evaluation.rollout import Trial
 from evaluation.stats import mcnemar_exact, paired_bootstrap_ci, roc_auc
 
 Verdict = Literal["pass", "fail", "hold"]
@@ -154,6 +156,21 @@ class GateReport:
         if data.get("decision") not in (None, report.decision):
             raise ValueError(f"saved decision {data['decision']!r} disagrees with its gates ({report.decision!r})")
         return report
+
+
+def outcomes_from_trials(candidate_calibration: Sequence[Trial], baseline_calibration: Sequence[Trial],
+                         candidate_shadow: Sequence[Trial], baseline_shadow: Sequence[Trial],
+                         ) -> tuple[PolicyOutcomes, PolicyOutcomes]:
+    """(candidate, baseline) outcomes from rollouts, success flags paired by (record, trial).
+
+    Violation rates and tool mixes cover calibration and shadow trials together.
+    """
+    cal_c, cal_b = paired_outcomes(candidate_calibration, baseline_calibration)
+    sha_c, sha_b = paired_outcomes(candidate_shadow, baseline_shadow)
+    every_c = [*candidate_calibration, *candidate_shadow]
+    every_b = [*baseline_calibration, *baseline_shadow]
+    return (PolicyOutcomes(cal_c, sha_c, policy_violation_rate(every_c), tool_call_distribution(every_c)),
+            PolicyOutcomes(cal_b, sha_b, policy_violation_rate(every_b), tool_call_distribution(every_b)))
 
 
 def _gate(name: str, value: float | None, threshold: float, comparison: str, passed: bool,

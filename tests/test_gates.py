@@ -176,3 +176,22 @@ def test_decision_is_promote_only_when_every_gate_passes(verdict_list):
     elif expected == "reject":
         with pytest.raises(ApprovalError):
             approve(report, "p")
+
+
+def test_outcomes_from_trials_pairs_by_record_whatever_the_order():
+    from evaluation.gates import outcomes_from_trials
+    from tests.helpers_gates import better, champion, make_tasks, outcomes, scripted_trials
+
+    cal, sha = make_tasks("cal", 60), make_tasks("shadow", 80)
+    cand, base = outcomes_from_trials(scripted_trials(better, cal), scripted_trials(champion, cal)[::-1],
+                                      scripted_trials(better, sha)[::-1], scripted_trials(champion, sha))
+    expected_c, expected_b = outcomes(better, cal, sha), outcomes(champion, cal, sha)
+    order_cal = sorted(range(len(cal)), key=lambda i: cal[i].task_id)
+    order_sha = sorted(range(len(sha)), key=lambda i: sha[i].task_id)
+    assert list(cand.calibration_success) == [expected_c.calibration_success[i] for i in order_cal]
+    assert list(base.calibration_success) == [expected_b.calibration_success[i] for i in order_cal]
+    assert list(base.shadow_success) == [expected_b.shadow_success[i] for i in order_sha]
+    assert cand.tool_distribution == pytest.approx(expected_c.tool_distribution)
+    with pytest.raises(ValueError, match="do not pair"):
+        outcomes_from_trials(scripted_trials(better, cal[:-1]), scripted_trials(champion, cal),
+                             scripted_trials(better, sha), scripted_trials(champion, sha))
