@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from training.agents import ModelPolicy, ScriptedAgent, run_policy, validate_mistake_rates
-from training.rewards import outcome_of, verified_success
+from training.rewards import outcome_of
 from training.scenarios import DEFAULT_INTENT_MIX, Scenario, ScenarioSampler, sample_scenario, validate_intent_mix
 from training.world import load_world, validate_world
 from training.worldgen import generate_world
