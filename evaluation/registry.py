@@ -52,20 +52,32 @@ class RegistryError(RuntimeError):
     """
 
     def __init__(self, step: str, uri: str, cause: BaseException | str):
-        super().__init__(f"MLflow registry at {uri} failed during '{step}': {cause}. "
-                         "Re-run to retry: registration is idempotent per week.")
+        super().__init__(self._message(step, uri, cause))
         self.step, self.uri, self.cause = step, uri, cause
 
+    @staticmethod
+    def _message(step: str, uri: str, cause: BaseException | str) -> str:
+        return (f"MLflow registry at {uri} failed during '{step}': {cause}. "
+                "Re-run to retry: registration is idempotent per week.")
 
-class NotPromotableError(RegistryError):
+
+class _Refusal(RegistryError):
+    """A rule said no (nothing failed); the message is the rule, not a retry hint."""
+
+    @staticmethod
+    def _message(step: str, uri: str, cause: BaseException | str) -> str:
+        return f"{step} ({uri}): {cause}"
+
+
+class NotPromotableError(_Refusal):
     """The gate report does not say 'promote'."""
 
 
-class StaleCandidateError(RegistryError):
+class StaleCandidateError(_Refusal):
     """The champion already comes from a later week; an older week must not replace it."""
 
 
-class NoPreviousChampionError(RegistryError):
+class NoPreviousChampionError(_Refusal):
     """Rollback requested but no `previous_champion` alias exists."""
 
 
@@ -227,7 +239,7 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str)
         with mlflow_step(uri, "read champion"):
             champion_week = client.get_model_version(name, str(current)).tags.get(WEEK_TAG)
         if champion_week and _week_order(champion_week, week) == 1:
-            raise StaleCandidateError("check week order", uri,
+            raise StaleCandidateError("stale candidate", uri,
                                       f"champion v{current} is from week {champion_week}, later than {week}")
         with mlflow_step(uri, f"set alias {PREVIOUS}"):
             client.set_registered_model_alias(name, PREVIOUS, str(current))
@@ -254,7 +266,7 @@ def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, line
     """
     report = gate_report if isinstance(gate_report, GateReport) else GateReport.from_dict(gate_report)
     if report.decision != "promote":
-        raise NotPromotableError("check gates", tracking_uri, f"gate decision is {report.decision!r}, not 'promote'")
+        raise NotPromotableError("not promotable", tracking_uri, f"gate decision is {report.decision!r}, not 'promote'")
     _check_names(week, name)
     path = check_model_dir(model_dir)
     client = mlflow_client(tracking_uri)
@@ -334,7 +346,7 @@ def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResul
     client = mlflow_client(tracking_uri)
     aliases = _aliases(client, name, tracking_uri) or {}
     if PREVIOUS not in aliases:
-        raise NoPreviousChampionError("read aliases", tracking_uri, f"model {name!r} has no {PREVIOUS} alias")
+        raise NoPreviousChampionError("nothing to roll back to", tracking_uri, f"model {name!r} has no {PREVIOUS} alias")
     target, current = int(aliases[PREVIOUS]), aliases.get(CHAMPION)
     with mlflow_step(tracking_uri, f"set alias {CHAMPION}"):
         if current is None or int(current) != target:
