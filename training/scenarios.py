@@ -30,9 +30,9 @@ PERSONA_MIX: dict[str, float] = {"polite": 0.4, "angry": 0.15, "confused": 0.15,
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 # Requests outside the tools: a person must handle them.
 OUT_OF_SCOPE = (
-    "change the email address on my account", "dispute a charge on my credit card",
-    "get a price match on something I bought last week", "complain about the delivery driver",
-    "close my account", "ask for compensation for a late delivery",
+    "change the email address on your account", "dispute a charge on your credit card statement",
+    "get a price match on something you bought last week", "complain about the delivery driver",
+    "close your account", "ask for compensation for a late delivery",
 )
 _MAX_TRIES = 40
 
@@ -137,7 +137,8 @@ class ScenarioSampler:
         if intent == "other":
             user_id = rng.choice(self.users)
             request = rng.choice(OUT_OF_SCOPE)
-            summary = f"Customer {user_id} wants to {request}; this is outside what the tools can do."
+            summary = f"Customer {user_id} wants to {request.replace('your', 'their').replace('you', 'they')}; " \
+                "this is outside what the tools can do."
             return user_id, None, [{"name": "transfer_to_human_agents", "arguments": {"summary": summary}}], \
                 [], {"request": request}
         status = {"order_status": None, "return_items": "delivered", "exchange_items": "delivered"}.get(intent, "pending")
