@@ -84,14 +84,16 @@ def interaction_window(context: dg.AssetExecutionContext, config: WindowConfig, 
     with store.connect(h) as con:
         info = cut_window(con, week_end(context.partition_key), size=config.size)
         frame = window_frame(con, info.week)
-    report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows)
+    report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows,
+                             name=info.week)
     yield from _window_checks(report, info, raw_interactions, config)
     yield dg.MaterializeResult(
         value={"week": info.week, "rows": info.rows, "content_hash": info.content_hash,
-               "validation_success": report.success, "validation_path": str(report.json_path)},
+               "validation_success": report.success, "validation_path": str(report.results_path),
+               "failed_expectations": list(report.failed)},
         metadata={
             "rows": info.rows, "content_hash": info.content_hash,
-            "ended_at_min": str(info.ended_min), "ended_at_max": str(info.ended_max),
+            "iso_week": info.week, "ended_at_min": str(info.ended_at_min), "ended_at_max": str(info.ended_at_max),
             "outcome_mix": dg.MetadataValue.json(info.outcome_mix),
             "intent_mix": dg.MetadataValue.json(info.intent_mix),
             "validation_success": report.success,
@@ -137,12 +139,14 @@ def _window_checks(report, info, ingest: dict, config: WindowConfig):
 def window_splits(context: dg.AssetExecutionContext, config: SplitConfig, interaction_window: dict,
                   home: HomeResource, store: DuckDBStore):
     """Train / calibration / shadow by a stable hash of customer_id; held-out customers never train."""
-    from dataplane.splits import overlapping_customers, store_splits
+    from dataplane.splits import customers_in_several_splits, split_counts, split_window
+    from dataplane.window import window_records
 
     fractions = (config.train, config.calibration, config.shadow)
-    with store.connect(home.home) as con:
-        counts = store_splits(con, interaction_window["week"], fractions)
-        overlap = overlapping_customers(con)
+    with store.connect(home.home, read_only=True) as con:
+        splits = split_window(window_records(con, interaction_window["week"]), fractions)
+    counts = split_counts(splits)
+    overlap = customers_in_several_splits(splits)
     yield dg.AssetCheckResult(
         check_name="no_customer_in_two_splits", passed=not overlap,
         metadata={"customers_in_two_splits": len(overlap), "sample": dg.MetadataValue.json(sorted(overlap)[:5])},
@@ -150,5 +154,5 @@ def window_splits(context: dg.AssetExecutionContext, config: SplitConfig, intera
     yield dg.MaterializeResult(
         value={"week": interaction_window["week"], "counts": counts, "fractions": list(fractions),
                "window_hash": interaction_window["content_hash"]},
-        metadata={f"{name}_rows": n for name, n in counts.items()},
+        metadata=dict(counts),
     )

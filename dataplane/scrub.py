@@ -17,8 +17,9 @@ from typing import Any
 _LEFT = r"(?<![\w#])"
 _RIGHT = r"(?![\w])"
 
+# The fraction digits of an unrounded amount (20.44999999999999) are not a card number.
 _CARD_RE = re.compile(
-    _LEFT + r"(?:"
+    _LEFT + r"(?<!\d\.)(?:"
     r"\d{13,19}"
     r"|\d{4}(?P<s1>[ -])\d{4}(?P=s1)\d{4}(?P=s1)\d{1,7}"
     r"|\d{4}(?P<s2>[ -])\d{6}(?P=s2)\d{4,5}"

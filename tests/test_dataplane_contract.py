@@ -127,6 +127,8 @@ WORLD_IDS = [
     "tracking 674931187716", "pay with credit_card_4190576 or gift_card_1725971", "zip 19031",
     "total $982.03 then 158.90", "user noah_brown_6181", "4111 1111 1111 1112 fails Luhn",
     "product 1075968781 item 9624127908 zip 19031",
+    # an unrounded amount from a tool result whose fraction digits happen to pass Luhn
+    '{"amount": 20.44999999999999, "transaction_type": "refund"}',
 ]
 
 
