@@ -19,6 +19,7 @@ from evaluation.replay import (
 )
 from tests.helpers_traffic import generated_world, read_records
 from training.agents import EXPERT_RATES
+from training.traffic import record_outcome
 from training.environment import RetailEnvironment
 from training.episode import MESSAGE_TOOL, WRITE_TOOLS
 from training.rewards import outcome_of, total_reward, verified_success
@@ -57,7 +58,7 @@ def test_replay_reproduces_every_recorded_tool_result_and_outcome(traffic):
         replayed = replay_record(record)
         assert replayed.divergences == [], record["interaction_id"]
         assert replayed.unanswered_calls == 0
-        assert outcome_of(replayed.episode) == record["outcome"], record["interaction_id"]
+        assert record_outcome(replayed.episode) == record["outcome"], record["interaction_id"]
         assert len(replayed.episode.actions) == record["actions_taken"]
         assert replayed.episode.sentiment_delta == record["customer_sentiment_delta"]
         assert replayed.episode.user_id == record["customer_id"]

@@ -198,7 +198,10 @@ def test_human_labels_follow_the_outcome_with_rater_noise(tmp_path, flip):
     labelled = [r for r in read_records(day_files(tmp_path)) if r["human_label"] is not None]
     assert 20 < len(labelled) < 60
     for record in labelled:
-        agrees = record["human_label"]["task_success"] == (record["outcome"] == "completed")
+        # A necessary transfer is the task done right: the record says escalated, the rater says success.
+        succeeded = record["outcome"] == "completed" or (
+            record["outcome"] == "escalated" and record["escalation_was_necessary"] is True)
+        agrees = record["human_label"]["task_success"] == succeeded
         assert agrees == (flip == 0.0)
         assert record["human_label"]["labeled_at"] > record["ended_at"]
 

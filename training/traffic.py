@@ -151,15 +151,27 @@ def _timestamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S+00:00")
 
 
+def record_outcome(episode: Any) -> str:
+    """The contract's `outcome` of a conversation: what happened operationally.
+
+    A transfer is an escalation even when it was the right call (the record's
+    `escalation_was_necessary` says so); otherwise completed means verified success.
+    """
+    if episode.transferred:
+        return "escalated"
+    return "completed" if outcome_of(episode) == "completed" else "failed"
+
+
 def _record(scenario: Scenario, conv: Any, rng: random.Random, interaction_id: str, started: datetime,
             policy_version: str, verified_share: float, label_share: float, flip_rate: float) -> dict[str, Any]:
     episode = conv.episode
-    outcome = outcome_of(episode)
+    success = outcome_of(episode) == "completed"
+    outcome = record_outcome(episode)
     # Roughly half a minute per turn of the transcript, with jitter.
     ended = started + timedelta(seconds=20 + 12 * len(conv.messages) + rng.randrange(60))
     human_label = None
     if rng.random() < label_share:
-        judged = outcome == "completed"
+        judged = success
         human_label = {"task_success": (not judged) if rng.random() < flip_rate else judged,
                        "rater": rng.choice(_RATERS),
                        "labeled_at": _timestamp(ended + timedelta(minutes=rng.randrange(5, 240)))}
