@@ -35,7 +35,7 @@ from evaluation.gates import GateReport
 from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, mlflow_client, mlflow_step
 
 _KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
-WEEK_TAG, ROLE_TAG = "retrain_week", "retrain_role"
+WEEK_TAG, ROLE_TAG, DAGSTER_RUN_TAG = "retrain_week", "retrain_role", "dagster_run_id"
 
 
 class PIILeakError(ValueError):
@@ -190,18 +190,47 @@ def _window_input(run: WeekRun) -> DatasetInput:
     return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "window")])
 
 
+def open_week_run(tracking_uri: str, week: str, dagster_run_id: str, *,
+                  experiment_name: str = DEFAULT_EXPERIMENT, artifact_location: str | None = None,
+                  tags: Mapping[str, str] | None = None) -> str:
+    """The MLflow run of one Dagster run of `week`: found by its tags, else created (RUNNING).
+
+    Training logs its curve into it and the evaluation assets finish it with `log_week_run`, so a
+    week's training and evaluation numbers sit in one run; a retry of the same Dagster run finds
+    the same MLflow run instead of starting another.
+    """
+    metric_key(week)
+    metric_key(dagster_run_id)
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "open week run"):
+        exp = ensure_experiment(client, experiment_name, artifact_location)
+        found = client.search_runs(
+            [exp], f"tags.{WEEK_TAG} = '{week}' and tags.{DAGSTER_RUN_TAG} = '{dagster_run_id}'",
+            order_by=["attributes.start_time DESC"], max_results=1)
+        if found:
+            return found[0].info.run_id
+        all_tags = {WEEK_TAG: week, DAGSTER_RUN_TAG: dagster_run_id, ROLE_TAG: "evaluation", **(tags or {})}
+        return client.create_run(exp, tags=all_tags, run_name=f"week-{week}").info.run_id
+
+
 def log_week_run(tracking_uri: str, run: WeekRun, *, experiment_name: str = DEFAULT_EXPERIMENT,
-                 artifact_location: str | None = None) -> str:
+                 artifact_location: str | None = None, run_id: str | None = None) -> str:
     """Log the week's run and return its id. The run ends FAILED (and the error propagates) if
-    anything cannot be logged, so a half-logged run is never mistaken for a complete one."""
+    anything cannot be logged, so a half-logged run is never mistaken for a complete one.
+
+    With `run_id` (from `open_week_run`) the numbers go into that run; otherwise a new one."""
     samples = scrubbed_samples(run.samples)  # before anything is written
     client = mlflow_client(tracking_uri)
+    tags = {WEEK_TAG: run.week, ROLE_TAG: "evaluation", "window_hash": run.window_hash,
+            "gate_decision": run.gate_report.decision, "baseline_kind": run.gate_report.baseline_kind,
+            "gate_report_digest": run.gate_report.digest(), **run.tags}
     with mlflow_step(tracking_uri, "create run"):
-        exp = ensure_experiment(client, experiment_name, artifact_location)
-        tags = {WEEK_TAG: run.week, ROLE_TAG: "evaluation", "window_hash": run.window_hash,
-                "gate_decision": run.gate_report.decision, "baseline_kind": run.gate_report.baseline_kind,
-                "gate_report_digest": run.gate_report.digest(), **run.tags}
-        run_id = client.create_run(exp, tags=tags, run_name=f"week-{run.week}").info.run_id
+        if run_id is None:
+            exp = ensure_experiment(client, experiment_name, artifact_location)
+            run_id = client.create_run(exp, tags=tags, run_name=f"week-{run.week}").info.run_id
+        else:
+            for key, value in tags.items():
+                client.set_tag(run_id, key, value)
     try:
         with mlflow_step(tracking_uri, "log run"):
             params = [Param(k, v[:6000]) for k, v in sorted(_flat_params(run.params).items())]

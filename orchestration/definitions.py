@@ -1,16 +1,18 @@
 """The Dagster definitions: assembly only (assets, checks, job, schedule, sensors, resources)."""
-from __future__ import annotations
-
 import dagster as dg
 
-from assets import data
+from assets import data, evaluation, registry, training
 from orchestration.jobs import weekly_retrain, weekly_retrain_schedule
 from orchestration.resources import default_resources
+from orchestration.sensors import champion_health, retrain_failure_incident
+
+_modules = [data, training, evaluation, registry]
 
 defs = dg.Definitions(
-    assets=dg.load_assets_from_modules([data]),
-    asset_checks=dg.load_asset_checks_from_modules([data]),
+    assets=dg.load_assets_from_modules(_modules),
+    asset_checks=dg.load_asset_checks_from_modules(_modules),
     jobs=[weekly_retrain],
     schedules=[weekly_retrain_schedule],
+    sensors=[retrain_failure_incident, champion_health],
     resources=default_resources(),
 )

@@ -58,6 +58,14 @@ class MLflowTracking(dg.ConfigurableResource):
     def uri(self, home: Home) -> str:
         return self.tracking_uri or home.mlflow_uri
 
+    def run_url(self, home: Home, run_id: str) -> str:
+        """Where a person opens this MLflow run (`mlflow ui` on the embedded store by default)."""
+        from evaluation.registry import mlflow_client
+
+        experiment = mlflow_client(self.uri(home)).get_run(run_id).info.experiment_id
+        base = (self.ui_url or "http://127.0.0.1:5000").rstrip("/")
+        return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+
 
 def default_resources() -> dict:
     return {

@@ -1,0 +1,164 @@
+"""Training assets: the policy to start from, and its GRPO update run out of process."""
+# No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
+import json
+import math
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from assets.weekdata import train_records, week_dir
+from orchestration.partitions import weekly_partitions
+from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
+
+
+class PolicyConfig(dg.Config):
+    """Where the week's policy starts: the champion, else the base model (tiny and local by default)."""
+
+    base_model: str = ""  # a local folder (or a hub id, with network); empty: build the tiny model
+    use_champion: bool = True
+    sft_warm_start: bool = True  # a real instruct model may skip it
+    sft_steps: int = 300
+    sft_batch_size: int = 16
+    probe_prompts: int = 8
+    min_tool_call_rate: float = 0.5
+
+
+class GRPOTrainingConfig(dg.Config):
+    """The knobs of a GRPO update; any other TRL GRPOConfig field goes in `grpo_overrides_json`."""
+
+    max_steps: int = 20
+    num_generations: int = 4
+    per_device_train_batch_size: int = 4
+    max_completion_length: int = 256
+    learning_rate: float = 1e-4
+    beta: float = 0.0
+    loss_type: str = "dapo"
+    max_tool_calling_iterations: int = 4
+    temperature: float = 1.0
+    save_steps: int = 10
+    seed: int = 0
+    levels: dict[str, float] = {"1": 1.0}
+    dataset_size: int = 64
+    reward_weights: dict[str, float] = {}
+    profile: str = "cpu"
+    grpo_overrides_json: str = "{}"
+
+
+def _probe_tool_calls(model_path: str, records: list[dict], n: int) -> float:
+    """Share of greedy first turns that parse as a tool call with a known tool name."""
+    from evaluation.policy import HFPolicy
+    from training.environment import TOOL_NAMES
+    from training.prompting import initial_messages
+
+    prompts = [initial_messages(r) for r in records[:n]]
+    if not prompts:
+        return 0.0
+    replies = HFPolicy(model_path, max_new_tokens=96).act(prompts)
+    good = sum(1 for m in replies if any(c["name"] in TOOL_NAMES for c in m.get("tool_calls", [])))
+    return good / len(prompts)
+
+
+@dg.asset(
+    group_name="training", kinds={"pytorch", "mlflow"}, partitions_def=weekly_partitions,
+    check_specs=[dg.AssetCheckSpec("policy_emits_tool_calls", asset="policy_base", blocking=True)],
+)
+def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_splits: dict,
+                home: HomeResource, store: DuckDBStore, mlflow: MLflowTracking):
+    """The model this week starts from: the MLflow champion, else the (warm-started) base model."""
+    from evaluation.registry import champion_info, download_champion
+    from training.bootstrap import ensure_base_policy
+    from training.sft import SFTSettings, warm_start
+
+    h = home.home
+    train = train_records(h, store, window_splits)
+    champion = champion_info(mlflow.uri(h), mlflow.model_name) if config.use_champion else None
+    if champion is not None:
+        target = h.models / f"champion-v{champion.version}"
+        if not (target / "config.json").exists():
+            path = download_champion(mlflow.uri(h), target, mlflow.model_name)
+            context.log.info(f"downloaded champion v{champion.version} to {path}")
+        path = next(p.parent for p in target.rglob("config.json"))
+        source, sft = "champion", None
+    else:
+        path = Path(config.base_model) if config.base_model else ensure_base_policy(h.models, train)
+        source, sft = "base_model", None
+        if config.sft_warm_start:
+            warm = h.models / "base-sft"
+            if not (warm / "config.json").exists():
+                context.log.info(f"SFT warm start of {path} on {len(train)} train-split records")
+                sft = warm_start(path, train, warm, SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size))
+            path = warm
+    rate = _probe_tool_calls(str(path), [r for r in train if r.get("gold")], config.probe_prompts)
+    yield dg.AssetCheckResult(
+        check_name="policy_emits_tool_calls", passed=rate >= config.min_tool_call_rate,
+        metadata={"tool_call_rate": rate, "threshold": config.min_tool_call_rate, "model_path": str(path)},
+    )
+    value = {"path": str(path), "source": source, "champion_version": champion.version if champion else None}
+    metadata = {"source": source, "model_path": dg.MetadataValue.path(str(path)), "tool_call_rate": rate}
+    if champion is not None:
+        metadata["champion_version"] = champion.version
+    if sft is not None:
+        metadata.update({"sft_trajectories": sft["trajectories"], "sft_train_loss": sft["train_loss"]})
+    yield dg.MaterializeResult(value=value, metadata=metadata)
+
+
+def _reward_curve(out_dir: Path) -> list[float]:
+    """Per-step mean reward from the trainer's logs (trainer_state.json of the final checkpoint)."""
+    curve = []
+    for state in sorted(out_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])):
+        curve = [entry["reward"] for entry in json.loads(state.read_text()).get("log_history", []) if "reward" in entry]
+    result = json.loads((out_dir / "result.json").read_text())
+    return result.get("reward_curve") or curve
+
+
+@dg.asset(
+    group_name="training", kinds={"pytorch", "mlflow"}, partitions_def=weekly_partitions, pool="retrain",
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=10),
+    check_specs=[dg.AssetCheckSpec(name, asset="grpo_candidate", blocking=True)
+                 for name in ("finite_loss", "weights_changed", "reward_curve_logged")],
+)
+def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig, policy_base: dict,
+                   window_splits: dict, home: HomeResource, store: DuckDBStore, mlflow: MLflowTracking,
+                   pipes_subprocess_client: dg.PipesSubprocessClient):
+    """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
+    from evaluation.run_log import open_week_run
+    from training.checkpoints import weights_digest
+
+    h = home.home
+    out = week_dir(h, context.partition_key)
+    records_path = out / "train_records.jsonl"
+    with records_path.open("w") as handle:
+        for record in train_records(h, store, window_splits):
+            handle.write(json.dumps(record) + "\n")
+    run_id = open_week_run(mlflow.uri(h), context.partition_key, context.run_id,
+                           artifact_location=h.mlflow_artifacts.as_uri())
+    run_config = {
+        "model_path": policy_base["path"], "output_dir": str(out / "grpo"), "records_path": str(records_path),
+        "mlflow_tracking_uri": mlflow.uri(h), "mlflow_run_id": run_id,
+        **{k: v for k, v in config.model_dump().items() if k != "grpo_overrides_json"},
+        "grpo_overrides": json.loads(config.grpo_overrides_json),
+    }
+    config_path = out / "grpo_config.json"
+    config_path.write_text(json.dumps(run_config, indent=2, sort_keys=True))
+    pipes_subprocess_client.run(
+        command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)], context=context,
+        env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )
+    result = json.loads((out / "grpo" / "result.json").read_text())
+    curve = _reward_curve(out / "grpo")
+    loss = float(result.get("train_loss", float("nan")))
+    changed = weights_digest(result["model_path"]) != weights_digest(policy_base["path"])
+    yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
+    yield dg.AssetCheckResult(check_name="weights_changed", passed=changed,
+                              metadata={"base": policy_base["path"], "candidate": result["model_path"]})
+    yield dg.AssetCheckResult(check_name="reward_curve_logged", passed=len(curve) > 0 and all(map(math.isfinite, curve)),
+                              metadata={"points": len(curve)})
+    yield dg.MaterializeResult(
+        value={"path": result["model_path"], "mlflow_run_id": run_id, "reward_curve": curve,
+               "final_step": result["final_step"], "level_mix": result.get("level_mix")},
+        metadata={"model_path": dg.MetadataValue.path(result["model_path"]), "final_step": result["final_step"],
+                  "resumed_from_step": result.get("resumed_from_step", 0), "train_loss": loss,
+                  "reward_first": curve[0] if curve else None, "reward_last": curve[-1] if curve else None,
+                  "mlflow_run_id": run_id, "seconds": result.get("seconds")},
+    )

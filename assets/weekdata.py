@@ -1,0 +1,29 @@
+"""Reading a week's window and splits back from DuckDB (shared by the asset modules).
+
+Splits are not stored: they are a pure function of `customer_id` (dataplane.splits), so every
+asset recomputes the same split from the stored window instead of trusting a copy.
+"""
+from pathlib import Path
+
+from dataplane.home import Home
+from orchestration.resources import DuckDBStore
+
+
+def week_dir(home: Home, partition_key: str) -> Path:
+    path = home.inside(f"runs/{partition_key}")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def split_records(home: Home, store: DuckDBStore, window_splits: dict) -> dict[str, list[dict]]:
+    from dataplane.splits import split_window
+    from dataplane.window import window_records
+
+    with store.connect(home, read_only=True) as con:
+        records = window_records(con, window_splits["week"])
+    return split_window(records, tuple(window_splits["fractions"]))
+
+
+def train_records(home: Home, store: DuckDBStore, window_splits: dict) -> list[dict]:
+    """Train-split records that carry gold: the only interactions that become training tasks."""
+    return [r for r in split_records(home, store, window_splits)["train"] if r.get("gold")]
