@@ -220,6 +220,17 @@ def test_compact_results_are_short_but_state_semantics_identical():
     assert full.state == short.state
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_injected_outage_fails_one_early_system_call_and_changes_nothing(seed):
+    env = fresh_env(inject_tool_errors=True, seed=seed)
+    env.think(thought="exempt")
+    results = [env.cancel_pending_order(order_id="#W1", reason="no longer needed") for _ in range(3)]
+    outages = [r for r in results if r == "Error: the retail system timed out; please try again"]
+    assert len(outages) == 1 and json.loads(next(r for r in results if not r.startswith("Error:")))
+    assert order_of(env, "#W1")["status"] == "cancelled" and balance(env) == 80.0  # refunded exactly once
+    assert not fresh_env(seed=seed).get_order_details(order_id="#W1").startswith("Error:")
+
+
 # ---- conversation: transfer, customer, episode, reward ----
 def test_transfer_ends_the_episode():
     env = fresh_env()

@@ -4,6 +4,8 @@ Public methods are exactly the agent's tools plus `reset` and `get_reward`, beca
 GRPOTrainer (`environment_factory=RetailEnvironment`) turns every other public function of the
 class into a tool. Tool semantics and error strings follow the tau-bench retail reference
 (DESIGN section 4); the fidelity tests replay the 500 reference tasks against it.
+With `compact=True` at reset, records in tool results (reads and the record a write returns)
+come in a short form for the curriculum's first level; the state itself is the same.
 
     >>> env = RetailEnvironment()
     >>> env.reset(initial_state={"users": {}, "orders": {}, "products": {}})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,6 +21,9 @@ from training.tool_args import ArgumentError, ParamSpec, check_arguments, param_
 from training.world import COLLECTIONS, copy_json, validate_world
 
 TRANSFERRED_ERROR = "Error: the conversation was transferred to a human agent; no further tool calls"
+INJECTED_ERROR = "Error: the retail system timed out; please try again"
+# Calls that can suffer an injected outage: the ones that reach the (imagined) order system.
+_OUTAGE_EXEMPT = frozenset({"think", "calculate", "send_message_to_customer", "transfer_to_human_agents"})
 
 
 class EnvironmentSetupError(ValueError):
@@ -83,6 +87,8 @@ class EnvironmentCore:
         self._target: str | None = None
         self._simulator: Any = None
         self._owned: set[tuple[str, str]] | None = None  # copy-on-write bookkeeping, None = all owned
+        self._outage_at: int | None = None  # which system call fails, when errors are injected
+        self._system_calls = 0
 
     def reset(self, **row: Any) -> None:
         """Start a new conversation from one dataset row (TRL passes the whole row).
@@ -91,6 +97,9 @@ class EnvironmentCore:
         `escalation_was_necessary`, `compact`, `simulator` (a ready CustomerSimulator) and
         `customer_id` / `user_id`; every other key (`prompt`, ...) is ignored. The state is
         deep-copied, so the row is never modified. Returns None: the prompt stays as it is.
+        `inject_tool_errors` (curriculum level 3) makes one of the first three calls that reach
+        the order system, chosen by `seed`, fail with a retryable Error and change nothing, so
+        the policy learns to recover.
         """
         state = _as_object(row.get("initial_state"), "initial_state")
         if state is None:
@@ -99,6 +108,9 @@ class EnvironmentCore:
         self._gold = copy_json(_as_object(row.get("gold"), "gold"))
         self._escalation = row.get("escalation_was_necessary")
         self._compact = bool(row.get("compact", False))
+        if row.get("inject_tool_errors"):
+            # a private generator: the global one belongs to the trainer
+            self._outage_at = random.Random(int(row.get("seed") or 0)).randint(1, 3)
         target = row.get("customer_id", row.get("user_id"))
         self._target = target if isinstance(target, str) else None
         self._simulator = row.get("simulator")
@@ -130,6 +142,7 @@ class EnvironmentCore:
         self._transferred = False
         self._gold, self._escalation, self._target, self._simulator = None, None, None, None
         self._compact = False
+        self._outage_at, self._system_calls = None, 0
 
     def get_reward(self) -> float:
         """The episode's total reward (training.rewards), read from state and audit log only."""
@@ -199,6 +212,10 @@ class EnvironmentCore:
             return self._refuse(name, preview(arguments), f"Error: {exc}")
         if self._transferred:
             return self._refuse(name, clean, TRANSFERRED_ERROR)
+        if self._outage_at is not None and name not in _OUTAGE_EXEMPT:
+            self._system_calls += 1
+            if self._system_calls == self._outage_at:
+                return self._refuse(name, clean, INJECTED_ERROR)
         before = self._snapshot(clean) if info.writes else None
         result = info.fn(self, **clean)
         error = result.startswith("Error:")
