@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers_environment import FakeCustomer, fresh_env, tiny_world
-from training.environment import TOOL_NAMES, EnvironmentSetupError, RetailEnvironment, call_tool, replay_actions
+from training.environment import TOOL_NAMES, EnvironmentSetupError, RetailEnvironment, call_tool
 from training.episode import WRITE_TOOLS, Episode
-from training.world import WorldError, load_world, touched_subset
+from training.world import WorldError, touched_subset
 
 
 def order_of(env, order_id):
@@ -300,33 +300,3 @@ def test_get_reward_is_the_rewards_total():
     env.get_order_details(order_id="#W4")
     env.cancel_pending_order(order_id="#W4", reason="no longer needed")
     assert env.get_reward() == total_reward(env.episode) and env.get_reward() > before
-
-
-# ---- replay and world helpers ----
-@pytest.mark.parametrize("share", [False, True])
-def test_replay_never_mutates_its_input(share):
-    world = tiny_world()
-    actions = [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
-               {"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
-               {"name": "no_such_tool", "arguments": {}}]
-    final, errors = replay_actions(world, actions, share_unchanged=share)
-    assert world == tiny_world() and final["orders"]["#W1"]["status"] == "cancelled"
-    assert errors == ["Error: non-pending order cannot be cancelled", "Error: unknown tool 'no_such_tool'"]
-    assert final["users"]["ann_lee_1"] is not world["users"]["ann_lee_1"]
-
-
-def test_touched_subset_holds_user_orders_and_products_deep_copied():
-    world = tiny_world()
-    subset = touched_subset(world, "bob_kim_2", [{"name": "x", "arguments": {"new_item_ids": ["I2"]}}])
-    assert list(subset["users"]) == ["bob_kim_2"] and list(subset["orders"]) == ["#W4"]
-    assert list(subset["products"]) == ["P1", "P2"]  # P2 from the order, P1 from the new item id
-    subset["orders"]["#W4"]["status"] = "cancelled"
-    assert world == tiny_world() and touched_subset(world, "bob_kim_2") == touched_subset(world, "bob_kim_2")
-    with pytest.raises(WorldError):
-        touched_subset(world, "nobody")
-
-
-def test_load_world_reads_the_three_files(tmp_path, world_dir):
-    assert set(load_world(world_dir)) == {"users", "orders", "products"}
-    with pytest.raises(WorldError, match="missing_file"):
-        load_world(tmp_path)

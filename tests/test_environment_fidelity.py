@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.helpers_environment import tiny_world
 from training.environment import RetailEnvironment, call_tool, replay_actions
 from training.episode import WRITE_TOOLS
-from training.world import COLLECTIONS, load_world, touched_subset
+from training.world import COLLECTIONS, WorldError, load_world, touched_subset
 
 REFERENCE_TASKS = 500
 
@@ -82,3 +83,33 @@ def test_audit_log_of_gold_replay_marks_writes_as_changes(world, reference_tasks
         assert [e.result for e in log if e.error] == task["gold_action_errors"]
         assert all(e.changed == (not e.error) for e in log if e.tool in WRITE_TOOLS), task["task_id"]
         assert env.episode.user_id == task["user_id"]
+
+
+# ---- replay and world helpers ----
+@pytest.mark.parametrize("share", [False, True])
+def test_replay_never_mutates_its_input(share):
+    world = tiny_world()
+    actions = [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
+               {"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
+               {"name": "no_such_tool", "arguments": {}}]
+    final, errors = replay_actions(world, actions, share_unchanged=share)
+    assert world == tiny_world() and final["orders"]["#W1"]["status"] == "cancelled"
+    assert errors == ["Error: non-pending order cannot be cancelled", "Error: unknown tool 'no_such_tool'"]
+    assert final["users"]["ann_lee_1"] is not world["users"]["ann_lee_1"]
+
+
+def test_touched_subset_holds_user_orders_and_products_deep_copied():
+    world = tiny_world()
+    subset = touched_subset(world, "bob_kim_2", [{"name": "x", "arguments": {"new_item_ids": ["I2"]}}])
+    assert list(subset["users"]) == ["bob_kim_2"] and list(subset["orders"]) == ["#W4"]
+    assert list(subset["products"]) == ["P1", "P2"]  # P2 from the order, P1 from the new item id
+    subset["orders"]["#W4"]["status"] = "cancelled"
+    assert world == tiny_world() and touched_subset(world, "bob_kim_2") == touched_subset(world, "bob_kim_2")
+    with pytest.raises(WorldError):
+        touched_subset(world, "nobody")
+
+
+def test_load_world_reads_the_three_files(tmp_path, world_dir):
+    assert set(load_world(world_dir)) == {"users", "orders", "products"}
+    with pytest.raises(WorldError, match="missing_file"):
+        load_world(tmp_path)
