@@ -29,6 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from evaluation.policy import HFPolicy, ScriptedPolicy  # noqa: E402
 from evaluation.rollout import run_rollouts  # noqa: E402
+from training.prompting import initial_messages  # noqa: E402
 from tests.helpers_eval import expert_policy, make_records  # noqa: E402
 
 
@@ -79,8 +80,7 @@ def main() -> None:
             print(f"built tiny policy in {build_s:.1f} s")
         hf = HFPolicy(str(path), max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     params = sum(p.numel() for p in hf.model.parameters())
-    prompt_tokens = len(hf.tokenizer(hf.render(run_rollouts.__globals__["_start"](records[0], 0, 0, False)
-                                                .conversation))["input_ids"])
+    prompt_tokens = len(hf.tokenizer(hf.render(initial_messages(records[0])))["input_ids"])
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
           f"{torch.get_num_threads()}; model {params / 1e6:.2f}M parameters; opening prompt {prompt_tokens} tokens")
 
