@@ -98,5 +98,5 @@ def tiny_spec():
     """A smaller model than the default so tests stay quick."""
     from training.bootstrap import TinyModelSpec
 
-    return TinyModelSpec(vocab_size=1200, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096)
+    return TinyModelSpec(vocab_size=6000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048)

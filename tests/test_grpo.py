@@ -125,3 +125,65 @@ def test_entry_point_exits_nonzero_with_a_clear_message(tmp_path, tiny_base):
     assert proc.returncode == 2
     assert "generations_do_not_divide_batch" in proc.stderr
     assert not (tmp_path / "o" / "result.json").exists()
+
+
+# ---------- a few real GRPO steps ----------
+
+@pytest.fixture(scope="module")
+def warm_policy(tmp_path_factory, world):
+    """Base + a short SFT, so sampled rollouts make tool calls and rewards differ within a group."""
+    from training.bootstrap import build_tiny_policy
+    from training.sft import SFTSettings, warm_start
+
+    root = tmp_path_factory.mktemp("warm")
+    records = level1_records(world, 48, seed=6)
+    base = build_tiny_policy(root / "base", records, tiny_spec())
+    warm_start(base, records, root / "sft", SFTSettings(steps=30, batch_size=8, learning_rate=3e-3, torch_threads=1))
+    return root / "sft", records
+
+
+@pytest.mark.slow
+def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, warm_policy):
+    import io
+
+    import torch
+    from mlflow.tracking import MlflowClient
+    from safetensors.torch import load_file
+
+    from training.grpo import run
+    from training.grpo_config import GRPORunConfig
+    from training.reporting import JsonLinesReporter
+
+    model_path, records = warm_policy
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("grpo-test", artifact_location=(tmp_path / "artifacts").as_uri())
+    run_id = client.create_run(experiment).info.run_id
+    config = GRPORunConfig(
+        model_path=str(model_path), output_dir=str(tmp_path / "out"), records=records, max_steps=3,
+        num_generations=4, per_device_train_batch_size=4, max_completion_length=160, learning_rate=1e-3,
+        max_tool_calling_iterations=4, save_steps=3, seed=2, mlflow_tracking_uri=uri, mlflow_run_id=run_id,
+        torch_threads=1)
+    stream = io.StringIO()
+    summary = run(config, JsonLinesReporter(stream))
+
+    before = load_file(str(model_path / "model.safetensors"))
+    after = load_file(str(tmp_path / "out" / "final" / "model.safetensors"))
+    assert before.keys() == after.keys()
+    unchanged = [name for name in before if torch.equal(before[name], after[name])]
+    assert not unchanged, f"parameters GRPO did not move: {unchanged}"
+
+    rewards = client.get_metric_history(run_id, "reward")
+    assert len(rewards) == 3 and all(math.isfinite(m.value) for m in rewards)
+    logged = set(client.get_run(run_id).data.metrics)
+    for key in ("rewards/reward_completed/mean", "rewards/reward_failed/mean", "tools/call_frequency",
+                "tools/failure_frequency", "completions/mean_length", "entropy", "step_time"):
+        assert key in logged, key
+    assert summary["final_step"] == 3 and summary["resumed_from"] is None
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["model_path"] == summary["model_path"]
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "progress"] == [1, 2, 3]
+    assert events[-1]["event"] == "final"
+    artifacts = {a.path for a in client.list_artifacts(run_id, "model")}
+    assert "model/model.safetensors" in artifacts

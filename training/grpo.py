@@ -100,6 +100,7 @@ def make_callback(reporter: Reporter, config: GRPORunConfig):
 def build_trainer(config: GRPORunConfig, reporter: Reporter):
     """`(trainer, curriculum_report)` for a validated config."""
     import torch
+    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
     from training.bootstrap import load_policy
@@ -121,6 +122,8 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
         environment_factory=training_environment_class(),
         callbacks=[callback],
     )
+    # The stock printer writes Python dicts to stdout, which would break the JSON-lines stream.
+    trainer.remove_callback(PrinterCallback)
     trainer.reporting_callback = callback
     return trainer, mix
 
@@ -129,6 +132,10 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
     """Validate, train (resuming when a checkpoint exists), save, write result.json; the summary."""
     reporter = reporter or make_reporter()
     validate(config)
+    if config.torch_threads:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
     started = time.monotonic()
     resume = last_checkpoint(config.output_dir)
     trainer, mix = build_trainer(config, reporter)
@@ -149,6 +156,7 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
             "model_path": str(final_dir),
             "resumed_from": str(resume.path) if resume else None,
             "resumed_from_step": resume.global_step if resume else 0,
+            "world_size": trainer.accelerator.num_processes,
             "train_loss": float(output.training_loss),
             "metrics": trainer.reporting_callback.last_logs,
             "level_mix": mix.to_dict(),

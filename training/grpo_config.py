@@ -55,6 +55,8 @@ class GRPORunConfig:
     profile: str = "cpu"
     use_vllm: bool = False
     use_liger: bool = False
+    # CPU threads for torch; 1 is far faster when other processes share the cores (OpenMP spin-waits).
+    torch_threads: int | None = None
     grpo_overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -1,0 +1,45 @@
+"""SFT warm start on verified trajectories: the tiny policy learns to emit parseable tool calls."""
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers_training import level1_records, tiny_spec
+
+pytestmark = pytest.mark.slow
+
+
+def test_replayed_trajectories_are_verified_and_use_environment_results(world):
+    from training.sft import replay_trajectory, sft_rows
+
+    records = level1_records(world, 6, seed=3)
+    messages = replay_trajectory(records[0])
+    assert messages[0]["role"] == "system" and messages[1]["content"] == records[0]["messages"][1]["content"]
+    tool_results = [m["content"] for m in messages if m["role"] == "tool"]
+    assert "(recorded)" not in tool_results  # the environment's results, not the recorded placeholders
+    broken = dict(records[1], gold={"actions": [{"name": "cancel_pending_order",
+                                                 "arguments": {"order_id": "#W0", "reason": "no longer needed"}}],
+                                    "outputs": []})
+    assert replay_trajectory(broken) is None  # does not verify: left out of SFT
+    assert len(sft_rows(records + [broken])) == len(records)
+
+
+def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
+    from training.bootstrap import build_tiny_policy, load_policy
+    from training.prompting import initial_messages, parse_tool_calls, tool_schemas
+    from training.sft import SFTSettings, warm_start
+
+    records = level1_records(world, 70, seed=5)
+    train, held_out = records[:60], records[60:]
+    base = build_tiny_policy(tmp_path / "base", train, tiny_spec())
+    summary = warm_start(base, train, tmp_path / "sft", SFTSettings(steps=40, batch_size=8, learning_rate=3e-3))
+    assert summary["trajectories"] == 60 and summary["train_loss"] > 0
+    model, tokenizer = load_policy(tmp_path / "sft")
+    parsed = 0
+    for record in held_out[:4]:
+        inputs = tokenizer.apply_chat_template(initial_messages(record), tools=list(tool_schemas()),
+                                               add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        output = model.generate(**inputs, max_new_tokens=60, do_sample=False)
+        text = tokenizer.decode(output[0][inputs["input_ids"].shape[1]:])
+        _, calls = parse_tool_calls(text)
+        parsed += bool(calls) and calls[0]["name"] in {s["function"]["name"] for s in tool_schemas()}
+    assert parsed >= 3
