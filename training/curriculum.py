@@ -21,7 +21,7 @@ from typing import Any
 LEVELS = (1, 2, 3, 4)
 ADVERSARIAL_PERSONAS = frozenset({"angry", "confused", "terse", "play_dumb", "dumb", "adversarial"})
 # Arguments a customer must state up front for a task to count as self-contained (level 1).
-_STATED_ARGUMENTS = ("order_id", "email", "reason")
+_STATED_ARGUMENTS = ("order_id", "email", "reason", "first_name", "last_name", "zip")
 
 
 class CurriculumError(ValueError):
@@ -70,7 +70,7 @@ def opening_text(record: Mapping[str, Any]) -> str:
 
 
 def is_self_contained(record: Mapping[str, Any]) -> bool:
-    """Whether the opening message states every order id, email and reason the gold actions use."""
+    """Whether the opening message states every order id, email, name, zip and reason the gold uses."""
     gold = _as_dict(record.get("gold")) or {}
     text = opening_text(record).lower()
     if not text:

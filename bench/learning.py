@@ -1,0 +1,161 @@
+"""Does GRPO teach the tiny policy anything? Verified success before and after, on held-out customers.
+
+Builds the tiny policy offline, SFT-warm-starts it on verified level-1 trajectories of training
+customers, measures greedy verified success on level-1 tasks of customers it never saw (fixed
+simulator seeds), runs GRPO (`training.grpo.run`, the production entry point's code path), measures
+again on the same tasks with the same seeds, and reports the paired difference with a 95% normal
+confidence interval. The measuring loop is written here on the environment itself (training must
+not import evaluation; this script keeps to the same rule so it measures what training sees).
+
+    .venv/bin/python bench/learning.py [--sft-steps 120] [--grpo-steps 60] [--eval-tasks 60]
+
+The last line printed is `success_before=<x> success_after=<y> n=<tasks> seconds=<t>`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tests.helpers_training import level1_records  # noqa: E402  (level-1 tasks from the reference world)
+
+
+def greedy_success(model_path: Path, records: list[dict], seeds: list[int], max_turns: int = 6,
+                   max_new_tokens: int = 72, batch: int = 16) -> list[int]:
+    """1/0 verified success per task: batched greedy decoding, tool calls run in the environment."""
+    import torch
+
+    from training.bootstrap import load_policy
+    from training.environment import RetailEnvironment, call_tool
+    from training.prompting import initial_messages, parse_tool_calls, tool_schemas
+    from training.rewards import verified_success
+
+    model, tokenizer = load_policy(model_path)
+    model.eval()
+    tokenizer.padding_side = "left"
+    tools = list(tool_schemas())
+    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    envs, conversations = [], []
+    for record, seed in zip(records, seeds):
+        env = RetailEnvironment()
+        env.reset(initial_state=record["initial_state"], user_scenario=record["user_scenario"],
+                  gold=record["gold"], seed=seed, compact=True)
+        envs.append(env)
+        conversations.append(initial_messages(record, seed=seed))
+    live = list(range(len(records)))
+    for _ in range(max_turns):
+        if not live:
+            break
+        still = []
+        for start in range(0, len(live), batch):
+            chunk = live[start:start + batch]
+            texts = [tokenizer.apply_chat_template(conversations[i], tools=tools, add_generation_prompt=True,
+                                                   tokenize=False) for i in chunk]
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            with torch.no_grad():
+                out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                     eos_token_id=end_id, pad_token_id=tokenizer.pad_token_id)
+            for row, i in enumerate(chunk):
+                text = tokenizer.decode(out[row][inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+                content, calls = parse_tool_calls(text)
+                message = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"] = [{"type": "function", "function": c} for c in calls]
+                conversations[i].append(message)
+                for call in calls:
+                    result = call_tool(envs[i], call["name"], call["arguments"])
+                    conversations[i].append({"role": "tool", "name": call["name"], "content": result})
+                if calls and not envs[i].done:
+                    still.append(i)
+        live = still
+    return [int(verified_success(env.episode)) for env in envs]
+
+
+def paired_ci(before: list[int], after: list[int]) -> tuple[float, float]:
+    """Mean paired difference and its 95% normal-approximation half-width."""
+    diffs = [a - b for a, b in zip(after, before)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return mean, 1.96 * math.sqrt(var / n)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-tasks", type=int, default=240)
+    parser.add_argument("--eval-tasks", type=int, default=60)
+    parser.add_argument("--sft-steps", type=int, default=120)
+    parser.add_argument("--sft-lr", type=float, default=2e-3)
+    parser.add_argument("--grpo-steps", type=int, default=60)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+
+    import torch
+
+    from dataplane.splits import split_of
+    from training.bootstrap import TinyModelSpec, build_tiny_policy
+    from training.grpo import run
+    from training.grpo_config import GRPORunConfig
+    from training.reporting import JsonLinesReporter
+    from training.sft import SFTSettings, warm_start
+    from training.world import load_world
+
+    torch.set_num_threads(args.threads)
+    started = time.monotonic()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-learning-"))
+    world = load_world(ROOT.parent / "shared" / "retail-world")
+    users = sorted(world["users"])
+    train_users = [u for u in users if split_of(u) == "train"]
+    held_users = [u for u in users if split_of(u) != "train"]  # customers never trained on
+    train = level1_records(world, args.train_tasks, seed=1, user_ids=train_users)
+    held = level1_records(world, args.eval_tasks, seed=2, user_ids=held_users)
+    assert not {r["customer_id"] for r in train} & {r["customer_id"] for r in held}
+    seeds = [1000 + i for i in range(len(held))]
+
+    spec = TinyModelSpec(hidden_size=args.hidden, intermediate_size=args.hidden * 3, num_hidden_layers=args.layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    base = build_tiny_policy(work / "base", train, spec)
+    sft = warm_start(base, train, work / "sft", SFTSettings(steps=args.sft_steps, batch_size=8,
+                                                             learning_rate=args.sft_lr, torch_threads=args.threads))
+    t_sft = time.monotonic() - started
+    before = greedy_success(work / "sft", held, seeds)
+    t_before = time.monotonic() - started
+    log = open(work / "grpo.jsonl", "w")
+    config = GRPORunConfig(
+        model_path=str(work / "sft"), output_dir=str(work / "grpo"), records=train, max_steps=args.grpo_steps,
+        num_generations=args.generations, per_device_train_batch_size=args.batch, max_completion_length=448,
+        learning_rate=args.lr, beta=0.0, temperature=args.temperature, max_tool_calling_iterations=6,
+        save_steps=max(args.grpo_steps, 1), seed=0, torch_threads=args.threads)
+    summary = run(config, JsonLinesReporter(log))
+    t_grpo = time.monotonic() - started
+    after = greedy_success(Path(summary["model_path"]), held, seeds)
+    mean, half = paired_ci(before, after)
+    seconds = time.monotonic() - started
+    print(json.dumps({"sft": sft, "sft_seconds": round(t_sft), "eval_before_seconds": round(t_before - t_sft),
+                      "grpo_seconds": round(t_grpo - t_before), "final_reward": summary["metrics"].get("reward"),
+                      "difference": mean, "ci95_half_width": half, "learned": mean > half,
+                      "workdir": str(work), "args": vars(args)}))
+    print(f"success_before={sum(before) / len(before):.3f} success_after={sum(after) / len(after):.3f} "
+          f"n={len(held)} seconds={seconds:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
