@@ -1,4 +1,11 @@
-"""The GRPO entry point under `accelerate launch --cpu --num_processes 2` (data parallel over gloo)."""
+"""The GRPO entry point under accelerate with two CPU processes (data parallel over gloo).
+
+`accelerate launch --cpu --num_processes 2` starts ONE process: with `--cpu`, accelerate 1.15 always
+takes its simple launcher, which only fans out through `mpirun` (a hostfile), so the process count is
+ignored. `--multi_gpu --num_processes 2` on a machine without GPUs goes through torchrun instead; each
+rank then sees RANK/WORLD_SIZE, and because the run config's CPU profile sets `use_cpu=True`, the
+Trainer's accelerator becomes MULTI_CPU over gloo. That is the command tested here.
+"""
 from __future__ import annotations
 
 import json
@@ -43,7 +50,7 @@ def test_two_cpu_processes_write_one_consistent_checkpoint(tmp_path, world):
         "max_tool_calling_iterations": 2, "save_steps": 2, "seed": 3, "torch_threads": 1,
     }))  # JSON is valid YAML: this also exercises the YAML reader
     launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
-    command = [launcher, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+    command = [launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "training.grpo", "--config", str(config)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
