@@ -129,21 +129,14 @@ def test_entry_point_exits_nonzero_with_a_clear_message(tmp_path, tiny_base):
 
 # ---------- a few real GRPO steps ----------
 
-@pytest.fixture(scope="module")
-def warm_policy(tmp_path_factory, world):
-    """Base + a short SFT, so sampled rollouts make tool calls and rewards differ within a group."""
-    from training.bootstrap import build_tiny_policy
-    from training.sft import SFTSettings, warm_start
-
-    root = tmp_path_factory.mktemp("warm")
-    records = level1_records(world, 48, seed=6)
-    base = build_tiny_policy(root / "base", records, tiny_spec())
-    warm_start(base, records, root / "sft", SFTSettings(steps=30, batch_size=8, learning_rate=3e-3, torch_threads=1))
-    return root / "sft", records
-
-
 @pytest.mark.slow
-def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, warm_policy):
+def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base, world):
+    """Three real GRPO steps in the environment move every weight and land every metric in MLflow.
+
+    A fresh tiny policy fails every rollout the same way, so its group advantages are all zero
+    and the policy-gradient term alone would not move anything; TRL's entropy bonus
+    (`entropy_coef`, passed through `grpo_overrides`) gives the same backward path a gradient.
+    """
     import io
 
     import torch
@@ -154,7 +147,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, warm_poli
     from training.grpo_config import GRPORunConfig
     from training.reporting import JsonLinesReporter
 
-    model_path, records = warm_policy
+    model_path, records = tiny_base, level1_records(world, 24, seed=6)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("grpo-test", artifact_location=(tmp_path / "artifacts").as_uri())
@@ -163,7 +156,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, warm_poli
         model_path=str(model_path), output_dir=str(tmp_path / "out"), records=records, max_steps=3,
         num_generations=4, per_device_train_batch_size=4, max_completion_length=160, learning_rate=1e-3,
         max_tool_calling_iterations=4, save_steps=3, seed=2, mlflow_tracking_uri=uri, mlflow_run_id=run_id,
-        torch_threads=1)
+        torch_threads=1, grpo_overrides={"entropy_coef": 0.01})
     stream = io.StringIO()
     summary = run(config, JsonLinesReporter(stream))
 
@@ -175,6 +168,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, warm_poli
 
     rewards = client.get_metric_history(run_id, "reward")
     assert len(rewards) == 3 and all(math.isfinite(m.value) for m in rewards)
+    assert [m.step for m in rewards] == [1, 2, 3]
     logged = set(client.get_run(run_id).data.metrics)
     for key in ("rewards/reward_completed/mean", "rewards/reward_failed/mean", "tools/call_frequency",
                 "tools/failure_frequency", "completions/mean_length", "entropy", "step_time"):
