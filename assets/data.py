@@ -88,8 +88,7 @@ def interaction_window(context: dg.AssetExecutionContext, config: WindowConfig, 
                              name=info.week)
     yield from _window_checks(report, info, raw_interactions, config)
     yield dg.MaterializeResult(
-        value={"week": info.week, "rows": info.rows, "content_hash": info.content_hash,
-               "validation_success": report.success, "validation_path": str(report.results_path),
+        value={**info.to_dict(), "validation_success": report.success, "validation_path": str(report.results_path),
                "failed_expectations": list(report.failed)},
         metadata={
             "rows": info.rows, "content_hash": info.content_hash,

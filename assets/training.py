@@ -103,6 +103,21 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
     yield dg.MaterializeResult(value=value, metadata=metadata)
 
 
+def weights_digest(model_dir: str) -> str:
+    """sha256 over a model folder's safetensors files: equal digests mean identical weights."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {model_dir}")
+    for path in files:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def _reward_curve(out_dir: Path) -> list[float]:
     """Per-step mean reward from the trainer's logs (trainer_state.json of the final checkpoint)."""
     curve = []
@@ -123,7 +138,6 @@ def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig
                    pipes_subprocess_client: dg.PipesSubprocessClient):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
     from evaluation.run_log import open_week_run
-    from training.checkpoints import weights_digest
 
     h = home.home
     out = week_dir(h, context.partition_key)
