@@ -2,6 +2,7 @@
 import dagster as dg
 
 from assets import data, evaluation, registry, training
+from orchestration.progress import progress_logger
 from orchestration.jobs import weekly_retrain, weekly_retrain_schedule
 from orchestration.resources import default_resources
 from orchestration.sensors import champion_health, retrain_failure_incident
@@ -15,4 +16,5 @@ defs = dg.Definitions(
     schedules=[weekly_retrain_schedule],
     sensors=[retrain_failure_incident, champion_health],
     resources=default_resources(),
+    loggers={"progress": progress_logger},
 )

@@ -68,8 +68,11 @@ def load_run_config(path: str | None) -> dict[str, Any]:
 
 
 def run_week(week: str, config_file: str | None = None, run_config: dict | None = None,
-             home: Home | None = None) -> WeekRun:
-    """Materialise every asset of `weekly_retrain` for one week, in this process."""
+             home: Home | None = None, terse: bool = True) -> WeekRun:
+    """Materialise every asset of `weekly_retrain` for one week, in this process.
+
+    `terse` swaps Dagster's debug console logger for one progress line per step (the full event
+    log is still in the instance, so the UI shows everything)."""
     import dagster as dg
 
     from orchestration.definitions import defs
@@ -77,7 +80,9 @@ def run_week(week: str, config_file: str | None = None, run_config: dict | None 
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
     prepare_dagster_home(home)
-    config = run_config or load_run_config(config_file)
+    config = dict(run_config or load_run_config(config_file))
+    if terse and "loggers" not in config:
+        config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
         job = defs.get_job_def("weekly_retrain")
         result = job.execute_in_process(partition_key=key, instance=instance, run_config=config,
