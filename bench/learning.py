@@ -101,6 +101,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--rewards", default=None,
+                        help="comma-separated reward terms for GRPO (default: every term in REWARD_TERMS)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
@@ -142,13 +144,14 @@ def main() -> int:
         model_path=str(work / "sft"), output_dir=str(work / "grpo"), records=train, max_steps=args.grpo_steps,
         num_generations=args.generations, per_device_train_batch_size=args.batch, max_completion_length=448,
         learning_rate=args.lr, beta=0.0, temperature=args.temperature, max_tool_calling_iterations=6,
-        save_steps=max(args.grpo_steps, 1), seed=0, torch_threads=args.threads)
+        save_steps=max(args.grpo_steps, 1), seed=0, torch_threads=args.threads,
+        reward_names=args.rewards.split(",") if args.rewards else None)
     summary = run(config, JsonLinesReporter(log))
     t_grpo = time.monotonic() - started
     after = greedy_success(Path(summary["model_path"]), held, seeds)
     mean, half = paired_ci(before, after)
     seconds = time.monotonic() - started
-    print(json.dumps({"sft": sft, "sft_seconds": round(t_sft), "eval_before_seconds": round(t_before - t_sft),
+    print(json.dumps({"sft": sft, "before": before, "after": after, "sft_seconds": round(t_sft), "eval_before_seconds": round(t_before - t_sft),
                       "grpo_seconds": round(t_grpo - t_before), "final_reward": summary["metrics"].get("reward"),
                       "difference": mean, "ci95_half_width": half, "learned": mean > half,
                       "workdir": str(work), "args": vars(args)}))

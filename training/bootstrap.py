@@ -23,6 +23,7 @@ MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_respo
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
+_EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
 
 
 class BootstrapError(ValueError):
@@ -99,6 +100,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000):
         # An email is its own piece, tokenised the same wherever it appears, so it can be copied from
         # the customer's message into a tool call (a merge into the text around it could not be).
         pre_tokenizers.Split(Regex(_EMAIL), behavior="isolated"),
+        # ...and its local part is spelled one character a token, like digits: a new customer's
+        # name then uses only tokens the policy has already emitted, so copying it generalises.
+        pre_tokenizers.Split(Regex(_EMAIL_LOCAL_CHAR), behavior="isolated"),
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
