@@ -181,3 +181,45 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
     assert events[-1]["event"] == "final"
     artifacts = {a.path for a in client.list_artifacts(run_id, "model")}
     assert "model/model.safetensors" in artifacts
+
+
+# ---------- reporting ----------
+
+def test_json_lines_reporter_keeps_non_finite_values_visible():
+    import io
+
+    from training.reporting import JsonLinesReporter
+
+    stream = io.StringIO()
+    reporter = JsonLinesReporter(stream)
+    reporter.metrics(3, {"loss": float("nan"), "reward": 1.5})
+    event = json.loads(stream.getvalue())
+    assert event["event"] == "metrics" and event["values"] == {"loss": "nan", "reward": 1.5}
+
+
+def test_pipes_reporter_streams_messages_when_launched_by_dagster(tmp_path):
+    """Under a Pipes context (the env vars PipesSubprocessClient sets), events become Pipes messages."""
+    import subprocess
+    import sys
+
+    from dagster_pipes import encode_param
+
+    messages = tmp_path / "messages.jsonl"
+    context = {"asset_keys": ["grpo_candidate"], "code_version_by_asset_key": None,
+               "provenance_by_asset_key": None, "partition_key": None, "partition_key_range": None,
+               "partition_time_window": None, "run_id": "r1", "job_name": None, "retry_number": 0, "extras": {}}
+    env = {**__import__("os").environ, "DAGSTER_PIPES_CONTEXT": encode_param({"data": context}),
+           "DAGSTER_PIPES_MESSAGES": encode_param({"path": str(messages)})}
+    script = ("from training.reporting import make_reporter, PipesReporter\n"
+              "r = make_reporter(); assert isinstance(r, PipesReporter)\n"
+              "r.log('hello'); r.progress(1, 2); r.metrics(1, {'reward': 0.5})\n"
+              "r.final({'final_step': 2, 'metrics': {'reward': 0.5}}); r.close()\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    sent = [json.loads(line) for line in messages.read_text().splitlines()]
+    methods = [m["method"] for m in sent]
+    assert "log" in methods and "report_asset_materialization" in methods and "closed" in methods
+    custom = [m["params"]["payload"] for m in sent if m["method"] == "report_custom_message"]
+    assert [c["kind"] for c in custom] == ["progress", "metrics", "final"]
+    materialization = next(m for m in sent if m["method"] == "report_asset_materialization")
+    assert materialization["params"]["metadata"]["final_step"]["raw_value"] == 2
