@@ -90,6 +90,26 @@ def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True) -> list
     return rows
 
 
+def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list[int]]]:
+    """`input_ids` + `assistant_masks`, rendered here rather than by SFTTrainer.
+
+    Arrow (datasets) unifies the tool calls' `arguments` dicts across rows into one struct, so a
+    `{"email": ...}` call would come back as `{"email": ..., "order_id": None, "reason": None, ...}`
+    and the policy would learn to emit those nulls. Tokenizing the Python dicts first leaves Arrow
+    only lists of integers to hold.
+    """
+    from trl.chat_template_utils import get_training_chat_template
+
+    template = get_training_chat_template(tokenizer)
+    out = []
+    for row in rows:
+        encoded = tokenizer.apply_chat_template(
+            row["messages"], tools=json.loads(row["tools"]), chat_template=template, tokenize=True,
+            return_dict=True, return_assistant_tokens_mask=True)
+        out.append({"input_ids": list(encoded["input_ids"]), "assistant_masks": list(encoded["assistant_masks"])})
+    return out
+
+
 class NoTrajectoriesError(ValueError):
     """No record replayed into a verified trajectory: nothing to warm-start on."""
 
@@ -115,11 +135,12 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
     args = SFTConfig(
         output_dir=str(out / "sft-work"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
         learning_rate=settings.learning_rate, lr_scheduler_type="cosine", warmup_steps=min(20, settings.steps // 10),
-        max_length=settings.max_length, assistant_only_loss=True, seed=settings.seed, use_cpu=True,
+        max_length=settings.max_length, seed=settings.seed, use_cpu=True,  # assistant_masks column masks the loss
         report_to="none", save_strategy="no", logging_steps=max(1, settings.steps // 10), disable_tqdm=True,
         dataloader_pin_memory=False,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+                         processing_class=tokenizer)
     output = trainer.train()
     save_final_model(trainer.model, tokenizer, out)
     summary = {"trajectories": len(rows), "steps": settings.steps, "train_loss": float(output.training_loss),
