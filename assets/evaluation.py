@@ -5,7 +5,7 @@ from functools import partial
 
 import dagster as dg
 
-from assets.weekdata import split_records, week_dir
+from assets.weekdata import at_level, split_records, week_dir
 from orchestration.partitions import weekly_partitions
 from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
 
@@ -19,6 +19,7 @@ class EvalConfig(dg.Config):
     seed: int = 0
     max_turns: int = 12
     compact: bool = True  # short tool results, as the curriculum's first level trains with
+    level: int = 4  # 1: evaluate on the level-1 form of each held-out task (a model trained at level 1)
     max_new_tokens: int = 128
 
 
@@ -72,7 +73,9 @@ def calibration_report(context: dg.AssetExecutionContext, config: EvalConfig, wi
             frozen = freeze_calibration_set(con, eligible, split_of=_split_fn(window_splits))
         records = frozen.records(con)
     yield _never_trained_on(splits, [r["interaction_id"] for r in records])
-    evaluated = records[: config.max_tasks]
+    evaluated = at_level(records, config.level)[: config.max_tasks]
+    if not evaluated:
+        raise dg.Failure(f"no calibration task at curriculum level {config.level} among {len(records)} records")
     context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
     report = evaluate_pair(grpo_candidate["path"], policy_base["path"], evaluated, k=config.trials,
                            seed=config.seed, max_turns=config.max_turns, compact=config.compact,
@@ -106,6 +109,9 @@ def shadow_report(context: dg.AssetExecutionContext, config: EvalConfig, window_
     if not records:
         raise dg.Failure("the shadow split of this window holds no conversation with gold")
     context.log.info(f"shadow: {len(records)} conversations, candidate and baseline")
+    records = at_level(records, config.level)
+    if not records:
+        raise dg.Failure(f"no shadow conversation at curriculum level {config.level}")
     report = evaluate_pair(grpo_candidate["path"], policy_base["path"], records, k=1, seed=config.seed,
                            max_turns=config.max_turns, compact=config.compact, max_new_tokens=config.max_new_tokens)
     report["set"] = {"week": context.partition_key, "hash": shadow.set_hash, "rows": len(records)}

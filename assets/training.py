@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.weekdata import train_records, week_dir
+from assets.weekdata import at_level, train_records, week_dir
 from orchestration.partitions import weekly_partitions
 from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
 
@@ -20,6 +20,7 @@ class PolicyConfig(dg.Config):
     sft_warm_start: bool = True  # a real instruct model may skip it
     sft_steps: int = 300
     sft_batch_size: int = 16
+    level: int = 4  # 1: warm-start and probe on level-1 tasks (the tiny demo model), 4: as recorded
     probe_prompts: int = 8
     min_tool_call_rate: float = 0.5
 
@@ -43,6 +44,15 @@ class GRPOTrainingConfig(dg.Config):
     reward_weights: dict[str, float] = {}
     profile: str = "cpu"
     grpo_overrides_json: str = "{}"
+
+
+def _sft_records(train: list[dict], level: int) -> list[dict]:
+    """Verified trajectories to imitate: expert level-1 conversations, or the recorded ones."""
+    if level != 1:
+        return train
+    from training.level1 import level1_demonstration
+
+    return [level1_demonstration(task) for task in at_level(train, 1)]
 
 
 def _probe_tool_calls(model_path: str, records: list[dict], n: int) -> float:
@@ -86,10 +96,11 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
         if config.sft_warm_start:
             warm = h.models / "base-sft"
             if not (warm / "config.json").exists():
-                context.log.info(f"SFT warm start of {path} on {len(train)} train-split records")
-                sft = warm_start(path, train, warm, SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size))
+                demos = _sft_records(train, config.level)
+                context.log.info(f"SFT warm start of {path} on {len(demos)} train-split trajectories (level {config.level})")
+                sft = warm_start(path, demos, warm, SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size))
             path = warm
-    rate = _probe_tool_calls(str(path), [r for r in train if r.get("gold")], config.probe_prompts)
+    rate = _probe_tool_calls(str(path), at_level(train, config.level), config.probe_prompts)
     yield dg.AssetCheckResult(
         check_name="policy_emits_tool_calls", passed=rate >= config.min_tool_call_rate,
         metadata={"tool_call_rate": rate, "threshold": config.min_tool_call_rate, "model_path": str(path)},

@@ -27,3 +27,13 @@ def split_records(home: Home, store: DuckDBStore, window_splits: dict) -> dict[s
 def train_records(home: Home, store: DuckDBStore, window_splits: dict) -> list[dict]:
     """Train-split records that carry gold: the only interactions that become training tasks."""
     return [r for r in split_records(home, store, window_splits)["train"] if r.get("gold")]
+
+
+def at_level(records: list[dict], level: int) -> list[dict]:
+    """The records as tasks of curriculum `level`: level 1 rewrites them (dropping ineligible ones),
+    any other level takes them as recorded."""
+    if level != 1:
+        return records
+    from training.level1 import as_level1
+
+    return [task for task in map(as_level1, records) if task is not None]

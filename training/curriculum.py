@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, as_level1
+
 LEVELS = (1, 2, 3, 4)
 ADVERSARIAL_PERSONAS = frozenset({"angry", "confused", "terse", "play_dumb", "dumb", "adversarial"})
 # Arguments a customer must state up front for a task to count as self-contained (level 1).
@@ -37,8 +39,8 @@ class CurriculumError(ValueError):
 class LevelRules:
     """What makes a record level 1 (configurable: a bigger model can start higher)."""
 
-    level1_intents: tuple[str, ...] = ("order_status", "cancel_order")
-    level1_max_actions: int = 3
+    level1_intents: tuple[str, ...] = LEVEL1_INTENTS
+    level1_max_actions: int = LEVEL1_MAX_ACTIONS
     level2_max_actions: int = 8
 
 
@@ -167,6 +169,12 @@ def select_rows(records: Iterable[Mapping[str, Any]], mix: Mapping[Any, float] |
         by_level[level].append(record)
         if level < 4:
             by_level[4].append(record)  # the raw window holds every verified record
+        if level != 1:
+            # A short single-intent task recorded with a reticent customer still makes a level-1
+            # task: the same world and gold, told up front by a cooperative customer.
+            simplified = as_level1(record, rules.level1_intents, rules.level1_max_actions)
+            if simplified is not None:
+                by_level[1].append(simplified)
     missing = [level for level in shares if not by_level[level]]
     if missing:
         counts = {level: len(by_level[level]) for level in LEVELS}

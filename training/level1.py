@@ -1,0 +1,95 @@
+"""Curriculum level 1: a verified interaction reduced to a short, self-contained task.
+
+A tiny policy cannot yet coax facts out of an angry or confused customer, so level 1 keeps the
+task (same world, same gold, same verifiable reward) and replaces the recorded conversation with
+a cooperative customer whose opening message states everything the gold needs: who they are
+(email, or name and zip) and the order and request. Only short single-intent tasks qualify. The
+same transformation serves training (the GRPO dataset) and evaluation of a model trained at this
+level (`EvalConfig.level = 1`), so both see one task format.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from training.prompting import SYSTEM_POLICY
+
+LEVEL1_INTENTS = ("order_status", "cancel_order")
+LEVEL1_MAX_ACTIONS = 3
+
+
+def _as_dict(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
+def _identity(known: Mapping[str, Any]) -> str | None:
+    if known.get("email"):
+        return f"my email is {known['email']}"
+    if known.get("first_name") and known.get("last_name") and known.get("zip"):
+        return f"I am {known['first_name']} {known['last_name']}, zip code {known['zip']}"
+    return None
+
+
+def level1_opening(record: Mapping[str, Any], intents: tuple[str, ...] = LEVEL1_INTENTS,
+                   max_actions: int = LEVEL1_MAX_ACTIONS) -> str | None:
+    """The cooperative customer's first message, or None when the record is not a level-1 task."""
+    gold = _as_dict(record.get("gold"))
+    actions = gold.get("actions") or []
+    if record.get("intent") not in intents or not 0 < len(actions) <= max_actions:
+        return None
+    known = _as_dict(record.get("user_scenario")).get("known_info") or {}
+    identity, orders = _identity(known), known.get("order_ids") or []
+    if identity is None or len(orders) != 1:
+        return None
+    if record["intent"] == "order_status":
+        return f"Hi, {identity}. What is the status of order {orders[0]}?"
+    reason = next((a["arguments"].get("reason") for a in actions if a.get("name") == "cancel_pending_order"), None)
+    if not reason:
+        return None
+    return f"Hi, {identity}. Please cancel order {orders[0]}, reason: {reason}."
+
+
+def as_level1(record: Mapping[str, Any], intents: tuple[str, ...] = LEVEL1_INTENTS,
+              max_actions: int = LEVEL1_MAX_ACTIONS) -> dict[str, Any] | None:
+    """A copy of `record` as a level-1 task (cooperative customer, stated opening), or None."""
+    opening = level1_opening(record, intents, max_actions)
+    if opening is None:
+        return None
+    scenario = dict(_as_dict(record.get("user_scenario")))
+    scenario["persona"] = "polite forthcoming"
+    task = dict(record)
+    task["user_scenario"] = scenario
+    task["messages"] = [{"role": "system", "content": SYSTEM_POLICY}, {"role": "user", "content": opening}]
+    return task
+
+
+def _call(name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    # Tool results are filled in by training.sft.replay_trajectory, which re-runs the calls.
+    return [{"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]},
+            {"role": "tool", "name": name, "content": ""}]
+
+
+def level1_demonstration(task: Mapping[str, Any]) -> dict[str, Any]:
+    """The expert conversation for a level-1 task (from `as_level1`): authenticate, read, act, tell.
+
+    This is what SFT warm-starts a tiny policy on, so it can emit the calls GRPO then improves.
+    """
+    known = _as_dict(task["user_scenario"]).get("known_info") or {}
+    order_id = known["order_ids"][0]
+    state = _as_dict(task["initial_state"])
+    if known.get("email"):
+        auth = ("find_user_id_by_email", {"email": known["email"]})
+    else:
+        auth = ("find_user_id_by_name_zip", {"first_name": known["first_name"], "last_name": known["last_name"],
+                                              "zip": known["zip"]})
+    messages = list(task["messages"]) + _call(*auth) + _call("get_order_details", {"order_id": order_id})
+    if task["intent"] == "cancel_order":
+        reason = next(a["arguments"]["reason"] for a in _as_dict(task["gold"])["actions"]
+                      if a["name"] == "cancel_pending_order")
+        messages += _call("cancel_pending_order", {"order_id": order_id, "reason": reason})
+        told = f"Order {order_id} is cancelled."
+    else:
+        told = f"Order {order_id} is {state['orders'][order_id]['status']}."
+    messages += _call("send_message_to_customer", {"message": told})
+    messages.append({"role": "assistant", "content": "Thank you."})
+    return {**task, "messages": messages}
