@@ -27,7 +27,30 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tests.helpers_training import level1_records  # noqa: E402  (level-1 tasks from the reference world)
+
+def level1_tasks(work: Path, n_train: int, n_eval: int, seed: int = 3, n_users: int = 600,
+                 by_name_zip: bool = True) -> tuple[list, list]:
+    """Level-1 tasks through the product path: simulated contract traffic on a generated world,
+    customers split by `dataplane.splits.split_of` (held-out = customers outside the train split),
+    each verified record restated by `training.level1.as_level1`. `by_name_zip` keeps the tasks whose
+    customer identifies by name and zip (short identifiers a tiny policy can copy)."""
+    from dataplane.splits import split_of
+    from training.level1 import as_level1
+    from training.traffic import simulate
+
+    summary = simulate(days=1, per_day=5 * (n_train + n_eval), seed=seed, out_dir=work / "landing",
+                       intent_mix={"order_status": 0.5, "cancel_order": 0.5}, verified_share=1.0, n_users=n_users)
+    records = [json.loads(line) for f in summary["files"] for line in Path(f).read_text().splitlines() if line]
+    train, held, seen = [], [], set()
+    for record in records:
+        task = as_level1(record)
+        key = (record["customer_id"], task and task["user_scenario"]["known_info"]["order_ids"][0])
+        if task is None or key in seen or (by_name_zip and "zip code" not in task["messages"][1]["content"]):
+            continue
+        seen.add(key)
+        bucket = train if split_of(record["customer_id"]) == "train" else held
+        bucket.append(task)
+    return train[:n_train], held[:n_eval]
 
 
 def greedy_success(model_path: Path, records: list[dict], seeds: list[int], max_turns: int = 6,
@@ -95,6 +118,8 @@ def main() -> int:
     parser.add_argument("--train-tasks", type=int, default=240)
     parser.add_argument("--eval-tasks", type=int, default=60)
     parser.add_argument("--sft-steps", type=int, default=120)
+    parser.add_argument("--sft-batch", type=int, default=16)
+    parser.add_argument("--sft-only", action="store_true", help="stop after measuring the SFT policy")
     parser.add_argument("--sft-lr", type=float, default=2e-3)
     parser.add_argument("--grpo-steps", type=int, default=60)
     parser.add_argument("--generations", type=int, default=8)
@@ -111,34 +136,34 @@ def main() -> int:
 
     import torch
 
-    from dataplane.splits import split_of
     from training.bootstrap import TinyModelSpec, build_tiny_policy
     from training.grpo import run
     from training.grpo_config import GRPORunConfig
     from training.reporting import JsonLinesReporter
     from training.sft import SFTSettings, warm_start
-    from training.world import load_world
 
     torch.set_num_threads(args.threads)
     started = time.monotonic()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-learning-"))
-    world = load_world(ROOT.parent / "shared" / "retail-world")
-    users = sorted(world["users"])
-    train_users = [u for u in users if split_of(u) == "train"]
-    held_users = [u for u in users if split_of(u) != "train"]  # customers never trained on
-    train = level1_records(world, args.train_tasks, seed=1, user_ids=train_users)
-    held = level1_records(world, args.eval_tasks, seed=2, user_ids=held_users)
+    train, held = level1_tasks(work, args.train_tasks, args.eval_tasks)
     assert not {r["customer_id"] for r in train} & {r["customer_id"] for r in held}
     seeds = [1000 + i for i in range(len(held))]
 
     spec = TinyModelSpec(hidden_size=args.hidden, intermediate_size=args.hidden * 3, num_hidden_layers=args.layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-    base = build_tiny_policy(work / "base", train, spec)
-    sft = warm_start(base, train, work / "sft", SFTSettings(steps=args.sft_steps, batch_size=8,
+    from training.level1 import level1_demonstration
+
+    demos = [level1_demonstration(task) for task in train]  # expert conversations of training customers
+    base = build_tiny_policy(work / "base", demos, spec)
+    sft = warm_start(base, demos, work / "sft", SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch,
                                                              learning_rate=args.sft_lr, torch_threads=args.threads))
     t_sft = time.monotonic() - started
     before = greedy_success(work / "sft", held, seeds)
     t_before = time.monotonic() - started
+    print(json.dumps({"sft": sft, "sft_seconds": round(t_sft), "eval_seconds": round(t_before - t_sft),
+                      "success_sft": sum(before) / len(before), "n_train": len(train)}), flush=True)
+    if args.sft_only:
+        return 0
     log = open(work / "grpo.jsonl", "w")
     config = GRPORunConfig(
         model_path=str(work / "sft"), output_dir=str(work / "grpo"), records=train, max_steps=args.grpo_steps,

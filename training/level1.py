@@ -3,7 +3,7 @@
 A tiny policy cannot yet coax facts out of an angry or confused customer, so level 1 keeps the
 task (same world, same gold, same verifiable reward) and replaces the recorded conversation with
 a cooperative customer whose opening message states everything the gold needs: who they are
-(email, or name and zip) and the order and request. Only short single-intent tasks qualify. The
+(name and zip when known, else email) and the order and request. Only short single-intent tasks qualify. The
 same transformation serves training (the GRPO dataset) and evaluation of a model trained at this
 level (`EvalConfig.level = 1`), so both see one task format.
 """
@@ -22,11 +22,17 @@ def _as_dict(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else (value or {})
 
 
+def _by_name_zip(known: Mapping[str, Any]) -> bool:
+    # Name and zip are preferred when known: a name is one or two tokens and a zip five digits,
+    # far easier for a tiny policy to copy into its first call than a 20-character email.
+    return bool(known.get("first_name") and known.get("last_name") and known.get("zip"))
+
+
 def _identity(known: Mapping[str, Any]) -> str | None:
+    if _by_name_zip(known):
+        return f"I am {known['first_name']} {known['last_name']}, zip code {known['zip']}"
     if known.get("email"):
         return f"my email is {known['email']}"
-    if known.get("first_name") and known.get("last_name") and known.get("zip"):
-        return f"I am {known['first_name']} {known['last_name']}, zip code {known['zip']}"
     return None
 
 
@@ -77,11 +83,11 @@ def level1_demonstration(task: Mapping[str, Any]) -> dict[str, Any]:
     known = _as_dict(task["user_scenario"]).get("known_info") or {}
     order_id = known["order_ids"][0]
     state = _as_dict(task["initial_state"])
-    if known.get("email"):
-        auth = ("find_user_id_by_email", {"email": known["email"]})
-    else:
+    if _by_name_zip(known):
         auth = ("find_user_id_by_name_zip", {"first_name": known["first_name"], "last_name": known["last_name"],
                                               "zip": known["zip"]})
+    else:
+        auth = ("find_user_id_by_email", {"email": known["email"]})
     messages = list(task["messages"]) + _call(*auth) + _call("get_order_details", {"order_id": order_id})
     if task["intent"] == "cancel_order":
         reason = next(a["arguments"]["reason"] for a in _as_dict(task["gold"])["actions"]

@@ -28,6 +28,7 @@ class SFTSettings:
     seed: int = 0
     compact: bool = True
     torch_threads: int | None = None  # 1 is far faster when other processes share the cores
+    gradient_checkpointing: bool = False  # TRL's SFT default (True) recomputes activations: ~25% slower, no gain at 1M params
 
 
 def _as_dict(value: Any) -> Any:
@@ -137,7 +138,7 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
         learning_rate=settings.learning_rate, lr_scheduler_type="cosine", warmup_steps=min(20, settings.steps // 10),
         max_length=settings.max_length, seed=settings.seed, use_cpu=True,  # assistant_masks column masks the loss
         report_to="none", save_strategy="no", logging_steps=max(1, settings.steps // 10), disable_tqdm=True,
-        dataloader_pin_memory=False,
+        dataloader_pin_memory=False, gradient_checkpointing=settings.gradient_checkpointing,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
                          processing_class=tokenizer)
