@@ -113,12 +113,17 @@ def promotion_gate(context: dg.AssetExecutionContext, config: GateSettings, inte
 def registered_model(context: dg.AssetExecutionContext, promotion_gate: dict, grpo_candidate: dict,
                      home: HomeResource, mlflow: MLflowTracking):
     """The MLflow model version of this week's candidate, with `champion` moved to it."""
-    from evaluation.registry import champion_info, register_candidate
+    from evaluation.registry import ModelDirError, NotPromotableError, champion_info, register_candidate
 
     h = home.home
-    version = register_candidate(mlflow.uri(h), grpo_candidate["path"], context.partition_key,
-                                 promotion_gate["lineage"], promotion_gate["report"], name=mlflow.model_name,
-                                 run_id=promotion_gate["mlflow_run_id"], artifact_location=h.mlflow_artifacts.as_uri())
+    try:
+        version = register_candidate(mlflow.uri(h), grpo_candidate["path"], context.partition_key,
+                                     promotion_gate["lineage"], promotion_gate["report"], name=mlflow.model_name,
+                                     run_id=promotion_gate["mlflow_run_id"],
+                                     artifact_location=h.mlflow_artifacts.as_uri())
+    except (ModelDirError, NotPromotableError) as err:
+        # Not transient: retrying cannot help, so fail at once (MLflow outages still retry).
+        raise dg.Failure(str(err), allow_retries=False) from err
     champion = champion_info(mlflow.uri(h), mlflow.model_name)
     yield dg.AssetCheckResult(check_name="champion_is_this_version",
                               passed=champion is not None and champion.version == version,

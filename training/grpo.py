@@ -148,6 +148,10 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
     output = trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
     final_dir = Path(config.output_dir) / "final"
     trainer.save_model(str(final_dir))  # every process must call it (it gathers sharded weights)
+    if trainer.accelerator.is_main_process:
+        # save_model also pickles TrainingArguments; the model folder that is logged and registered
+        # must hold nothing that unpickles (the registry refuses it).
+        (final_dir / "training_args.bin").unlink(missing_ok=True)
     summary: dict[str, Any] = {}
     if main:
         save_final_model(trainer.model, trainer.processing_class, final_dir)
