@@ -69,9 +69,18 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from orchestration.runner import run_week
+    from orchestration.partitions import WeekError
+    from orchestration.runner import RetrainBusyError, run_week
 
-    return 0 if run_week(args.week, config_file=args.config).success else 1
+    try:
+        result = run_week(args.week, config_file=args.config)
+    except (WeekError, FileNotFoundError, json.JSONDecodeError) as err:
+        raise CliError(str(err)) from err
+    except RetrainBusyError as err:
+        raise CliError(str(err), code=1) from err
+    print(f"week {result.week}: {'succeeded' if result.success else 'did not complete'} "
+          f"(dagster run {result.run_id}); materialized: {', '.join(result.materialized) or 'nothing'}")
+    return 0 if result.success else 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -81,16 +90,28 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
-    from orchestration.runner import approve_week
+    from evaluation.gates import ApprovalError
+    from evaluation.registry import RegistryError
+    from orchestration.partitions import WeekError
+    from orchestration.runner import NoDecisionError, approve_week
 
-    print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
+    try:
+        print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
+    except (WeekError, NoDecisionError, ApprovalError) as err:
+        raise CliError(str(err)) from err
+    except RegistryError as err:
+        raise CliError(str(err), code=1) from err
     return 0
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
+    from evaluation.registry import RegistryError
     from orchestration.runner import rollback_champion
 
-    print(json.dumps(rollback_champion(), indent=2, default=str))
+    try:
+        print(json.dumps(rollback_champion(), indent=2, default=str))
+    except RegistryError as err:  # includes "no previous_champion to roll back to"
+        raise CliError(str(err), code=1) from err
     return 0
 
 

@@ -89,3 +89,47 @@ def run_week(week: str, config_file: str | None = None, run_config: dict | None 
                                         raise_on_error=False)
     done = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
     return WeekRun(week=key, run_id=result.run_id, success=result.success, materialized=done)
+
+
+def mlflow_target(home: Home) -> tuple[str, str]:
+    """(tracking URI, registered model name): the same settings the Dagster resource reads."""
+    from evaluation.registry import DEFAULT_MODEL_NAME
+
+    return (os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_uri,
+            os.environ.get("RETRAIN_MODEL_NAME", DEFAULT_MODEL_NAME))
+
+
+class NoDecisionError(FileNotFoundError):
+    """A week without a promotion decision to approve."""
+
+
+def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str, Any]:
+    """Register a week's held candidate after a person reviewed it, without retraining.
+
+    Only a 'hold' (the drift gate) can be approved; a failed gate stays a rejection.
+    """
+    from evaluation.gates import GateReport, approve
+    from evaluation.registry import register_candidate
+
+    home = (home or Home.from_env()).ensure()
+    key = checked_week(week)
+    path = home.root / "runs" / key / "promotion_request.json"
+    if not path.exists():
+        raise NoDecisionError(f"week {key} has no promotion decision at {path}: run it first (retrain run --week {key})")
+    request = json.loads(path.read_text())
+    approved = approve(GateReport.from_dict(request["report"]), approver)
+    lineage = {**request["lineage"], "approved_by": approver}
+    uri, name = mlflow_target(home)
+    version = register_candidate(uri, request["model_path"], key, lineage, approved, name=name,
+                                 run_id=request["lineage"].get("run_id"),
+                                 artifact_location=home.mlflow_artifacts.as_uri())
+    return {"week": key, "version": version, "approved_by": approver}
+
+
+def rollback_champion(home: Home | None = None) -> dict[str, Any]:
+    """Make `previous_champion` the champion again (one step back per call)."""
+    from dataclasses import asdict
+
+    from evaluation.registry import rollback
+
+    return asdict(rollback(*mlflow_target((home or Home.from_env()).ensure())))
