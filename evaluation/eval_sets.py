@@ -30,26 +30,13 @@ import duckdb
 
 from dataplane.contract import parse_timestamp
 from dataplane.splits import split_of as default_split_of
+from dataplane.store import SCHEMA
 from dataplane.store import load_records
 
 DEFAULT_SHADOW_SIZE = 5_000
 
-_TABLES = (
-    """CREATE TABLE IF NOT EXISTS calibration_sets (
-        version VARCHAR NOT NULL,
-        position INTEGER NOT NULL,
-        interaction_id VARCHAR NOT NULL,
-        set_hash VARCHAR NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (version, position))""",
-    """CREATE TABLE IF NOT EXISTS shadow_sets (
-        week VARCHAR NOT NULL,
-        position INTEGER NOT NULL,
-        interaction_id VARCHAR NOT NULL,
-        set_hash VARCHAR NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (week, position))""",
-)
+# The tables are part of the store's schema (dataplane.store.SCHEMA); one definition serves both.
+_TABLES = tuple(statement for statement in SCHEMA if "calibration_sets" in statement or "shadow_sets" in statement)
 
 SplitFn = Callable[[str], str]
 
