@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from dataplane.contract import parse_timestamp
-from dataplane.scrub import scrub_record
+from dataplane.scrub import scrub_record, scrub_text
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS interactions (
@@ -228,7 +228,12 @@ class QuarantineRows:
 
     def add(self, line_no: int | None, rule: str, detail: str, raw: str | None,
             interaction_id: str | None, file_level: bool = False) -> None:
-        self.rows.append((self.source_file, line_no, rule, detail, raw, interaction_id, file_level,
+        # A rejected line is stored as read, so its free text is masked here: PII must not reach
+        # any table, and the raw line, the rule's detail (which may quote a value) and an id
+        # recovered from an invalid record are all free text.
+        self.rows.append((self.source_file, line_no, rule, scrub_text(detail),
+                          None if raw is None else scrub_text(raw),
+                          None if interaction_id is None else scrub_text(interaction_id), file_level,
                           self.quarantined_at))
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:

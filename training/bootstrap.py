@@ -165,13 +165,19 @@ def load_tokenizer(path: str | os.PathLike):
 
 
 def load_policy(path: str | os.PathLike, dtype: Any = None):
-    """`(model, tokenizer)` from a local folder or a hub id, the same way a real checkpoint loads."""
+    """`(model, tokenizer)` from a local folder or a hub id, the same way a real checkpoint loads.
+
+    Weights load from safetensors only: a folder holding only a pickle (`pytorch_model.bin`) is
+    refused with transformers' OSError rather than unpickled, since unpickling runs code.
+    """
     from transformers import AutoModelForCausalLM
 
     local = Path(path)
     if not local.is_dir() and (str(path).startswith((".", "/")) or local.exists()):
         raise BootstrapError(f"model path {str(path)!r} is not a folder")
-    kwargs = {"dtype": dtype} if dtype is not None else {}
+    kwargs: dict[str, Any] = {"use_safetensors": True}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
     model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     return model, load_tokenizer(path)
 
