@@ -151,7 +151,11 @@ def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig
     from evaluation.run_log import open_week_run
 
     h = home.home
-    out = week_dir(h, context.partition_key)
+    # Checkpoints belong to one run: a retry of it (same root run) resumes them, while a new run
+    # of the same week trains afresh instead of resuming last time's finished model.
+    root_run = context.run.tags.get("dagster/root_run_id", context.run_id)
+    out = week_dir(h, context.partition_key) / f"run-{root_run[:8]}"
+    out.mkdir(exist_ok=True)
     records_path = out / "train_records.jsonl"
     with records_path.open("w") as handle:
         for record in train_records(h, store, window_splits):
