@@ -1,0 +1,130 @@
+"""Regenerate the Dagster UI screenshots in docs/screenshots/ (see docs/UI.md).
+
+    .venv/bin/python docs/take_screenshots.py [--home DIR] [--reuse] [--out docs/screenshots]
+
+Needs Debian's headless Chromium (`apt-get install -y chromium`). Steps:
+1. a fresh home (default: a temporary folder) with two weeks of simulated traffic;
+2. one `weekly_retrain` run of week 2026-11-16 on the tiny model with a permissive gate policy,
+   so every asset materialises and a champion gets registered (a few minutes on 2 cores);
+   `--reuse` skips 1-2 when `--home` already holds such a run;
+3. `dagster-webserver` on 127.0.0.1 over that home, and Chromium's `--screenshot` of the global
+   asset lineage (groups), the weekly_retrain job's asset graph, the run page, the promotion gate
+   asset page and raw_interactions' checks.
+Chromium runs with a fresh profile and background networking off, and only ever loads
+127.0.0.1 pages.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+WEEK = "2026-11-16"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--window-size=1600,1000"]
+
+# Stage sizes shrunk so the week runs in minutes on a CPU; the gates are permissive so the
+# screenshot shows a registered champion (the real policy lives in the asset configs' defaults).
+TINY_RUN_CONFIG = {"ops": {
+    "policy_base": {"config": {"sft_steps": 6, "sft_batch_size": 4, "probe_prompts": 2,
+                               "min_tool_call_rate": 0.0, "level": 1}},
+    "grpo_candidate": {"config": {"max_steps": 2, "save_steps": 1, "dataset_size": 8,
+                                  "max_completion_length": 96, "levels": {"1": 1.0},
+                                  # a two-step GRPO on equal rewards has zero advantage; the entropy
+                                  # bonus makes the weights move so `weights_changed` passes
+                                  "grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}},
+    "calibration_report": {"config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32,
+                                      "level": 1}},
+    "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
+    "promotion_gate": {"config": {"min_human_labels": 2, "calibration_min_margin": -1.0, "shadow_margin": -1.0,
+                                  "max_tool_drift": 1.0, "min_reward_alignment": 0.0,
+                                  "violation_tolerance": 1.0, "hacking_flat_tolerance": -1.0}},
+}}
+
+LATEST_RUN = """
+query { runsOrError(filter: {pipelineName: "weekly_retrain"}, limit: 1) {
+  ... on Runs { results { runId status } } } }
+"""
+
+
+def prepare_home(root: Path) -> str:
+    """Simulate traffic and run one week; return the Dagster run id."""
+    import os
+
+    os.environ["RETRAIN_HOME"] = str(root)
+    from dataplane.home import Home
+    from orchestration.runner import run_week
+    from training.traffic import simulate
+
+    home = Home.from_env().ensure()
+    simulate(days=14, per_day=30, seed=11, out_dir=str(home.landing), start=date.fromisoformat(WEEK),
+             label_share=0.6, n_users=80)
+    run = run_week(WEEK, run_config=json.loads(json.dumps(TINY_RUN_CONFIG)), home=home)
+    print(f"week {run.week}: run {run.run_id} success={run.success} materialized={run.materialized}")
+    return run.run_id
+
+
+def hide_welcome_dialog(config: Path) -> None:
+    """Turn off the UI's first-visit 'Join the Dagster community' dialog (it covers every page)."""
+    text = config.read_text()
+    if "\nnux:" not in text:
+        config.write_text(text.rstrip("\n") + "\nnux:\n  enabled: false\n")
+
+
+def screenshot(chromium: str, url: str, target: Path, budget_ms: int) -> None:
+    """One PNG of `url` after `budget_ms` of virtual time (the UI renders from GraphQL fetches)."""
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                        f"--virtual-time-budget={budget_ms}", f"--screenshot={target}", url],
+                       check=True, timeout=180, capture_output=True)
+    print(f"{target} ({target.stat().st_size // 1024} KiB) <- {url}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=None, help="home folder (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true", help="the home already holds a weekly_retrain run")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "screenshots")
+    parser.add_argument("--budget-ms", type=int, default=20000, help="Chromium virtual time per page")
+    args = parser.parse_args(argv)
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        parser.error("chromium not found: apt-get install -y chromium")
+    root = (args.home or Path(tempfile.mkdtemp(prefix="retrain-shots-")) / "home").resolve()
+    if not args.reuse:
+        prepare_home(root)
+
+    from dataplane.home import Home
+    from orchestration.instance import prepare_dagster_home
+    from tests.helpers_webserver import running_servers
+
+    dagster_home = prepare_dagster_home(Home.from_env(root).ensure())
+    hide_welcome_dialog(dagster_home / "dagster.yaml")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with running_servers(root, dagster_home, root / "server-logs", daemon=False) as (server, location):
+        [run] = server.graphql(LATEST_RUN)["runsOrError"]["results"]
+        jobs = f"{server.url}/locations/{location}/jobs"
+        pages = {
+            "asset-lineage-groups.png": f"{server.url}/asset-groups",
+            "weekly-retrain-assets.png": f"{jobs}/weekly_retrain",
+            "weekly-retrain-run.png": f"{server.url}/runs/{run['runId']}",
+            "promotion-gate-asset.png": f"{server.url}/assets/promotion_gate?partition={WEEK}",
+            "raw-interactions-checks.png": f"{server.url}/assets/raw_interactions?view=checks",
+        }
+        for name, url in pages.items():
+            screenshot(chromium, url, args.out / name, args.budget_ms)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
