@@ -23,10 +23,6 @@ def test_replayed_trajectories_are_verified_and_use_environment_results(world):
     assert len(sft_rows(records + [broken])) == len(records)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "not yet met: the 2-layer test model after 100 SFT steps did not open a tool call on held-out "
-    "prompts (0/4); the 4-layer bench model after 150 steps opens the right call but cannot copy "
-    "a new customer's email. Needs a longer SFT than a test can afford; see bench/results/learning.md"))
 def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
     """After a short SFT the greedy reply opens a well-formed call of a real tool.
 
