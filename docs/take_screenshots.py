@@ -8,7 +8,7 @@ Needs Debian's headless Chromium (`apt-get install -y chromium`). Steps:
    so every asset materialises and a champion gets registered (a few minutes on 2 cores);
    `--reuse` skips 1-2 when `--home` already holds such a run;
 3. `dagster-webserver` on 127.0.0.1 over that home, and Chromium's `--screenshot` of the global
-   asset lineage (groups), the weekly_retrain job's asset graph, the run page, the promotion gate
+   asset lineage (groups), the training group's assets, the run page, the promotion gate
    asset page and raw_interactions' checks.
 Chromium runs with a fresh profile and background networking off, and only ever loads
 127.0.0.1 pages.
@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with running_servers(root, dagster_home, root / "server-logs", daemon=False) as (server, location):
         [run] = server.graphql(LATEST_RUN)["runsOrError"]["results"]
-        jobs = f"{server.url}/locations/{location}/jobs"
+        groups = f"{server.url}/locations/{location}/asset-groups"
         pages = {
             "asset-lineage-groups.png": f"{server.url}/asset-groups",
-            "weekly-retrain-assets.png": f"{jobs}/weekly_retrain",
+            "training-group.png": f"{groups}/training",
             "weekly-retrain-run.png": f"{server.url}/runs/{run['runId']}",
             "promotion-gate-asset.png": f"{server.url}/assets/promotion_gate?partition={WEEK}",
             "raw-interactions-checks.png": f"{server.url}/assets/raw_interactions?view=checks",
