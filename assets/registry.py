@@ -23,6 +23,13 @@ class GateSettings(dg.Config):
     max_tool_drift: float = 0.05
 
 
+def _dagster_run_url(run_id: str) -> str:
+    """Where the week's Dagster run opens (RETRAIN_DAGSTER_UI_URL, default `dagster dev` locally)."""
+    import os
+
+    return f"{os.environ.get('RETRAIN_DAGSTER_UI_URL', 'http://127.0.0.1:3000').rstrip('/')}/runs/{run_id}"
+
+
 def _gate_table(report) -> str:
     lines = ["| gate | value | threshold | verdict |", "|---|---|---|---|"]
     for g in report.gates:
@@ -79,7 +86,7 @@ def promotion_gate(context: dg.AssetExecutionContext, config: GateSettings, inte
                        "champion": calibration_report["baseline"]["failure_modes"]},
         reward_curve=grpo_candidate["reward_curve"], samples=samples,
         validation={"success": interaction_window["validation_success"]},
-        tags={"dagster_run_id": context.run_id},
+        tags={"dagster_run_id": context.run_id, "dagster_run_url": _dagster_run_url(context.run_id)},
     ), run_id=grpo_candidate["mlflow_run_id"], artifact_location=h.mlflow_artifacts.as_uri())
     lineage = {
         "week": context.partition_key, "window_hash": interaction_window["content_hash"],

@@ -102,6 +102,7 @@ def test_rejected_week_leaves_the_champion_and_keeps_its_evidence(week_runs):
     client = mlflow_client(home.mlflow_uri)
     run = client.get_run(run_id)
     assert run.data.tags["gate_decision"] == "reject"
+    assert run.data.tags["dagster_run_url"].endswith(f"/runs/{runs['b'].run_id}")  # MLflow -> Dagster
     assert "calibration/candidate/success_rate" in run.data.metrics
     assert "gate/calibration_improvement/passed" in run.data.metrics
     with tempfile.TemporaryDirectory() as tmp:
