@@ -149,6 +149,8 @@ def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig
                    pipes_subprocess_client: dg.PipesSubprocessClient):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
     from evaluation.run_log import open_week_run
+    from orchestration.pipes_reporter import SPEC as PIPES_REPORTER
+    from training.reporting import REPORTER_ENV
 
     h = home.home
     # Checkpoints belong to one run: a retry of it (same root run) resumes them, while a new run
@@ -172,7 +174,7 @@ def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig
     config_path.write_text(json.dumps(run_config, indent=2, sort_keys=True))
     pipes_subprocess_client.run(
         command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)], context=context,
-        env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER},
     )
     result = json.loads((out / "grpo" / "result.json").read_text())
     curve = _reward_curve(out / "grpo")

@@ -214,8 +214,9 @@ def test_pipes_reporter_streams_messages_when_launched_by_dagster(tmp_path):
                "provenance_by_asset_key": None, "partition_key": None, "partition_key_range": None,
                "partition_time_window": None, "run_id": "r1", "job_name": None, "retry_number": 0, "extras": {}}
     env = {**__import__("os").environ, "DAGSTER_PIPES_CONTEXT": encode_param({"data": context}),
-           "DAGSTER_PIPES_MESSAGES": encode_param({"path": str(messages)})}
-    script = ("from training.reporting import make_reporter, PipesReporter\n"
+           "DAGSTER_PIPES_MESSAGES": encode_param({"path": str(messages)}),
+           "RETRAIN_REPORTER": "orchestration.pipes_reporter:PipesReporter"}
+    script = ("from training.reporting import make_reporter\nfrom orchestration.pipes_reporter import PipesReporter\n"
               "r = make_reporter(); assert isinstance(r, PipesReporter)\n"
               "r.log('hello'); r.progress(1, 2); r.metrics(1, {'reward': 0.5})\n"
               "r.final({'final_step': 2, 'metrics': {'reward': 0.5}}); r.close()\n")
