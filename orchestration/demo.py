@@ -10,6 +10,7 @@ production ones.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from datetime import date, timedelta
@@ -70,6 +71,9 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     from training.traffic import simulate
 
     started = time.monotonic()
+    # Library progress bars would drown the pipeline's own progress lines.
+    for name in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
+        os.environ.setdefault(name, "1")
     home = Home.from_env()
     if fresh and home.root.exists():
         shutil.rmtree(home.root)

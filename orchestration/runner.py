@@ -84,7 +84,7 @@ def run_week(week: str, config_file: str | None = None, run_config: dict | None 
     if terse and "loggers" not in config:
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
-        job = defs.get_job_def("weekly_retrain")
+        job = defs.resolve_job_def("weekly_retrain")
         result = job.execute_in_process(partition_key=key, instance=instance, run_config=config,
                                         raise_on_error=False)
     done = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
