@@ -20,12 +20,12 @@ from orchestration.partitions import week_key
 
 DEMO_SEED = 7
 
-# Demo sizes for a 2-core CPU. The tiny model and a 60-step SFT cannot yet emit reliable tool calls
+# Demo sizes for a 2-core CPU. The tiny model and a 40-step SFT cannot yet emit reliable tool calls
 # (bench/RESULTS.md, learning), so the probe's threshold is 0 here: the probe still runs and its
 # rate is reported, and the gates then judge the candidate on the held-out sets as always.
 DEMO_RUN_CONFIG = {
     "ops": {
-        "policy_base": {"config": {"sft_steps": 60, "sft_batch_size": 8, "probe_prompts": 8,
+        "policy_base": {"config": {"sft_steps": 40, "sft_batch_size": 8, "probe_prompts": 8,
                                    "min_tool_call_rate": 0.0, "level": 1}},
         "grpo_candidate": {"config": {"max_steps": 10, "save_steps": 5, "dataset_size": 40,
                                       "num_generations": 4, "per_device_train_batch_size": 8,

@@ -20,6 +20,9 @@ def profile_kwargs(profile: str, use_vllm: bool = False, use_liger: bool = False
             "dataloader_num_workers": 0,
             "dataloader_pin_memory": False,
             "use_vllm": False,
+            # TRL turns activation checkpointing on by default; on a model of a few million
+            # parameters it only recomputes activations for nothing (measured: ~2x slower steps).
+            "gradient_checkpointing": False,
         }
     if profile == "gpu":
         kwargs: dict[str, Any] = {
