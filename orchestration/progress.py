@@ -12,13 +12,17 @@ import time
 
 import dagster as dg
 
-_SHOWN_EVENTS = {"STEP_START": "started", "STEP_SUCCESS": "done", "STEP_FAILURE": "FAILED",
-                 "ASSET_CHECK_EVALUATION": None, "PIPELINE_FAILURE": "RUN FAILED"}
+def _root_cause(event) -> str:
+    """The innermost error message of a failed step (what a person needs to act on)."""
+    error = getattr(event.event_specific_data, "error", None)
+    while error is not None and error.cause is not None:
+        error = error.cause
+    return (error.message.strip().splitlines() or [""])[-1][:300] if error is not None else ""
 
 
 class _ProgressHandler(logging.Handler):
     def __init__(self, stream=None):
-        super().__init__(level=logging.INFO)
+        super().__init__(level=logging.DEBUG)  # step events arrive at DEBUG; plain messages filtered below
         self.stream = stream or sys.stdout
         self.started = time.monotonic()
         self.step_started: dict[str, float] = {}
@@ -28,6 +32,14 @@ class _ProgressHandler(logging.Handler):
         print(f"  [{elapsed:6.0f}s] {text}", file=self.stream, flush=True)
 
     def emit(self, record: logging.LogRecord) -> None:
+        # A display problem must never fail the step that logged: the standard logging contract
+        # (handleError reports it on stderr) rather than an exception into Dagster's step.
+        try:
+            self._show(record)
+        except Exception:  # noqa: BLE001 (logging.Handler contract)
+            self.handleError(record)
+
+    def _show(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "dagster_meta", None) or {}
         event = meta.get("dagster_event")
         step = meta.get("step_key") or ""
@@ -44,16 +56,16 @@ class _ProgressHandler(logging.Handler):
             took = time.monotonic() - self.step_started.get(step, time.monotonic())
             self._print(f"{step} done in {took:.0f}s")
         elif kind == "STEP_FAILURE":
-            self._print(f"{step} FAILED: {str(meta.get('orig_message') or '')[:200]}")
+            self._print(f"{step} FAILED: {_root_cause(event)}")
         elif kind == "ASSET_CHECK_EVALUATION":
-            data = event.event_specific_data.evaluation
+            data = event.event_specific_data
             if not data.passed:
                 self._print(f"check {data.check_name} on {data.asset_key.to_user_string()}: failed")
 
 
 @dg.logger(description="Terse progress lines on stdout (one per step and progress message).")
 def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
-    logger = logging.Logger("agent-retrain-progress", level=logging.INFO)
+    logger = logging.Logger("agent-retrain-progress", level=logging.DEBUG)
     logger.addHandler(_ProgressHandler())
     return logger
 
