@@ -130,12 +130,8 @@ def weights_digest(model_dir: str) -> str:
 
 
 def _reward_curve(out_dir: Path) -> list[float]:
-    """Per-step mean reward from the trainer's logs (trainer_state.json of the final checkpoint)."""
-    curve = []
-    for state in sorted(out_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])):
-        curve = [entry["reward"] for entry in json.loads(state.read_text()).get("log_history", []) if "reward" in entry]
-    result = json.loads((out_dir / "result.json").read_text())
-    return result.get("reward_curve") or curve
+    """Mean reward per logged step, as the training process wrote it in result.json."""
+    return list(json.loads((out_dir / "result.json").read_text()).get("reward_curve", []))
 
 
 @dg.asset(

@@ -165,6 +165,8 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
             "metrics": trainer.reporting_callback.last_logs,
             "level_mix": mix.to_dict(),
             "seconds": round(time.monotonic() - started, 1),
+            # The whole curve, resumed steps included (the trainer state carries the log history).
+            "reward_curve": [float(e["reward"]) for e in trainer.state.log_history if "reward" in e],
         }
         client = trainer.reporting_callback.client
         if client is not None:
