@@ -135,5 +135,5 @@ def test_summaries_rank_the_characters(characters):
 
 def test_tool_mix_shift_separates_characters(characters):
     assert tool_call_shift(characters["expert"], characters["expert"]) == 0.0
-    assert tool_call_shift(characters["expert"], characters["escalator"]) == 1.0
+    assert tool_call_shift(characters["expert"], characters["escalator"]) == pytest.approx(1.0, abs=1e-12)
     assert 0.3 < tool_call_shift(characters["expert"], characters["random"]) < 1.0
