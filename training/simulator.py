@@ -181,7 +181,22 @@ _CLOSING = re.compile(r"anything else|have a (?:great|nice|good) day", re.I)
 _SPECIFIC = {"modify_order_address", "modify_order_payment", "modify_user_address"}
 
 
-class PersonaSimulator:
+class SimulatedCustomerState:
+    """Mood and presence shared by every simulator: `_mood` accumulates, `_finished` ends the talk."""
+
+    _mood: float = 0.0
+    _finished: bool = False
+
+    @property
+    def sentiment_delta(self) -> float:
+        return max(-1.0, min(1.0, self._mood))
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+
+class PersonaSimulator(SimulatedCustomerState):
     """A rule-based customer with one of PERSONAS' voices; deterministic for a seed.
 
     `persona` is free text: the first persona name it contains sets the voice (default polite),
@@ -198,13 +213,6 @@ class PersonaSimulator:
         self._mood = 0.0
         self._finished = False
 
-    @property
-    def sentiment_delta(self) -> float:
-        return max(-1.0, min(1.0, self._mood))
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
 
     def _say(self, kind: str, goal_text: str = "") -> str:
         line = self._rng.choice(_VOICE[self.persona][kind])

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import requests
 
+from training.simulator import SimulatedCustomerState
+
 STOP_TOKEN = "###STOP###"
 AGENT_GREETING = "Hi! How can I help you today?"
 _POSITIVE = re.compile(r"\b(?:thank|thanks|great|perfect|appreciate|wonderful)\b", re.I)
@@ -47,7 +49,7 @@ def system_prompt(user_scenario: dict[str, Any]) -> str:
     )
 
 
-class LLMSimulator:
+class LLMSimulator(SimulatedCustomerState):
     """A `CustomerSimulator` whose lines come from `backend.complete`.
 
     Mood is estimated from the customer's own words (thanks up, complaints down), a coarse proxy
@@ -61,13 +63,6 @@ class LLMSimulator:
         self._mood = 0.0
         self._finished = False
 
-    @property
-    def sentiment_delta(self) -> float:
-        return max(-1.0, min(1.0, self._mood))
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
 
     def _turn(self, agent_text: str) -> str:
         self.messages.append({"role": "user", "content": agent_text})
