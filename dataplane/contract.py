@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -49,8 +50,17 @@ class ContractError(ValueError):
 
 def parse_timestamp(value: Any, field: str) -> datetime:
     """Parse an RFC 3339 timestamp with offset into an aware datetime, or raise bad_timestamp."""
+    if type(value) is str:
+        # Ingestion parses each timestamp twice (validation, then the stored row); the cache
+        # makes the second parse a lookup. Failures are never cached, so errors stay per call.
+        return _parse_text(value, field)
     if not isinstance(value, str):
         raise ContractError("wrong_type", f"{field} must be an RFC 3339 string, got {type(value).__name__}")
+    return _parse_text.__wrapped__(value, field)
+
+
+@lru_cache(maxsize=64)
+def _parse_text(value: str, field: str) -> datetime:
     match = RFC3339_RE.fullmatch(value)
     if match is None:
         raise ContractError("bad_timestamp", f"{field}={value!r} is not RFC 3339 with an offset")
@@ -71,99 +81,123 @@ def _require_type(value: Any, types: type | tuple[type, ...], field: str) -> Non
         raise ContractError("wrong_type", f"{field} must be {names}, got {type(value).__name__}")
 
 
+# The hot path below tests `type(x) is T` first (what json.loads and Arrow produce) and only falls
+# back to `_require_type`, which accepts subclasses and builds the error, when that fails; field
+# names are formatted only on that slow path.
+
 def _check_id(value: Any, field: str) -> None:
-    _require_type(value, str, field)
+    if type(value) is not str:
+        _require_type(value, str, field)
     if ID_RE.fullmatch(value) is None:
         raise ContractError("bad_interaction_id", f"{field}={value[:140]!r} must be 1-128 of [A-Za-z0-9_.:-]")
 
 
 def _tool_call(call: Any, field: str) -> dict:
-    _require_type(call, dict, field)
-    for key in ("name", "arguments"):
-        if key not in call:
-            raise ContractError("missing_field", f"{field}.{key} is missing")
-    _require_type(call["name"], str, f"{field}.name")
+    if type(call) is not dict:
+        _require_type(call, dict, field)
+    if "name" not in call or "arguments" not in call:
+        key = "name" if "name" not in call else "arguments"
+        raise ContractError("missing_field", f"{field}.{key} is missing")
+    name = call["name"]
+    if type(name) is not str:
+        _require_type(name, str, f"{field}.name")
     args = call["arguments"]
     if isinstance(args, str):  # OpenAI-style producers send arguments as JSON text
         try:
             args = json.loads(args)
         except json.JSONDecodeError as err:
             raise ContractError("wrong_type", f"{field}.arguments is not a JSON object: {err}") from err
-    _require_type(args, dict, f"{field}.arguments")
-    return {"name": call["name"], "arguments": args}
+    if type(args) is not dict:
+        _require_type(args, dict, f"{field}.arguments")
+    return {"name": name, "arguments": args}
+
+
+_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "name"})
 
 
 def _messages(value: Any) -> list[dict]:
-    _require_type(value, list, "messages")
+    if type(value) is not list:
+        _require_type(value, list, "messages")
     if not value:
         raise ContractError("empty_messages", "messages must hold at least one message")
-    out = []
-    for i, msg in enumerate(value):
-        where = f"messages[{i}]"
-        _require_type(msg, dict, where)
-        unknown = set(msg) - {"role", "content", "tool_calls", "name"}
-        if unknown:
-            raise ContractError("unknown_field", f"{where} has unknown keys {sorted(unknown)}")
-        for key in ("role", "content"):
-            if key not in msg:
-                raise ContractError("missing_field", f"{where}.{key} is missing")
-        role = msg["role"]
-        _require_type(role, str, f"{where}.role")
-        if role not in ROLES:
-            raise ContractError("unknown_role", f"{where}.role={role!r} not in {sorted(ROLES)}")
-        _require_type(msg["content"], str, f"{where}.content")
-        clean: dict[str, Any] = {"role": role, "content": msg["content"]}
-        calls = msg.get("tool_calls")
-        if calls is not None:
-            _require_type(calls, list, f"{where}.tool_calls")
-            if calls and role != "assistant":
-                raise ContractError("tool_calls_on_non_assistant", f"{where}.tool_calls on a {role!r} message")
-            if calls:
-                clean["tool_calls"] = [_tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
-        name = msg.get("name")
+    return [_message(msg, i) for i, msg in enumerate(value)]
+
+
+def _message(msg: Any, i: int) -> dict:
+    if type(msg) is not dict:
+        _require_type(msg, dict, f"messages[{i}]")
+    if not msg.keys() <= _MESSAGE_KEYS:
+        raise ContractError("unknown_field", f"messages[{i}] has unknown keys {sorted(set(msg) - _MESSAGE_KEYS)}")
+    if "role" not in msg or "content" not in msg:
+        key = "role" if "role" not in msg else "content"
+        raise ContractError("missing_field", f"messages[{i}].{key} is missing")
+    role, content = msg["role"], msg["content"]
+    if type(role) is not str:
+        _require_type(role, str, f"messages[{i}].role")
+    if role not in ROLES:
+        raise ContractError("unknown_role", f"messages[{i}].role={role!r} not in {sorted(ROLES)}")
+    if type(content) is not str:
+        _require_type(content, str, f"messages[{i}].content")
+    clean: dict[str, Any] = {"role": role, "content": content}
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if type(calls) is not list:
+            _require_type(calls, list, f"messages[{i}].tool_calls")
+        if calls and role != "assistant":
+            raise ContractError("tool_calls_on_non_assistant", f"messages[{i}].tool_calls on a {role!r} message")
+        if calls:
+            clean["tool_calls"] = [_tool_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(calls)]
+    name = msg.get("name")
+    if name is None:
         if role == "tool":
-            if name is None:
-                raise ContractError("missing_field", f"{where}.name is required on tool messages")
-            _require_type(name, str, f"{where}.name")
-        if name is not None:
-            _require_type(name, str, f"{where}.name")
-            clean["name"] = name
-        out.append(clean)
-    return out
+            raise ContractError("missing_field", f"messages[{i}].name is required on tool messages")
+    else:
+        if type(name) is not str:
+            _require_type(name, str, f"messages[{i}].name")
+        clean["name"] = name
+    return clean
 
 
 def _initial_state(value: Any, customer_id: str) -> dict:
-    _require_type(value, dict, "initial_state")
+    if type(value) is not dict:
+        _require_type(value, dict, "initial_state")
     for key in ("users", "orders", "products"):
         if key not in value:
             raise ContractError("missing_field", f"initial_state.{key} is missing")
-        _require_type(value[key], dict, f"initial_state.{key}")
+        if type(value[key]) is not dict:
+            _require_type(value[key], dict, f"initial_state.{key}")
     if customer_id not in value["users"]:
         raise ContractError("customer_not_in_state", f"customer_id={customer_id!r} not in initial_state.users")
     return value
 
 
 def _user_scenario(value: Any) -> dict:
-    _require_type(value, dict, "user_scenario")
+    if type(value) is not dict:
+        _require_type(value, dict, "user_scenario")
     for key, kind in (("instruction", str), ("known_info", dict), ("persona", str)):
         if key not in value:
             raise ContractError("missing_field", f"user_scenario.{key} is missing")
-        _require_type(value[key], kind, f"user_scenario.{key}")
+        if type(value[key]) is not kind:
+            _require_type(value[key], kind, f"user_scenario.{key}")
     return value
 
 
 def _gold(value: Any) -> dict | None:
     if value is None:
         return None
-    _require_type(value, dict, "gold")
+    if type(value) is not dict:
+        _require_type(value, dict, "gold")
     for key in ("actions", "outputs"):
         if key not in value:
             raise ContractError("missing_field", f"gold.{key} is missing")
-        _require_type(value[key], list, f"gold.{key}")
+        if type(value[key]) is not list:
+            _require_type(value[key], list, f"gold.{key}")
     actions = [_tool_call(a, f"gold.actions[{i}]") for i, a in enumerate(value["actions"])]
-    for i, text in enumerate(value["outputs"]):
-        _require_type(text, str, f"gold.outputs[{i}]")
-    return {"actions": actions, "outputs": list(value["outputs"])}
+    outputs = value["outputs"]
+    for i, text in enumerate(outputs):
+        if type(text) is not str:
+            _require_type(text, str, f"gold.outputs[{i}]")
+    return {"actions": actions, "outputs": list(outputs)}
 
 
 def _human_label(value: Any) -> dict | None:
@@ -194,43 +228,22 @@ def validate_record(obj: Any, now: datetime | None = None) -> dict:
         raise
 
 
+_REQUIRED_SET = frozenset(REQUIRED_FIELDS)
+
+
 def _validate(obj: dict, now: datetime) -> dict:
-    missing = [f for f in REQUIRED_FIELDS if f not in obj]
-    if missing:
-        raise ContractError("missing_field", f"missing field(s) {missing}")
-    unknown = set(obj) - ALL_FIELDS
-    if unknown:
-        raise ContractError("unknown_field", f"unknown field(s) {sorted(unknown)}")
+    keys = obj.keys()
+    if not keys >= _REQUIRED_SET:
+        raise ContractError("missing_field", f"missing field(s) {[f for f in REQUIRED_FIELDS if f not in obj]}")
+    if not keys <= ALL_FIELDS:
+        raise ContractError("unknown_field", f"unknown field(s) {sorted(set(obj) - ALL_FIELDS)}")
     version = obj["schema_version"]
     if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise ContractError("unknown_schema_version", f"schema_version={version!r}, expected {SCHEMA_VERSION}")
     _check_id(obj["interaction_id"], "interaction_id")
-    started = parse_timestamp(obj["started_at"], "started_at")
-    ended = parse_timestamp(obj["ended_at"], "ended_at")
-    if ended < started:
-        raise ContractError("ended_before_started", f"ended_at={obj['ended_at']} < started_at={obj['started_at']}")
-    if ended > now + FUTURE_TOLERANCE:
-        raise ContractError("future_timestamp", f"ended_at={obj['ended_at']} is after now+5min ({now.isoformat()})")
-    _require_type(obj["policy_version"], str, "policy_version")
-    if not obj["policy_version"]:
-        raise ContractError("wrong_type", "policy_version must be a non-empty string")
-    _check_id(obj["customer_id"], "customer_id")
-    _require_type(obj["intent"], str, "intent")
-    if obj["intent"] not in INTENTS:
-        raise ContractError("unknown_intent", f"intent={obj['intent']!r} not in the intent set")
-    _require_type(obj["outcome"], str, "outcome")
-    if obj["outcome"] not in OUTCOMES:
-        raise ContractError("unknown_outcome", f"outcome={obj['outcome']!r} not in {sorted(OUTCOMES)}")
+    _check_times(obj, now)
+    _check_scalars(obj)
     escalation = obj.get("escalation_was_necessary")
-    if escalation is not None:
-        _require_type(escalation, bool, "escalation_was_necessary")
-    _require_type(obj["actions_taken"], int, "actions_taken")
-    if obj["actions_taken"] < 0:
-        raise ContractError("negative_actions", f"actions_taken={obj['actions_taken']} < 0")
-    sentiment = obj["customer_sentiment_delta"]
-    _require_type(sentiment, (int, float), "customer_sentiment_delta")
-    if not math.isfinite(sentiment) or not -1.0 <= sentiment <= 1.0:
-        raise ContractError("sentiment_out_of_range", f"customer_sentiment_delta={sentiment} not in [-1, 1]")
     return {
         "interaction_id": obj["interaction_id"],
         "started_at": obj["started_at"],
@@ -244,8 +257,49 @@ def _validate(obj: dict, now: datetime) -> dict:
         "outcome": obj["outcome"],
         "escalation_was_necessary": escalation,
         "actions_taken": obj["actions_taken"],
-        "customer_sentiment_delta": float(sentiment),  # 0 and 0.0 must hash alike
+        "customer_sentiment_delta": float(obj["customer_sentiment_delta"]),  # 0 and 0.0 must hash alike
         "gold": _gold(obj.get("gold")),
         "human_label": _human_label(obj.get("human_label")),
         "schema_version": SCHEMA_VERSION,
     }
+
+
+def _check_times(obj: dict, now: datetime) -> None:
+    started = parse_timestamp(obj["started_at"], "started_at")
+    ended = parse_timestamp(obj["ended_at"], "ended_at")
+    if ended < started:
+        raise ContractError("ended_before_started", f"ended_at={obj['ended_at']} < started_at={obj['started_at']}")
+    if ended > now + FUTURE_TOLERANCE:
+        raise ContractError("future_timestamp", f"ended_at={obj['ended_at']} is after now+5min ({now.isoformat()})")
+
+
+def _check_scalars(obj: dict) -> None:
+    """The flat fields after the timestamps, in the order their rules are reported."""
+    policy = obj["policy_version"]
+    if type(policy) is not str:
+        _require_type(policy, str, "policy_version")
+    if not policy:
+        raise ContractError("wrong_type", "policy_version must be a non-empty string")
+    _check_id(obj["customer_id"], "customer_id")
+    intent, outcome = obj["intent"], obj["outcome"]
+    if type(intent) is not str:
+        _require_type(intent, str, "intent")
+    if intent not in INTENTS:
+        raise ContractError("unknown_intent", f"intent={intent!r} not in the intent set")
+    if type(outcome) is not str:
+        _require_type(outcome, str, "outcome")
+    if outcome not in OUTCOMES:
+        raise ContractError("unknown_outcome", f"outcome={outcome!r} not in {sorted(OUTCOMES)}")
+    escalation = obj.get("escalation_was_necessary")
+    if escalation is not None and type(escalation) is not bool:
+        _require_type(escalation, bool, "escalation_was_necessary")
+    actions = obj["actions_taken"]
+    if type(actions) is not int:
+        _require_type(actions, int, "actions_taken")
+    if actions < 0:
+        raise ContractError("negative_actions", f"actions_taken={actions} < 0")
+    sentiment = obj["customer_sentiment_delta"]
+    if type(sentiment) is not float and type(sentiment) is not int:
+        _require_type(sentiment, (int, float), "customer_sentiment_delta")
+    if not -1.0 <= sentiment <= 1.0 or not math.isfinite(sentiment):
+        raise ContractError("sentiment_out_of_range", f"customer_sentiment_delta={sentiment} not in [-1, 1]")

@@ -7,10 +7,12 @@ read and one quarantined (rule corrupt_file, invalid_utf8, line_too_long or empt
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import re
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -121,7 +123,8 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
     stamp = now or datetime.now(timezone.utc)
     con.execute("BEGIN TRANSACTION")
     try:
-        result = _FileIngest(con, path, now, stamp).run()
+        with _cyclic_gc_paused():
+            result = _FileIngest(con, path, now, stamp).run()
     except FileCorruptError as err:
         con.execute("ROLLBACK")
         con.execute("BEGIN TRANSACTION")
@@ -138,6 +141,24 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
          result.quarantined, stamp])
     con.execute("COMMIT")
     return result
+
+
+@contextmanager
+def _cyclic_gc_paused():
+    """Pause the cyclic garbage collector for one file's pass (reference counting still frees).
+
+    The pass allocates millions of short-lived dicts and lists and keeps a chunk of them alive,
+    which makes the collector run full collections over the whole heap again and again: about a
+    tenth of the ingest time. The pass creates hardly any reference cycles, and any it does create
+    are collected once the collector runs again; whatever state it was in is restored afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _FileIngest:

@@ -122,22 +122,43 @@ def _read_parquet(path: Path) -> Iterator[RawRecord]:
         except (pa.ArrowException, OSError) as err:
             raise FileCorruptError("corrupt_file", f"{path.name}: unreadable after row {row_no}: {err}",
                                    row_no + 1) from err
+        decode = _RowDecoder(batch.schema)
         for row in batch.to_pylist():
             row_no += 1
-            yield _decode_row(row_no, row)
+            yield decode(row_no, row)
 
 
-def _decode_row(row_no: int, row: dict) -> RawRecord:
-    raw = dict(row)  # serialised only if the row ends up in quarantine (see raw_text)
-    for key, value in row.items():
-        if isinstance(value, datetime):
-            # A naive Parquet timestamp has no offset: keep it offset-less so the contract says so.
-            row[key] = value.isoformat()
-    for key in JSON_TEXT_FIELDS:
-        value = row.get(key)
-        if isinstance(value, str):
-            try:
-                row[key] = json.loads(value)
-            except json.JSONDecodeError as err:
-                return RawRecord(row_no, raw, error=ContractError("invalid_json", f"row {row_no} {key}: {err}"))
-    return RawRecord(row_no, raw, row)
+class _RowDecoder:
+    """Turns the rows of one Arrow schema into contract objects.
+
+    Only the columns that can need it are touched per row: timestamp columns (to text) and the
+    free-form columns stored as JSON text (decoded), as the batch's schema says.
+    """
+
+    def __init__(self, schema: pa.Schema):
+        self.timestamps = [f.name for f in schema if _holds_timestamps(f.type)]
+        self.json_text = [name for name in JSON_TEXT_FIELDS if name in schema.names]
+
+    def __call__(self, row_no: int, row: dict) -> RawRecord:
+        if not self.timestamps and not self.json_text:
+            return RawRecord(row_no, row, row)
+        obj = dict(row)  # `row` stays as read, serialised only if it ends up in quarantine
+        for key in self.timestamps:
+            value = obj[key]
+            if isinstance(value, datetime):
+                # A naive Parquet timestamp has no offset: keep it offset-less so the contract says so.
+                obj[key] = value.isoformat()
+        for key in self.json_text:
+            value = obj[key]
+            if isinstance(value, str):
+                try:
+                    obj[key] = json.loads(value)
+                except json.JSONDecodeError as err:
+                    return RawRecord(row_no, row, error=ContractError("invalid_json", f"row {row_no} {key}: {err}"))
+        return RawRecord(row_no, row, obj)
+
+
+def _holds_timestamps(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_timestamp(kind)

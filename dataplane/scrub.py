@@ -51,12 +51,12 @@ def luhn_ok(digits: str) -> bool:
 
 
 def _card_sub(match: re.Match) -> str:
-    digits = re.sub(r"\D", "", match.group(0))
+    digits = _NON_DIGIT.sub("", match.group(0))
     return CARD if 13 <= len(digits) <= 19 and luhn_ok(digits) else match.group(0)
 
 
 def _phone_sub(match: re.Match) -> str:
-    digits = sum(ch.isdigit() for ch in match.group(0))
+    digits = len(_DIGIT.findall(match.group(0)))
     return PHONE if 8 <= digits <= 15 else match.group(0)
 
 
@@ -64,15 +64,28 @@ def _national_sub(match: re.Match) -> str:
     return NATIONAL_ID
 
 
-_PASSES = ((_CARD_RE, _card_sub),) + tuple((p, _national_sub) for p in _NATIONAL_ID_RES) + tuple(
-    (p, _phone_sub) for p in _PHONE_RES)
+_NON_DIGIT = re.compile(r"\D")
+# Each pass with the fewest digits any masked span of it holds, and a character the span must
+# contain: a text with fewer digits than that (counted before any pass, so never an undercount of
+# what a later pass sees) cannot be changed by the pass, which is then skipped. Most free text has
+# a few digits (an order id, a price) and so skips the card and id regexes outright.
+_PASSES = (
+    (_CARD_RE, _card_sub, 13, ""),
+    (_NATIONAL_ID_RES[0], _national_sub, 9, ""),
+    (_NATIONAL_ID_RES[1], _national_sub, 6, ""),
+    (_PHONE_RES[0], _phone_sub, 10, ""),
+    (_PHONE_RES[1], _phone_sub, 8, "+"),  # _phone_sub keeps spans of under 8 digits
+)
 _KINDS = {CARD: "card", NATIONAL_ID: "national_id", PHONE: "phone"}
 
 
 def _scrub(text: str, found: list[str] | None) -> str:
     if _DIGIT.search(text) is None:
         return text
-    for pattern, sub in _PASSES:
+    digits = len(_DIGIT.findall(text))
+    for pattern, sub, min_digits, needs in _PASSES:
+        if digits < min_digits or needs not in text:
+            continue
         if found is None:
             text = pattern.sub(sub, text)
             continue
@@ -107,10 +120,13 @@ def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
     Returns a new top-level dict; nested objects that need no change are shared, not copied.
     """
     out = dict(record)
-    out["messages"] = [
-        {**m, "content": scrub_text(m["content"])} if _DIGIT.search(m["content"]) else m
-        for m in record["messages"]
-    ]
+    out["messages"] = [_scrub_message(m) for m in record["messages"]]
     scenario = record["user_scenario"]
     out["user_scenario"] = {**scenario, "instruction": scrub_text(scenario["instruction"])}
     return out
+
+
+def _scrub_message(message: dict) -> dict:
+    content = message["content"]
+    clean = scrub_text(content)
+    return message if clean is content else {**message, "content": clean}

@@ -139,9 +139,13 @@ _ARROW_TYPES = {"started_at": pa.timestamp("us", tz="UTC"), "ended_at": pa.times
                 "human_task_success": pa.bool_(), "schema_version": pa.int32()}
 
 
+# Built once: json.dumps would build the same encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(record: dict) -> str:
     """The one serialisation of a record that is stored and hashed (sorted keys, no spaces)."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(record)
 
 
 @dataclass
@@ -210,13 +214,16 @@ class RowBatch:
                 [self.source_file, self.ingested_at]).fetchall()]
         finally:
             con.unregister("_incoming")
-        new = set(inserted)
-        missed = {r.interaction_id: tag for r, tag in zip(self.rows, self.tags) if r.interaction_id not in new}
+        # Ids in a batch are distinct, so as many inserted as sent means all went in.
+        missed = {} if len(inserted) == len(self.rows) else self._missed(set(inserted))
         stored = dict(con.execute(
             "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
             [list(missed)]).fetchall()) if missed else {}
         self.rows, self.tags, self.ids_in_batch = [], [], set()
         return FlushResult(inserted, {rid: (tag, stored[rid]) for rid, tag in missed.items()})
+
+    def _missed(self, inserted: set[str]) -> dict[str, Any]:
+        return {r.interaction_id: tag for r, tag in zip(self.rows, self.tags) if r.interaction_id not in inserted}
 
 
 @dataclass

@@ -1,0 +1,155 @@
+"""The ingest fast paths give the same answers as the plain checks they shortcut.
+
+Contract: exact-type tests first, the generic check (subclasses, error text) only on a miss.
+Scrubbing: a pass is skipped when the text has too few digits for it to mask anything.
+Parquet: only timestamp and JSON-text columns are converted per row. Ingest: the cyclic GC is
+paused per file and its state restored.
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataplane import scrub
+from dataplane.contract import ContractError, validate_record
+from dataplane.ingest import ingest_paths
+from dataplane.store import open_store, prepare_row
+from tests.helpers_data import NOW, build_records, record_from_task, write_jsonl
+
+JSON_TEXT = ("initial_state", "user_scenario", "messages", "gold", "human_label")
+
+
+@pytest.fixture(scope="module")
+def good(world, reference_tasks) -> dict:
+    return record_from_task(world, reference_tasks[0], 1)
+
+
+@pytest.fixture(scope="module")
+def records(world, reference_tasks) -> list[dict]:
+    return build_records(world, reference_tasks, 6)
+
+
+class _Text(str):
+    """A str subclass: not what json.loads yields, but the contract accepts it."""
+
+
+def test_str_subclasses_take_the_slow_path_and_hash_alike(good):
+    odd = copy.deepcopy(good)
+    for key in ("interaction_id", "policy_version", "customer_id", "intent", "outcome"):
+        odd[key] = _Text(odd[key])
+    odd["messages"] = [{**m, "role": _Text(m["role"]), "content": _Text(m["content"])} for m in odd["messages"]]
+    assert prepare_row(validate_record(odd, NOW)).content_hash == prepare_row(validate_record(good, NOW)).content_hash
+
+
+@pytest.mark.parametrize("key,value,rule", [
+    ("actions_taken", True, "wrong_type"), ("customer_sentiment_delta", False, "wrong_type"),
+    ("customer_sentiment_delta", float("nan"), "sentiment_out_of_range"),
+    ("customer_sentiment_delta", -1.5, "sentiment_out_of_range"), ("escalation_was_necessary", 1, "wrong_type"),
+])
+def test_scalar_rules_unchanged(good, key, value, rule):
+    with pytest.raises(ContractError) as info:
+        validate_record({**good, key: value}, NOW)
+    assert info.value.rule == rule and key in info.value.detail
+
+
+def test_bad_timestamp_is_rejected_every_time(good):
+    # Successful parses are cached; failures must not be.
+    for _ in range(2):
+        with pytest.raises(ContractError) as info:
+            validate_record({**good, "ended_at": "2024-13-01T00:00:00Z"}, NOW)
+        assert info.value.rule == "bad_timestamp"
+
+
+def _scrub_every_pass(text: str) -> str:
+    for pattern, sub, _digits, _needs in scrub._PASSES:
+        text = pattern.sub(sub, text)
+    return text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="0123456789٣ -.+()#Wx_\n", max_size=60))
+def test_digit_count_skip_never_changes_the_result(text):
+    assert scrub.scrub_text(text) == _scrub_every_pass(text)
+
+
+@pytest.mark.parametrize("text", [
+    "4111 1111 1111 1111", "ssn 123-45-6789", "AB 12 34 56 C", "+44 20 7946 0958", "(415) 555-0100",
+    "+1 415-555-0100 and 4111111111111111", "order #W0001234, call 415-555-0001",
+])
+def test_skip_keeps_every_kind_masked(text):
+    assert scrub.scrub_text(text) == _scrub_every_pass(text) != text
+
+
+def _parquet(path, records: list[dict], schema_for=None) -> None:
+    columns = {key: [r.get(key) for r in records] for key in records[0]}
+    for key in JSON_TEXT:
+        columns[key] = [None if v is None else json.dumps(v) for v in columns[key]]
+    table = pa.table(columns)
+    if schema_for:
+        table = schema_for(table)
+    pq.write_table(table, path)
+
+
+def _as_aware_timestamps(table: pa.Table) -> pa.Table:
+    for key in ("started_at", "ended_at"):
+        stamps = [datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(timezone.utc)
+                  for v in table.column(key).to_pylist()]
+        table = table.set_column(table.schema.get_field_index(key), key, pa.array(stamps, pa.timestamp("us", "UTC")))
+    return table
+
+
+def _as_dictionary_text(table: pa.Table) -> pa.Table:
+    for key in ("user_scenario", "messages", "intent"):
+        index = table.schema.get_field_index(key)
+        table = table.set_column(index, key, table.column(key).dictionary_encode())
+    return table
+
+
+def test_parquet_dictionary_columns_decode_like_plain_text(tmp_path, records):
+    _parquet(tmp_path / "a.parquet", records[:3], _as_dictionary_text)
+    write_jsonl(tmp_path / "b.jsonl", records[:3])
+    summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet", tmp_path / "b.jsonl"], now=NOW)
+    assert (summary.accepted, summary.duplicates, summary.quarantined) == (3, 3, 0)
+
+
+def test_parquet_timestamp_columns_become_text(tmp_path, records):
+    # An aware Arrow timestamp reads back as an aware datetime: it passes as the same instant.
+    _parquet(tmp_path / "a.parquet", records[:2], _as_aware_timestamps)
+    summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
+    assert (summary.accepted, summary.quarantined) == (2, 0)
+    con = open_store(tmp_path / "db.duckdb", read_only=True)
+    try:
+        stored = {r[0]: r[1] for r in con.execute("SELECT interaction_id, ended_at FROM interactions").fetchall()}
+    finally:
+        con.close()
+    for record in records[:2]:
+        assert stored[record["interaction_id"]] == datetime.fromisoformat(record["ended_at"].replace("Z", "+00:00"))
+
+
+def test_naive_parquet_timestamp_is_still_rejected(tmp_path, records):
+    def naive(table: pa.Table) -> pa.Table:
+        index = table.schema.get_field_index("ended_at")
+        return table.set_column(index, "ended_at", pa.array([datetime(2024, 6, 3, 9, 30)] * len(table)))
+    _parquet(tmp_path / "a.parquet", records[:2], naive)
+    summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
+    assert summary.quarantined_by_rule == {"bad_timestamp": 2}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_gc_state_is_restored_after_ingest(tmp_path, records, enabled):
+    path = write_jsonl(tmp_path / "a.jsonl", records[:2])
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        ingest_paths(tmp_path / "db.duckdb", [path], now=NOW)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
