@@ -1,6 +1,6 @@
 """Benchmark: batched vs one-at-a-time rollouts, and the wall time of a shadow evaluation.
 
-    .venv/bin/python bench/evaluation.py [--model PATH] [--tasks 16] [--shadow 256]
+    .venv/bin/python bench/evaluation.py [--model PATH] [--tasks 16] [--shadow 256] [--shadow-only]
 
 Policy under test: the tiny Qwen2 policy of training.bootstrap (built here, offline, unless --model
 names a checkpoint). A freshly initialised model never closes a tool call, so every conversation
@@ -20,6 +20,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,17 +35,35 @@ from tests.helpers_eval import expert_policy, make_records  # noqa: E402
 
 
 class TeacherForced:
-    """Real batched generation for every live conversation; the expert's message advances it."""
+    """Real batched generation for every live conversation; the expert's message advances it.
 
-    def __init__(self, model: HFPolicy, teacher: ScriptedPolicy):
+    With `progress_s`, prints every so often how far a long run got (conversations finished,
+    turns generated, elapsed time), so a run stopped early still leaves a measured rate."""
+
+    def __init__(self, model: HFPolicy, teacher: ScriptedPolicy, progress_s: float = 0.0):
         self.model, self.teacher = model, teacher
         self.name = f"teacher-forced({model.name})"
+        self.max_live = model.max_live  # keep the model's decode batch full (continuous batching)
         self.generated = 0
+        self.progress_s = progress_s
+        self._seen: set[int] = set()
+        self._start = self._last_report = time.perf_counter()
 
     def act(self, conversations):
         texts = self.model.complete(conversations)
         self.generated += len(texts)
+        if self.progress_s:
+            self._report(conversations)
         return self.teacher.act(conversations)
+
+    def _report(self, conversations) -> None:
+        live = {id(c) for c in conversations}
+        self._seen |= live
+        now = time.perf_counter()
+        if now - self._last_report >= self.progress_s:
+            self._last_report = now
+            print(f"  progress: {now - self._start:.0f} s, conversations started {len(self._seen)}, "
+                  f"finished {len(self._seen) - len(live)}, turns generated {self.generated}", flush=True)
 
 
 def _timed(fn):
@@ -63,6 +82,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1: on a shared 2-core machine more threads thrash)")
+    parser.add_argument("--no-prefix-cache", action="store_true",
+                        help="prefill every turn's whole transcript (to measure what the cache saves)")
+    parser.add_argument("--shadow-only", action="store_true", help="skip the batched vs one-at-a-time part")
+    parser.add_argument("--progress", type=float, default=60.0, help="seconds between progress lines of the shadow run")
     args = parser.parse_args()
 
     import torch
@@ -78,16 +101,22 @@ def main() -> None:
 
             build_s, path = _timed(lambda: build_tiny_policy(Path(tmp) / "tiny", records, TinyModelSpec()))
             print(f"built tiny policy in {build_s:.1f} s")
-        hf = HFPolicy(str(path), max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        hf = HFPolicy(str(path), max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                      prefix_cache=not args.no_prefix_cache)
     params = sum(p.numel() for p in hf.model.parameters())
     prompt_tokens = len(hf.tokenizer(hf.render(initial_messages(records[0])))["input_ids"])
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
           f"{torch.get_num_threads()}; model {params / 1e6:.2f}M parameters; opening prompt {prompt_tokens} tokens")
 
-    tasks = records[:args.tasks]
-    policy = TeacherForced(hf, expert_policy(records))
     hf.model.generate(**hf.tokenizer(["warm up"], return_tensors="pt"), max_new_tokens=2)  # first-call costs
+    seq_per_conversation = None if args.shadow_only else _compare(hf, records, args.tasks)
+    _shadow(hf, records, args, seq_per_conversation)
 
+
+def _compare(hf: HFPolicy, records: list, n_tasks: int) -> float:
+    """Batched vs one-at-a-time, teacher-forced and the model's own; returns one-at-a-time s/conversation."""
+    tasks = records[:n_tasks]
+    policy = TeacherForced(hf, expert_policy(records))
     seq_s, seq = _timed(lambda: [t for r in tasks for t in run_rollouts(policy, [r], k=1, seed=0)])
     bat_s, bat = _timed(lambda: run_rollouts(policy, tasks, k=1, seed=0))
     turns = sum(t.turns for t in bat)
@@ -96,21 +125,32 @@ def main() -> None:
     print(f"one-at-a-time: {seq_s:.2f} s   batched: {bat_s:.2f} s   speed-up x{seq_s / bat_s:.2f}   "
           f"identical trials: {same}")
 
-    own_seq_s, _ = _timed(lambda: [run_rollouts(hf, [r], k=1, seed=0) for r in tasks])
+    own_seq_s, own_seq = _timed(lambda: [t for r in tasks for t in run_rollouts(hf, [r], k=1, seed=0)])
     own_bat_s, own = _timed(lambda: run_rollouts(hf, tasks, k=1, seed=0))
+    own_same = [t.messages for t in own_seq] == [t.messages for t in own]
     print(f"[model's own rollouts, {sum(t.turns for t in own)} turns] one-at-a-time {own_seq_s:.2f} s, "
-          f"batched {own_bat_s:.2f} s, speed-up x{own_seq_s / own_bat_s:.2f}")
+          f"batched {own_bat_s:.2f} s, speed-up x{own_seq_s / own_bat_s:.2f}   identical trials: {own_same}")
+    return seq_s / len(tasks)
 
+
+def _shadow(hf: HFPolicy, records: list, args: argparse.Namespace, seq_per_conversation: float | None) -> None:
     shadow = records[:args.shadow]
-    shadow_s, shadow_trials = _timed(lambda: run_rollouts(TeacherForced(hf, expert_policy(records)), shadow))
+    policy = TeacherForced(hf, expert_policy(records), progress_s=args.progress)
+    prefilled_before = hf.prefilled_tokens
+    shadow_s, shadow_trials = _timed(lambda: run_rollouts(policy, shadow))
     per = shadow_s / len(shadow)
     shadow_turns = sum(t.turns for t in shadow_trials)
-    print(f"\n[shadow evaluation] ran {len(shadow)} conversations ({shadow_turns} turns) batched in "
-          f"{shadow_s:.1f} s = {per * 1000:.0f} ms/conversation")
+    ended = Counter(t.ended_by for t in shadow_trials)
+    print(f"\n[shadow evaluation] ran {len(shadow)} conversations ({shadow_turns} turns, ended by {dict(ended)}, "
+          f"success {sum(t.success for t in shadow_trials)}/{len(shadow)}) batched in "
+          f"{shadow_s:.1f} s = {per * 1000:.0f} ms/conversation; "
+          f"{hf.prefilled_tokens - prefilled_before} prompt tokens prefilled")
     if args.target > len(shadow):
         print(f"  extrapolated to {args.target}: {per * args.target / 60:.1f} min per policy, "
               f"{2 * per * args.target / 60:.1f} min for candidate + champion (linear: fixed batch size)")
-        print(f"  one-at-a-time would take about {seq_s / len(tasks) * args.target / 60:.1f} min per policy")
+    if seq_per_conversation:
+        print(f"  one-at-a-time would take about {seq_per_conversation * max(args.target, len(shadow)) / 60:.1f} "
+              f"min per policy")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 A policy sees a batch of live conversations and returns the next assistant message for each, in
 one call. Batching is the interface, not an optimisation bolted on: a model generates every
-conversation's next turn in one padded forward pass, which is what makes a 5,000-conversation
+conversation's next turn in one batched decode, which is what makes a 5,000-conversation
 shadow evaluation affordable.
 
 Messages use the chat format of `training.prompting`: `{"role": "assistant", "content": str,
@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 from training.prompting import parse_tool_calls, tool_schemas
 
 Message = dict[str, Any]
+
+DEFAULT_BATCH_SIZE = 64
+# Key/value caches kept between turns; past this, new conversations are prefilled in full each turn.
+DEFAULT_CACHE_BYTES = 2 * 1024**3
 
 
 class Conversation(list):
@@ -108,22 +113,112 @@ class ScriptedPolicy:
         return [_as_message(self.fn(conversation)) for conversation in conversations]
 
 
+class _CachedPrefix:
+    """One conversation's key/value cache: the tokens it covers and, per layer, (keys, values)
+    tensors of shape [1, heads, len(tokens), head_dim]. `owner` is the conversation object itself:
+    holding it keeps its id from being reused while the entry lives."""
+
+    __slots__ = ("owner", "tokens", "layers")
+
+    def __init__(self, owner: Any, tokens: list[int], layers: list[tuple[Any, Any]]):
+        self.owner, self.tokens, self.layers = owner, tokens, layers
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two token sequences share."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class PrefixCache:
+    """Key/value caches of the conversations a policy is continuing, so a turn prefills only what
+    is new since the last one (the tool result and the generation cue), not the whole transcript.
+
+    A hit is only a hint: the cached tokens are compared with the freshly tokenised prompt and only
+    the shared leading tokens are reused, so a re-rendered assistant message or an edited
+    conversation never reuses a stale key/value. A conversation without an entry of its own may
+    borrow the prefix of the last new one prefilled (every prompt opens with the same system
+    policy and tool schemas). Entries of conversations absent from the latest call are dropped
+    (they ended); past `max_bytes`, further conversations are simply not cached.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: dict[int, _CachedPrefix] = {}
+        self._donor: _CachedPrefix | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keep_only(self, conversations: Sequence[Any]) -> None:
+        live = {id(c) for c in conversations}
+        self._entries = {key: e for key, e in self._entries.items() if key in live}
+        self.bytes = sum(_size(e.layers) for e in self._entries.values())
+        if not self._entries:
+            self._donor = None
+
+    def lookup(self, conversation: Any, ids: Sequence[int]) -> tuple[int, list[tuple[Any, Any]], bool]:
+        """(n, layers, own): the longest cached prefix of `ids` (at most all but its last token,
+        whose logits are still needed), its key/value tensors cropped to `n` tokens, and whether
+        it came from the conversation's own entry."""
+        own = self._entries.get(id(conversation))
+        if own is not None and own.owner is not conversation:
+            own = None
+        best_n, best = 0, None
+        for entry in (own, self._donor):
+            if entry is not None:
+                n = min(common_prefix_length(entry.tokens, ids), len(ids) - 1)
+                if n > best_n:
+                    best_n, best = n, entry
+        if best is None:
+            return 0, [], own is not None
+        return best_n, [(k[:, :, :best_n], v[:, :, :best_n]) for k, v in best.layers], own is not None
+
+    def store(self, conversation: Any, tokens: list[int], layers: list[tuple[Any, Any]]) -> None:
+        old = self._entries.pop(id(conversation), None)
+        self.bytes -= _size(old.layers) if old else 0
+        size = _size(layers)
+        if self.bytes + size <= self.max_bytes:
+            self._entries[id(conversation)] = _CachedPrefix(conversation, tokens, layers)
+            self.bytes += size
+
+    def lend(self, tokens: list[int], layers: list[tuple[Any, Any]]) -> None:
+        """Offer a freshly prefilled prompt as the prefix other new conversations may borrow."""
+        self._donor = _CachedPrefix(None, tokens, layers)
+
+
+def _size(layers: list[tuple[Any, Any]]) -> int:
+    return sum(t.numel() * t.element_size() for pair in layers for t in pair)
+
+
 class HFPolicy:
     """A transformers causal LM with its tokenizer and chat template, generating in batches.
 
     Prompts are rendered with the tokenizer's chat template and the environment's tool schemas
-    (the format the policy was trained on), left-padded so every row's last token is its real
-    last token, and decoded up to the end-of-turn token. Greedy by default (`temperature=0`);
-    with `temperature > 0` sampling is seeded per call from `seed`, so a rerun of the same
-    evaluation reproduces it.
+    (the format the policy was trained on) and decoded up to the end-of-turn token. Greedy by
+    default (`temperature=0`); with `temperature > 0` sampling is seeded per call from `seed`, so a
+    rerun of the same evaluation reproduces it.
+
+    How a batch is generated, and why (measured on CPU, bench/results/evaluation.md): each prompt
+    is prefilled on its own, unpadded (a padded batched prefill leaves SDPA's fast causal kernel and
+    was slower than one prefill per row), and only the token-by-token decode runs as one batch,
+    where batching pays. With `prefix_cache` each conversation keeps its key/value cache from turn
+    to turn, so a turn prefills only the tokens that are new since the last one.
 
     `model_or_path` is a loaded model (then `tokenizer` is required) or a local folder / hub id
     loaded through `training.bootstrap.load_policy` (which keeps a locally trained tokenizer).
+    `batch_size` rows decode together (None: all of a call's conversations at once); it is also
+    the `max_live` hint rollouts use to keep that many conversations in flight.
     """
 
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, name: str | None = None,
                  max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
-                 batch_size: int | None = None, sort_by_length: bool = True):
+                 batch_size: int | None = DEFAULT_BATCH_SIZE, sort_by_length: bool = True,
+                 prefix_cache: bool = True, cache_bytes: int = DEFAULT_CACHE_BYTES):
         if isinstance(model_or_path, (str, os.PathLike)):
             from training.bootstrap import load_policy
 
@@ -144,9 +239,17 @@ class HFPolicy:
         self.seed = seed
         self.batch_size = batch_size
         self.sort_by_length = sort_by_length
+        self.prefix_cache = prefix_cache
+        self.cache = PrefixCache(cache_bytes)
         self.calls = 0
+        self.prefilled_tokens = 0  # tokens run through a prefill (the prompt work the cache saves)
         self.context_limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self._stop_ids = self._end_token_ids()
+
+    @property
+    def max_live(self) -> int | None:
+        """How many conversations a rollout should keep in flight: one decode batch's worth."""
+        return self.batch_size
 
     def _end_token_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
@@ -163,9 +266,11 @@ class HFPolicy:
         return [self._to_message(text) for text in self.complete(conversations)]
 
     def complete(self, conversations: list[list[Message]]) -> list[str | None]:
-        """The raw generated text of each conversation's next turn, in one batched generation per
+        """The raw generated text of each conversation's next turn, decoded in one batch per
         `batch_size` chunk; None where the prompt no longer fits the model's context."""
         self.calls += 1
+        # Conversations not continued in this call have ended: their caches go.
+        self.cache.keep_only(conversations if self.prefix_cache else ())
         prompts = [self.render(c) for c in conversations]
         encoded = list(self.tokenizer(prompts, add_special_tokens=False)["input_ids"]) if prompts else []
         order = list(range(len(prompts)))
@@ -179,28 +284,71 @@ class HFPolicy:
             fits = [i for i in chunk if not self._too_long(encoded[i])]
             texts.update({i: None for i in chunk if i not in fits})
             if fits:
-                texts.update(zip(fits, self._generate([encoded[i] for i in fits])))
+                texts.update(zip(fits, self._generate([encoded[i] for i in fits],
+                                                      [conversations[i] for i in fits])))
         return [texts[i] for i in range(len(prompts))]
 
     def _too_long(self, ids: list[int]) -> bool:
         return bool(self.context_limit) and len(ids) + self.max_new_tokens > self.context_limit
 
-    def _generate(self, batch: list[list[int]]) -> list[str]:
+    def _generate(self, batch: list[list[int]], owners: list[Any]) -> list[str]:
         import torch
 
-        width = max(len(ids) for ids in batch)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
-        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": pad}
-        if self.temperature > 0:
-            torch.manual_seed(self.seed * 1_000_003 + self.calls)
-            kwargs.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.inference_mode():
+            prefixes = [self._prefill(owner, ids) for owner, ids in zip(owners, batch)]
+            width = max(len(ids) for ids in batch)
+            pad = self.tokenizer.pad_token_id
+            input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch])
+            attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
+            kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": pad}
+            if width > 1:
+                # Every row's prompt but its last token is in the cache: generation starts there.
+                kwargs["cache"] = _left_padded_cache(prefixes, width - 1, self.max_new_tokens)
+            if self.temperature > 0:
+                torch.manual_seed(self.seed * 1_000_003 + self.calls)
+                kwargs.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
+            else:
+                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-        return [self._decode(row[width:].tolist()) for row in out]
+            generated = [row[width:].tolist() for row in out]
+            if self.prefix_cache and "cache" in kwargs:
+                self._keep_caches(owners, batch, generated, kwargs["cache"], width)
+        return [self._decode(ids) for ids in generated]
+
+    def _prefill(self, owner: Any, ids: list[int]) -> list[tuple[Any, Any]]:
+        """Per layer (keys, values) of `ids[:-1]` for one row, computed unpadded, reusing what the
+        prefix cache holds. The last token is left for generation (its logits pick the first
+        new token)."""
+        import torch
+        from transformers import DynamicCache
+
+        reused, layers, own = self.cache.lookup(owner, ids) if self.prefix_cache else (0, [], False)
+        todo = ids[reused:-1]
+        if not todo:
+            return layers
+        cache = DynamicCache(ddp_cache_data=layers or None)
+        positions = torch.arange(reused, len(ids) - 1).unsqueeze(0)
+        self.model(input_ids=torch.tensor([todo]), position_ids=positions, cache=cache, use_cache=True,
+                   logits_to_keep=1)
+        self.prefilled_tokens += len(todo)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        if self.prefix_cache and not own:
+            self.cache.lend(ids[:-1], layers)
+        return layers
+
+    def _keep_caches(self, owners: list[Any], batch: list[list[int]], generated: list[list[int]],
+                     cache: Any, width: int) -> None:
+        """Store each row's own slice of the batch cache: its prompt and the tokens it generated
+        up to its stop token (the rest of the row is padding fed after it finished)."""
+        for row, (owner, ids, new) in enumerate(zip(owners, batch, generated)):
+            stop = next((i for i, t in enumerate(new) if t in self._stop_ids), len(new))
+            # The last generated token was never fed back, so it has no key/value yet.
+            kept = min(len(new) - 1, stop + 1)
+            pad = width - len(ids)
+            layers = [(layer.keys[row:row + 1, :, pad:pad + len(ids) + kept].clone(),
+                       layer.values[row:row + 1, :, pad:pad + len(ids) + kept].clone())
+                      for layer in cache.layers]
+            self.cache.store(owner, ids + new[:kept], layers)
 
     def _decode(self, ids: list[int]) -> str:
         for position, token in enumerate(ids):
@@ -218,3 +366,71 @@ class HFPolicy:
             return message
         content, calls = parse_tool_calls(text)
         return assistant_message(content, calls)
+
+
+def _left_padded_cache(prefixes: list[list[tuple[Any, Any]]], width: int, room: int) -> Any:
+    """One batch cache from per-row caches of different lengths, right-aligned in `width`
+    positions (left padding, matching the left-padded input ids; the attention mask hides the
+    zeros), with `room` more positions preallocated for the tokens generation appends."""
+    from transformers import DynamicCache
+
+    template = next(p for p in prefixes if p)
+    layers = []
+    for index, (keys, values) in enumerate(template):
+        layer = _preallocated_layer((len(prefixes), keys.shape[1], width + room, keys.shape[3]), keys)
+        for row, prefix in enumerate(prefixes):
+            if prefix:
+                length = prefix[index][0].shape[2]
+                layer.buffers[0][row, :, width - length:width] = prefix[index][0][0]
+                layer.buffers[1][row, :, width - length:width] = prefix[index][1][0]
+        layer.grow_to(width)
+        layers.append(layer)
+    cache = DynamicCache()
+    cache.layers = layers
+    return cache
+
+
+@lru_cache(maxsize=1)
+def _preallocated_layer_class() -> type:
+    """`DynamicLayer` that writes new keys/values into preallocated buffers instead of
+    concatenating: with a batch of long cached prompts, `torch.cat` of the whole cache at every
+    decoded token was most of a batched decode step on CPU (measured)."""
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        def __init__(self, shape: tuple[int, ...], like: Any):
+            super().__init__()
+            self.buffers = (like.new_zeros(shape), like.new_zeros(shape))
+            self.length = 0
+            self.device = like.device
+            self.is_initialized = True
+            self.grow_to(0)
+
+        def grow_to(self, length: int) -> None:
+            if length > self.buffers[0].shape[2]:
+                # Out of room (never with the room asked for): double, copying once.
+                extra = max(length, 2 * self.buffers[0].shape[2]) - self.buffers[0].shape[2]
+                self.buffers = tuple(torch.cat([b, b.new_zeros(*b.shape[:2], extra, b.shape[3])], dim=2)
+                                     for b in self.buffers)
+            self.length = length
+            self.keys = self.buffers[0][:, :, :length]
+            self.values = self.buffers[1][:, :, :length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            start = self.length
+            self.grow_to(start + key_states.shape[2])
+            self.buffers[0][:, :, start:self.length] = key_states
+            self.buffers[1][:, :, start:self.length] = value_states
+            return self.keys, self.values
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove < 0:
+                self.grow_to(self.length + tokens_to_remove)
+
+    return PreallocatedLayer
+
+
+def _preallocated_layer(shape: tuple[int, ...], like: Any) -> Any:
+    """A zeroed cache layer of `shape` ([batch, heads, positions, head_dim]) like tensor `like`."""
+    return _preallocated_layer_class()(shape, like)

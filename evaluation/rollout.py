@@ -5,8 +5,9 @@ derived from (seed, record id, trial) only. So a candidate and a champion evalua
 `seed` meet the same customers and their trials pair up per conversation.
 
 Every round, the next assistant turn of every live conversation comes from ONE `policy.act` call
-(one padded generation for a model). Tool calls are executed through the environment's allow-list
-and their results appended as tool messages. A conversation ends on a text answer without tool
+(one batched generation for a model). With `max_live`, at most that many conversations are live
+at once and a finished one makes room for the next (continuous batching). Tool calls are executed
+through the environment's allow-list and their results appended as tool messages. A conversation ends on a text answer without tool
 calls, when the environment is done (transfer to a human, or the customer left), or at `max_turns`
 assistant turns.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,11 +170,16 @@ def _finish(live: _Live, reward_weights: Any) -> Trial:
 
 def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 1, seed: int = 0,
                  max_turns: int = DEFAULT_MAX_TURNS, compact: bool = False,
-                 reward_weights: Any = None) -> list[Trial]:
+                 reward_weights: Any = None, max_live: int | None = None) -> list[Trial]:
     """Roll `policy` out on every record `k` times; trials come back in (record, trial) order.
 
     `reward_weights` (a `training.rewards.RewardWeights` or mapping, default the playbook) prices
     each episode's reward terms; `compact` asks the environment for short tool results.
+    `max_live` caps the conversations in flight (default: the policy's own `max_live` hint, else
+    all): when one ends, the next waiting one starts, so every round still asks for the next turn
+    of every live conversation in one call, while a model keeps its batch full and the caches of
+    only that many conversations in memory. Conversations are independent, so this changes the
+    order work is done in, never a transcript.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -184,11 +191,15 @@ def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 
         if (live.record_id, live.trial) in seen:
             raise RolloutError("duplicate_record_id", "two records share one id", live.record_id)
         seen.add((live.record_id, live.trial))
-    active = [live for live in lives if not live.env.done]
     for live in lives:
         if live.env.done:
             live.ended_by = "done"
-    while active:
+    waiting = deque(live for live in lives if live.ended_by is None)
+    limit = _live_limit(policy, max_live, len(waiting))
+    active: list[_Live] = []
+    while active or waiting:
+        while waiting and len(active) < limit:
+            active.append(waiting.popleft())
         replies = policy.act([live.conversation for live in active])
         if len(replies) != len(active):
             raise RolloutError("bad_policy_batch",
@@ -198,3 +209,10 @@ def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 
             _step(live, message, max_turns)
         active = [live for live in active if live.ended_by is None]
     return [_finish(live, reward_weights) for live in lives]
+
+
+def _live_limit(policy: Policy, max_live: int | None, waiting: int) -> int:
+    limit = max_live if max_live is not None else getattr(policy, "max_live", None)
+    if limit is not None and limit < 1:
+        raise ValueError(f"max_live must be >= 1, got {limit}")
+    return limit or max(waiting, 1)

@@ -232,3 +232,126 @@ def test_hf_policy_rolls_out_end_to_end(hf_policy, records):
     trials = run_rollouts(hf_policy, records[:3], k=2, seed=0, max_turns=2)
     assert len(trials) == 6
     assert all(1 <= t.turns <= 2 and not t.success for t in trials)
+
+
+# ---- continuous batching and the prefix cache: faster, never different ----
+
+def test_max_live_keeps_at_most_that_many_in_flight_and_changes_no_transcript(records):
+    unlimited = run_rollouts(expert_policy(records), records, k=2, seed=0)
+    policy = RecordingPolicy(expert_policy(records))
+    capped = run_rollouts(policy, records, k=2, seed=0, max_live=5)
+    assert max(policy.batch_sizes) == 5 and policy.batch_sizes[0] == 5
+    assert sum(policy.batch_sizes) == sum(t.turns for t in capped)
+    assert [(t.key, t.success, t.messages) for t in capped] == [(t.key, t.success, t.messages) for t in unlimited]
+    # A finished conversation makes room at once: the batch stays full while any is waiting.
+    waiting = 2 * len(records)
+    for size, batch in zip(policy.batch_sizes, policy.batches):
+        started = len({key for earlier in policy.batches[:policy.batches.index(batch) + 1] for key in earlier})
+        assert size == 5 or started == waiting
+    with pytest.raises(ValueError, match="max_live"):
+        run_rollouts(expert_policy(records), records[:1], max_live=0)
+
+
+def test_a_policy_can_ask_for_its_own_max_live(records):
+    policy = RecordingPolicy(expert_policy(records))
+    policy.max_live = 3
+    run_rollouts(policy, records[:7], k=1, seed=0)
+    assert max(policy.batch_sizes) == 3
+
+
+class _TeacherForced:
+    """The model generates every turn (recorded), the expert's message moves the conversation on:
+    multi-turn transcripts with tool results, whatever a tiny model would have said."""
+
+    def __init__(self, model, teacher):
+        self.model, self.teacher, self.name = model, teacher, "teacher-forced"
+        self.max_live = getattr(model, "max_live", None)
+        self.generated: dict[tuple[str, int], list[str | None]] = {}
+
+    def act(self, conversations):
+        self.last_batch = len(conversations)
+        for conversation, text in zip(conversations, self.model.complete(conversations)):
+            self.generated.setdefault((conversation.task_id, conversation.trial), []).append(text)
+        return self.teacher.act(conversations)
+
+
+def _reference_completion(policy, conversation) -> str:
+    """What the implementation before the prefix cache produced: `generate` on the whole,
+    unpadded prompt, nothing cached (its batched output was tested equal to exactly this)."""
+    import torch
+
+    ids = policy.tokenizer(policy.render(conversation), add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        out = policy.model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                    max_new_tokens=policy.max_new_tokens, pad_token_id=policy.tokenizer.pad_token_id,
+                                    do_sample=False, temperature=None, top_p=None, top_k=None)
+    return policy._decode(out[0, len(ids):].tolist())
+
+
+def test_cached_batched_multi_turn_generation_equals_uncached_one_at_a_time(hf_policy, records):
+    tasks = records[:4]
+    batched = _TeacherForced(hf_policy, expert_policy(records))
+    batched_trials = run_rollouts(batched, tasks, k=1, seed=0)
+    single = _TeacherForced(hf_policy, expert_policy(records))
+    single_trials = [t for r in tasks for t in run_rollouts(single, [r], k=1, seed=0)]
+    assert [t.messages for t in batched_trials] == [t.messages for t in single_trials]
+    assert batched.generated == single.generated
+    assert sum(len(v) for v in batched.generated.values()) == sum(t.turns for t in batched_trials) > len(tasks)
+    texts = [text for v in batched.generated.values() for text in v]
+    assert len(set(texts)) > len(texts) // 2, "outputs must depend on the prompt for this test to mean anything"
+    # ... and equal to the uncached, unpadded generation on every turn's whole prompt.
+    for trial in batched_trials:
+        prompts = [trial.messages[:i] for i, m in enumerate(trial.messages) if m["role"] == "assistant"]
+        expected = [_reference_completion(hf_policy, p) for p in prompts]
+        assert batched.generated[trial.key] == expected, trial.key
+
+
+def test_prefix_cache_prefills_only_new_tokens_and_forgets_ended_conversations(hf_policy, records):
+    tasks = records[:4]
+    teacher = _TeacherForced(hf_policy, expert_policy(records))
+    before = hf_policy.prefilled_tokens
+    trials = run_rollouts(teacher, tasks, k=1, seed=0)
+    prefilled = hf_policy.prefilled_tokens - before
+    prompts = [len(hf_policy.tokenizer(hf_policy.render(t.messages[:i]))["input_ids"])
+               for t in trials for i, m in enumerate(t.messages) if m["role"] == "assistant"]
+    assert prefilled < 0.6 * sum(prompts), (prefilled, sum(prompts))
+    assert len(hf_policy.cache) == teacher.last_batch  # the conversations of the last call only
+    hf_policy.complete([Conversation(trials[0].messages[:2], task_id="fresh")])
+    assert len(hf_policy.cache) == 1
+
+
+def test_prefix_cache_never_reuses_a_stale_prefix(hf_policy, records):
+    from training.prompting import initial_messages
+
+    conversation = Conversation(initial_messages(records[0], seed=0), task_id="t")
+    first = hf_policy.complete([conversation])[0]
+    # The same conversation object, edited before its last turn: the cached tokens no longer match.
+    conversation[1] = {"role": "user", "content": "Something else entirely, about a refund."}
+    edited = hf_policy.complete([conversation])[0]
+    assert edited == _reference_completion(hf_policy, conversation)
+    assert first == _reference_completion(hf_policy, Conversation(initial_messages(records[0], seed=0)))
+
+
+def test_prefix_cache_off_or_full_gives_the_same_outputs(tiny_policy_dir, hf_policy, records):
+    from evaluation.policy import HFPolicy
+
+    convs = _conversations(records)
+    expected = hf_policy.complete(convs)
+    for options in ({"prefix_cache": False}, {"cache_bytes": 0}):
+        other = HFPolicy(hf_policy.model, hf_policy.tokenizer, max_new_tokens=hf_policy.max_new_tokens, **options)
+        assert other.complete(convs) == expected
+        assert other.complete(convs) == expected
+        assert len(other.cache) == 0
+
+
+def test_sampling_is_reproducible_from_the_seed(hf_policy, records):
+    from evaluation.policy import HFPolicy
+
+    convs = _conversations(records)
+
+    def sample(seed):
+        policy = HFPolicy(hf_policy.model, hf_policy.tokenizer, max_new_tokens=8, temperature=1.0, seed=seed)
+        return [policy.complete(convs), policy.complete(convs)]
+
+    assert sample(3) == sample(3)
+    assert sample(3) != sample(4)
