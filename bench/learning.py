@@ -54,23 +54,25 @@ def level1_tasks(work: Path, n_train: int, n_eval: int, seed: int = 3, n_users: 
 
 
 def greedy_success(model_path: Path, records: list[dict], seeds: list[int], max_turns: int = 6,
-                   max_new_tokens: int = 72, batch: int = 16) -> list[int]:
-    """1/0 verified success per task: batched greedy decoding, tool calls run in the environment."""
+                   max_new_tokens: int = 72, batch: int = 16,
+                   tool_names: tuple[str, ...] | None = None) -> list[int]:
+    """1/0 verified success per task: batched greedy decoding, tool calls run in the environment
+    offering `tool_names` (None: every tool), the same list the prompt shows."""
     import torch
 
     from training.bootstrap import load_policy
-    from training.environment import RetailEnvironment, call_tool
+    from training.environment import call_tool, environment_class
     from training.prompting import initial_messages, parse_tool_calls, tool_schemas
     from training.rewards import verified_success
 
     model, tokenizer = load_policy(model_path)
     model.eval()
     tokenizer.padding_side = "left"
-    tools = list(tool_schemas())
+    tools = list(tool_schemas(tool_names))
     end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     envs, conversations = [], []
     for record, seed in zip(records, seeds):
-        env = RetailEnvironment()
+        env = environment_class(tool_names)()
         env.reset(initial_state=record["initial_state"], user_scenario=record["user_scenario"],
                   gold=record["gold"], seed=seed, compact=True)
         envs.append(env)
@@ -121,6 +123,11 @@ def main() -> int:
     parser.add_argument("--sft-batch", type=int, default=16)
     parser.add_argument("--sft-only", action="store_true", help="stop after measuring the SFT policy")
     parser.add_argument("--sft-lr", type=float, default=2e-3)
+    parser.add_argument("--sft-schedule", default="cosine", help="lr schedule of SFT (cosine, constant, ...)")
+    parser.add_argument("--sft-stages", type=int, default=1,
+                        help="run SFT this many times for --sft-steps each, measuring greedy success after each")
+    parser.add_argument("--all-tools", action="store_true",
+                        help="offer every tool (default: level 1's own tool list, as the pipeline does)")
     parser.add_argument("--grpo-steps", type=int, default=60)
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--batch", type=int, default=16)
@@ -154,26 +161,34 @@ def main() -> int:
     from training.level1 import level1_demonstration
 
     demos = [level1_demonstration(task) for task in train]  # expert conversations of training customers
+    from training.curriculum import tools_for_levels
+
+    tool_names = None if args.all_tools else tools_for_levels({"1": 1.0})
     base = build_tiny_policy(work / "base", demos, spec)
-    sft = warm_start(base, demos, work / "sft", SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch,
-                                                             learning_rate=args.sft_lr, torch_threads=args.threads))
-    t_sft = time.monotonic() - started
-    before = greedy_success(work / "sft", held, seeds)
-    t_before = time.monotonic() - started
-    print(json.dumps({"sft": sft, "sft_seconds": round(t_sft), "eval_seconds": round(t_before - t_sft),
-                      "success_sft": sum(before) / len(before), "n_train": len(train)}), flush=True)
+    settings = SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch, learning_rate=args.sft_lr,
+                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule)
+    start_from = base
+    for stage in range(1, args.sft_stages + 1):  # each stage continues from the last one's weights
+        sft = warm_start(start_from, demos, work / f"sft{stage}", settings)
+        start_from = work / f"sft{stage}"
+        t_sft = time.monotonic() - started
+        before = greedy_success(start_from, held, seeds, tool_names=tool_names)
+        t_before = time.monotonic() - started
+        print(json.dumps({"stage": stage, "sft_steps_total": stage * args.sft_steps, "sft": sft,
+                          "sft_seconds": round(t_sft), "eval_seconds": round(t_before - t_sft),
+                          "success_sft": sum(before) / len(before), "n_train": len(train)}), flush=True)
     if args.sft_only:
         return 0
     log = open(work / "grpo.jsonl", "w")
     config = GRPORunConfig(
-        model_path=str(work / "sft"), output_dir=str(work / "grpo"), records=train, max_steps=args.grpo_steps,
+        model_path=str(start_from), output_dir=str(work / "grpo"), records=train, max_steps=args.grpo_steps,
         num_generations=args.generations, per_device_train_batch_size=args.batch, max_completion_length=448,
         learning_rate=args.lr, beta=0.0, temperature=args.temperature, max_tool_calling_iterations=6,
         save_steps=max(args.grpo_steps, 1), seed=0, torch_threads=args.threads,
         reward_names=args.rewards.split(",") if args.rewards else None)
     summary = run(config, JsonLinesReporter(log))
     t_grpo = time.monotonic() - started
-    after = greedy_success(Path(summary["model_path"]), held, seeds)
+    after = greedy_success(Path(summary["model_path"]), held, seeds, tool_names=tool_names)
     mean, half = paired_ci(before, after)
     seconds = time.monotonic() - started
     print(json.dumps({"sft": sft, "before": before, "after": after, "sft_seconds": round(t_sft), "eval_before_seconds": round(t_before - t_sft),

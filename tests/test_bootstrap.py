@@ -50,6 +50,21 @@ def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
         assert len(tokenizer(special)["input_ids"]) == 1
 
 
+def test_a_customers_name_is_the_same_tokens_in_the_message_and_in_the_call(tiny_base):
+    # Merges may span spaces, but never into a name: otherwise a frequent customer's name fuses
+    # with the call's JSON scaffolding and no other customer's call can reuse those tokens.
+    from training.bootstrap import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_base)
+    call = '{"name": "find_user_id_by_name_zip", "arguments": {"first_name": "Nora", "last_name": "Dubois"'
+    said = "Hi, I am Nora Dubois, zip code 60501."
+    for name in ("Nora", "Dubois"):
+        pieces = tokenizer.convert_ids_to_tokens(tokenizer(name)["input_ids"])
+        for text in (call, said):
+            tokens = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+            assert any(tokens[i:i + len(pieces)] == pieces for i in range(len(tokens))), (name, text, tokens)
+
+
 def test_trl_parses_tool_calls_with_this_tokenizer(tiny_base):
     from trl.chat_template_utils import add_response_schema, parse_response
 

@@ -45,6 +45,26 @@ def test_every_tool_has_a_json_schema_with_described_parameters(name):
     assert all(p.get("description") for p in schema["parameters"]["properties"].values())
 
 
+def test_a_tool_subset_is_all_trl_sees_and_all_that_can_be_called():
+    from training.environment import environment_class
+    from training.prompting import tool_schemas
+
+    offered = ("send_message_to_customer", "get_order_details")  # any order: the environment's is kept
+    subset = environment_class(offered)
+    public = {n for n, _ in inspect.getmembers(subset, predicate=inspect.isfunction) if not n.startswith("_")}
+    assert public == {"get_order_details", "send_message_to_customer", "reset", "get_reward"}
+    assert subset is environment_class(reversed(offered)) and environment_class(None) is RetailEnvironment
+    assert [s["function"]["name"] for s in tool_schemas(offered)] == ["get_order_details", "send_message_to_customer"]
+    env = subset()
+    env.reset(initial_state=tiny_world())
+    assert call_tool(env, "get_order_details", {"order_id": "#W1"}) == json.dumps(tiny_world()["orders"]["#W1"])
+    withheld = call_tool(env, "cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"})
+    assert withheld == "Error: unknown tool 'cancel_pending_order'"
+    assert env.state == tiny_world() and env.audit_log[-1].error
+    with pytest.raises(ValueError, match="unknown tool names \\['rm_rf'\\]"):
+        environment_class(["get_order_details", "rm_rf"])
+
+
 def test_direct_call_with_extra_argument_is_an_audited_error_not_a_type_error():
     env = fresh_env()
     result = env.get_order_details(order_id="#W1", verbose="yes")

@@ -24,6 +24,7 @@ EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
 _EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
+_CAPITALISED_WORD = r"[A-Z][a-z]+"
 
 
 class BootstrapError(ValueError):
@@ -103,6 +104,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000):
         # ...and its local part is spelled one character a token, like digits: a new customer's
         # name then uses only tokens the policy has already emitted, so copying it generalises.
         pre_tokenizers.Split(Regex(_EMAIL_LOCAL_CHAR), behavior="isolated"),
+        # A capitalised word (a name, a city, a street) is its own piece too. Without this the
+        # space-spanning merges fuse a frequent customer's name into the tool-call scaffolding
+        # (`..."first_name": "Nora", "last_name": "`), a token no other customer's call can use,
+        # and the policy never learns to copy names from the customer's message.
+        pre_tokenizers.Split(Regex(_CAPITALISED_WORD), behavior="isolated"),
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])

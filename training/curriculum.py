@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, as_level1
+from training.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
 
 LEVELS = (1, 2, 3, 4)
 ADVERSARIAL_PERSONAS = frozenset({"angry", "confused", "terse", "play_dumb", "dumb", "adversarial"})
@@ -128,6 +128,13 @@ def parse_mix(mix: Mapping[Any, float] | Iterable[int]) -> dict[int, float]:
     if total <= 0:
         raise CurriculumError("empty_level_mix", f"shares {dict(mix)} sum to zero")
     return {level: share / total for level, share in sorted(parsed.items()) if share > 0}
+
+
+def tools_for_levels(mix: Mapping[Any, float] | Iterable[int]) -> tuple[str, ...] | None:
+    """The tools offered to a policy trained or evaluated on `mix`: level 1's own short list when
+    level 1 is all there is, else None (every tool). One answer for SFT, GRPO and evaluation, so a
+    policy is always judged with the tool list it was trained with."""
+    return LEVEL1_TOOLS if set(parse_mix(mix)) == {1} else None
 
 
 def _row_seed(seed: int, record_id: str, repeat: int) -> int:

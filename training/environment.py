@@ -24,7 +24,8 @@ from training import tools_write as writes
 from training.arithmetic import calculate as _calculate
 from training.environment_core import EnvironmentCore, EnvironmentSetupError, tool
 
-__all__ = ["RetailEnvironment", "TOOL_NAMES", "call_tool", "replay_actions", "EnvironmentSetupError"]
+__all__ = ["RetailEnvironment", "TOOL_NAMES", "call_tool", "check_tool_names", "environment_class", "replay_actions",
+           "EnvironmentSetupError"]
 
 
 class RetailEnvironment(EnvironmentCore):
@@ -246,6 +247,44 @@ RetailEnvironment._TOOLS = {
     name: member._tool_info for name, member in vars(RetailEnvironment).items() if hasattr(member, "_tool_info")
 }
 TOOL_NAMES: tuple[str, ...] = tuple(RetailEnvironment._TOOLS)
+
+
+def check_tool_names(tools: Iterable[str]) -> tuple[str, ...]:
+    """`tools` in the environment's own order; a name that is no tool raises ValueError."""
+    wanted = set(tools)
+    unknown = sorted(wanted - set(TOOL_NAMES))
+    if unknown:
+        raise ValueError(f"unknown tool names {unknown}; the tools are {list(TOOL_NAMES)}")
+    if not wanted:
+        raise ValueError("a tool set needs at least one tool")
+    return tuple(name for name in TOOL_NAMES if name in wanted)
+
+
+_SUBSETS: dict[tuple[str, ...], type[RetailEnvironment]] = {}
+
+
+def environment_class(tools: Iterable[str] | None = None) -> type[RetailEnvironment]:
+    """RetailEnvironment offering only `tools` (None: every tool).
+
+    A curriculum level that needs five tools should not make a tiny policy read fifteen schemas
+    every turn (the schemas are most of its prompt). TRL lists a class's tools by its public
+    functions, so a withheld tool is shadowed by None (neither listed nor callable), and the
+    allow-list shrinks with it: a call to a withheld tool gets "Error: unknown tool", exactly as
+    a made-up name would.
+    """
+    if tools is None:
+        return RetailEnvironment
+    offered = check_tool_names(tools)
+    if offered == TOOL_NAMES:
+        return RetailEnvironment
+    if offered not in _SUBSETS:
+        withheld = {name: None for name in TOOL_NAMES if name not in offered}
+        subset = type("RetailEnvironment", (RetailEnvironment,), {
+            **withheld, "_TOOLS": {name: RetailEnvironment._TOOLS[name] for name in offered},
+            "__doc__": f"RetailEnvironment offering only {', '.join(offered)}.",
+        })
+        _SUBSETS[offered] = subset
+    return _SUBSETS[offered]
 
 
 def call_tool(env: RetailEnvironment, name: Any, arguments: Any) -> str:

@@ -37,16 +37,16 @@ def load_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def training_environment_class():
-    """The retail environment with its `get_reward` hidden from TRL.
+def training_environment_class(tools: tuple[str, ...] | None = None):
+    """The retail environment (offering `tools`, None: all) with its `get_reward` hidden from TRL.
 
     TRL adds an environment's `get_reward` as one more reward function of weight 1; our reward
     terms already come, weighted and logged one by one, through `trl_reward_functions`, so the
     environment's own total would count them twice.
     """
-    from training.environment import RetailEnvironment
+    from training.environment import environment_class
 
-    class TrainingRetailEnvironment(RetailEnvironment):
+    class TrainingRetailEnvironment(environment_class(tools)):  # type: ignore[misc]
         get_reward = None  # not a function: TRL neither calls it nor exposes it as a tool
 
     TrainingRetailEnvironment.__name__ = "RetailEnvironment"
@@ -104,7 +104,7 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     from trl import GRPOTrainer
 
     from training.bootstrap import load_policy
-    from training.curriculum import build_dataset
+    from training.curriculum import build_dataset, tools_for_levels
     from training.rewards import trl_reward_functions
 
     records = config.records if config.records is not None else load_records(config.records_path)
@@ -119,7 +119,7 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,  # explicit: never let TRL load a stock tokenizer (TRL-NOTES trap 1)
-        environment_factory=training_environment_class(),
+        environment_factory=training_environment_class(tools_for_levels(config.levels)),
         callbacks=[callback],
     )
     # The stock printer writes Python dicts to stdout, which would break the JSON-lines stream.

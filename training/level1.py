@@ -16,6 +16,10 @@ from training.prompting import SYSTEM_POLICY
 
 LEVEL1_INTENTS = ("order_status", "cancel_order")
 LEVEL1_MAX_ACTIONS = 3
+# The tools a level-1 task can need. A level-1 policy is offered only these: the fifteen schemas
+# of the full tool set would be two thirds of a tiny policy's prompt, paid on every turn.
+LEVEL1_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details",
+                "cancel_pending_order", "send_message_to_customer", "transfer_to_human_agents")
 
 
 def _as_dict(value: Any) -> Any:

@@ -29,14 +29,16 @@ class ToolCallParseError(ValueError):
     """A `<tool_call>` block that is not a JSON object with a name and an arguments object."""
 
 
-@lru_cache(maxsize=1)
-def tool_schemas() -> tuple[dict[str, Any], ...]:
-    """JSON schemas of the environment's tools, built from their signatures and docstrings."""
+@lru_cache(maxsize=8)
+def tool_schemas(tools: tuple[str, ...] | None = None) -> tuple[dict[str, Any], ...]:
+    """JSON schemas of the environment's tools (or of the subset `tools`), in the environment's
+    order, built from their signatures and docstrings: what the chat template lists."""
     from transformers.utils import get_json_schema
 
-    from training.environment import TOOL_NAMES, RetailEnvironment
+    from training.environment import TOOL_NAMES, RetailEnvironment, check_tool_names
 
-    return tuple(get_json_schema(getattr(RetailEnvironment, name)) for name in TOOL_NAMES)
+    names = TOOL_NAMES if tools is None else check_tool_names(tools)
+    return tuple(get_json_schema(getattr(RetailEnvironment, name)) for name in names)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

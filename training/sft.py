@@ -29,6 +29,10 @@ class SFTSettings:
     compact: bool = True
     torch_threads: int | None = None  # 1 is far faster when other processes share the cores
     gradient_checkpointing: bool = False  # TRL's SFT default (True) recomputes activations: ~25% slower, no gain at 1M params
+    # The tools listed in the prompt (None: all); training.curriculum.tools_for_levels gives the
+    # list a level's GRPO run and evaluation use, so SFT must render the same one.
+    tools: tuple[str, ...] | None = None
+    lr_scheduler_type: str = "cosine"
 
 
 def _as_dict(value: Any) -> Any:
@@ -41,13 +45,15 @@ def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
 
 
-def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int = 0) -> list[dict] | None:
-    """The record's conversation re-run in the environment, or None when it does not verify."""
-    from training.environment import RetailEnvironment, call_tool
+def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int = 0,
+                      tools: tuple[str, ...] | None = None) -> list[dict] | None:
+    """The record's conversation re-run in the environment offering `tools` (None: all), or None
+    when it does not verify (a call to a withheld tool fails like any unknown tool)."""
+    from training.environment import call_tool, environment_class
     from training.prompting import initial_messages
     from training.rewards import verified_success
 
-    env = RetailEnvironment()
+    env = environment_class(tools)()
     env.reset(initial_state=record["initial_state"], user_scenario=record.get("user_scenario") or {},
               gold=record.get("gold"), seed=seed, compact=compact,
               escalation_was_necessary=record.get("escalation_was_necessary"))
@@ -76,18 +82,20 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
     return messages if verified_success(env.episode) else None
 
 
-def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True) -> list[dict[str, Any]]:
-    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every verified, replayable record."""
+def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
+             tools: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every verified, replayable record;
+    the prompt lists `tools` (None: every tool)."""
     from training.prompting import tool_schemas
 
-    tools = json.dumps(list(tool_schemas()))
+    tools_json = json.dumps(list(tool_schemas(tools)))
     rows = []
     for record in records:
         if not _as_dict(record.get("gold")):
             continue
-        messages = replay_trajectory(record, compact=compact)
+        messages = replay_trajectory(record, compact=compact, tools=tools)
         if messages is not None:
-            rows.append({"messages": messages, "tools": tools})
+            rows.append({"messages": messages, "tools": tools_json})
     return rows
 
 
@@ -128,14 +136,14 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    rows = sft_rows(records, compact=settings.compact)
+    rows = sft_rows(records, compact=settings.compact, tools=settings.tools)
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
     model, tokenizer = load_policy(base_path)
     out = Path(out_path)
     args = SFTConfig(
         output_dir=str(out / "sft-work"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate, lr_scheduler_type="cosine", warmup_steps=min(20, settings.steps // 10),
+        learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler_type, warmup_steps=min(20, settings.steps // 10),
         max_length=settings.max_length, seed=settings.seed, use_cpu=True,  # assistant_masks column masks the loss
         report_to="none", save_strategy="no", logging_steps=max(1, settings.steps // 10), disable_tqdm=True,
         dataloader_pin_memory=False, gradient_checkpointing=settings.gradient_checkpointing,
