@@ -48,6 +48,7 @@ class TeacherForced:
         self.progress_s = progress_s
         self._seen: set[int] = set()
         self._start = self._last_report = time.perf_counter()
+        self._cpu_start = time.process_time()
 
     def act(self, conversations):
         texts = self.model.complete(conversations)
@@ -62,8 +63,10 @@ class TeacherForced:
         now = time.perf_counter()
         if now - self._last_report >= self.progress_s:
             self._last_report = now
-            print(f"  progress: {now - self._start:.0f} s, conversations started {len(self._seen)}, "
-                  f"finished {len(self._seen) - len(live)}, turns generated {self.generated}", flush=True)
+            # CPU seconds too: on a shared machine they say what the work costs, whatever the load.
+            print(f"  progress: {now - self._start:.0f} s wall, {time.process_time() - self._cpu_start:.0f} s CPU, "
+                  f"conversations started {len(self._seen)}, finished {len(self._seen) - len(live)}, "
+                  f"turns generated {self.generated}, load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def _timed(fn):
@@ -105,7 +108,8 @@ def main() -> None:
                       prefix_cache=not args.no_prefix_cache)
     params = sum(p.numel() for p in hf.model.parameters())
     prompt_tokens = len(hf.tokenizer(hf.render(initial_messages(records[0])))["input_ids"])
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
+    print(f"{time.strftime('%H:%M:%S')} machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}, torch threads "
           f"{torch.get_num_threads()}; model {params / 1e6:.2f}M parameters; opening prompt {prompt_tokens} tokens")
 
     hf.model.generate(**hf.tokenizer(["warm up"], return_tensors="pt"), max_new_tokens=2)  # first-call costs
@@ -137,14 +141,17 @@ def _shadow(hf: HFPolicy, records: list, args: argparse.Namespace, seq_per_conve
     shadow = records[:args.shadow]
     policy = TeacherForced(hf, expert_policy(records), progress_s=args.progress)
     prefilled_before = hf.prefilled_tokens
+    cpu_start = time.process_time()
     shadow_s, shadow_trials = _timed(lambda: run_rollouts(policy, shadow))
+    cpu_s = time.process_time() - cpu_start
     per = shadow_s / len(shadow)
     shadow_turns = sum(t.turns for t in shadow_trials)
     ended = Counter(t.ended_by for t in shadow_trials)
     print(f"\n[shadow evaluation] ran {len(shadow)} conversations ({shadow_turns} turns, ended by {dict(ended)}, "
           f"success {sum(t.success for t in shadow_trials)}/{len(shadow)}) batched in "
           f"{shadow_s:.1f} s = {per * 1000:.0f} ms/conversation; "
-          f"{hf.prefilled_tokens - prefilled_before} prompt tokens prefilled")
+          f"{hf.prefilled_tokens - prefilled_before} prompt tokens prefilled; "
+          f"{cpu_s:.0f} s CPU = {cpu_s / len(shadow) * 1000:.0f} ms CPU/conversation")
     if args.target > len(shadow):
         print(f"  extrapolated to {args.target}: {per * args.target / 60:.1f} min per policy, "
               f"{2 * per * args.target / 60:.1f} min for candidate + champion (linear: fixed batch size)")
