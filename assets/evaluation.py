@@ -6,6 +6,7 @@ from functools import partial
 import dagster as dg
 
 from assets.weekdata import at_level, split_records, week_dir
+from training.curriculum import tools_for_levels
 from orchestration.partitions import weekly_partitions
 from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
 
@@ -79,7 +80,7 @@ def calibration_report(context: dg.AssetExecutionContext, config: EvalConfig, wi
     context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
     report = evaluate_pair(grpo_candidate["path"], policy_base["path"], evaluated, k=config.trials,
                            seed=config.seed, max_turns=config.max_turns, compact=config.compact,
-                           max_new_tokens=config.max_new_tokens)
+                           max_new_tokens=config.max_new_tokens, tools=tools_for_levels([config.level]))
     labelled = [r for r in records if r.get("human_label")]
     report["proxy_rewards"] = [proxy_reward(r) for r in labelled]
     report["human_success"] = [bool(r["human_label"]["task_success"]) for r in labelled]
@@ -113,7 +114,8 @@ def shadow_report(context: dg.AssetExecutionContext, config: EvalConfig, window_
     if not records:
         raise dg.Failure(f"no shadow conversation at curriculum level {config.level}")
     report = evaluate_pair(grpo_candidate["path"], policy_base["path"], records, k=1, seed=config.seed,
-                           max_turns=config.max_turns, compact=config.compact, max_new_tokens=config.max_new_tokens)
+                           max_turns=config.max_turns, compact=config.compact, max_new_tokens=config.max_new_tokens,
+                           tools=tools_for_levels([config.level]))
     report["set"] = {"week": context.partition_key, "hash": shadow.set_hash, "rows": len(records)}
     (week_dir(h, context.partition_key) / "shadow_report.json").write_text(json.dumps(report, default=str))
     yield dg.MaterializeResult(value=report, metadata={**_report_metadata(report), "shadow_rows": len(records)})

@@ -55,8 +55,8 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
     return [level1_demonstration(task) for task in at_level(train, 1)]
 
 
-def _probe_tool_calls(model_path: str, records: list[dict], n: int) -> float:
-    """Share of greedy first turns that parse as a tool call with a known tool name."""
+def _probe_tool_calls(model_path: str, records: list[dict], n: int, tools: tuple[str, ...] | None) -> float:
+    """Share of greedy first turns that parse as a call of one of the offered tools."""
     from evaluation.policy import HFPolicy
     from training.environment import TOOL_NAMES
     from training.prompting import initial_messages
@@ -64,8 +64,9 @@ def _probe_tool_calls(model_path: str, records: list[dict], n: int) -> float:
     prompts = [initial_messages(r) for r in records[:n]]
     if not prompts:
         return 0.0
-    replies = HFPolicy(model_path, max_new_tokens=96).act(prompts)
-    good = sum(1 for m in replies if any(c["name"] in TOOL_NAMES for c in m.get("tool_calls", [])))
+    offered = set(tools or TOOL_NAMES)
+    replies = HFPolicy(model_path, max_new_tokens=96, tools=tools).act(prompts)
+    good = sum(1 for m in replies if any(c["name"] in offered for c in m.get("tool_calls", [])))
     return good / len(prompts)
 
 
@@ -78,9 +79,11 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
     """The model this week starts from: the MLflow champion, else the (warm-started) base model."""
     from evaluation.registry import champion_info, download_champion
     from training.bootstrap import ensure_base_policy
+    from training.curriculum import tools_for_levels
     from training.sft import SFTSettings, warm_start
 
     h = home.home
+    tools = tools_for_levels([config.level])  # the list GRPO and evaluation at this level offer
     train = train_records(h, store, window_splits)
     champion = champion_info(mlflow.uri(h), mlflow.model_name) if config.use_champion else None
     if champion is not None:
@@ -98,9 +101,10 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
             if not (warm / "config.json").exists():
                 demos = _sft_records(train, config.level)
                 context.log.info(f"SFT warm start of {path} on {len(demos)} train-split trajectories (level {config.level})")
-                sft = warm_start(path, demos, warm, SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size))
+                sft = warm_start(path, demos, warm, SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size,
+                                                                tools=tools))
             path = warm
-    rate = _probe_tool_calls(str(path), at_level(train, config.level), config.probe_prompts)
+    rate = _probe_tool_calls(str(path), at_level(train, config.level), config.probe_prompts, tools)
     yield dg.AssetCheckResult(
         check_name="policy_emits_tool_calls", passed=rate >= config.min_tool_call_rate,
         metadata={"tool_call_rate": rate, "threshold": config.min_tool_call_rate, "model_path": str(path)},

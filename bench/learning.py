@@ -126,6 +126,10 @@ def main() -> int:
     parser.add_argument("--sft-schedule", default="cosine", help="lr schedule of SFT (cosine, constant, ...)")
     parser.add_argument("--sft-stages", type=int, default=1,
                         help="run SFT this many times for --sft-steps each, measuring greedy success after each")
+    parser.add_argument("--copy-steps", type=int, default=0,
+                        help="copy-pretraining steps (training.pretrain) before SFT")
+    parser.add_argument("--copy-lr", type=float, default=1e-3)
+    parser.add_argument("--base", default=None, help="start from this model folder instead of building one")
     parser.add_argument("--all-tools", action="store_true",
                         help="offer every tool (default: level 1's own tool list, as the pipeline does)")
     parser.add_argument("--grpo-steps", type=int, default=60)
@@ -164,7 +168,14 @@ def main() -> int:
     from training.curriculum import tools_for_levels
 
     tool_names = None if args.all_tools else tools_for_levels({"1": 1.0})
-    base = build_tiny_policy(work / "base", demos, spec)
+    base = Path(args.base) if args.base else build_tiny_policy(work / "base", demos, spec)
+    if args.copy_steps:
+        from training.pretrain import CopySettings, copy_pretrain
+
+        copied = copy_pretrain(base, work / "copy", CopySettings(steps=args.copy_steps, learning_rate=args.copy_lr,
+                                                                 torch_threads=args.threads))
+        print(json.dumps({"copy": copied, "copy_seconds": round(time.monotonic() - started)}), flush=True)
+        base = work / "copy"
     settings = SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch, learning_rate=args.sft_lr,
                            torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule)
     start_from = base

@@ -218,7 +218,8 @@ class HFPolicy:
     def __init__(self, model_or_path: Any, tokenizer: Any = None, *, name: str | None = None,
                  max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
                  batch_size: int | None = DEFAULT_BATCH_SIZE, sort_by_length: bool = True,
-                 prefix_cache: bool = True, cache_bytes: int = DEFAULT_CACHE_BYTES):
+                 prefix_cache: bool = True, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 tools: tuple[str, ...] | None = None):
         if isinstance(model_or_path, (str, os.PathLike)):
             from training.bootstrap import load_policy
 
@@ -240,6 +241,9 @@ class HFPolicy:
         self.batch_size = batch_size
         self.sort_by_length = sort_by_length
         self.prefix_cache = prefix_cache
+        # The tool list the prompt shows (None: every tool); a policy trained at curriculum level 1
+        # saw level 1's short list, and must be evaluated with that same list.
+        self.tools = tools
         self.cache = PrefixCache(cache_bytes)
         self.calls = 0
         self.prefilled_tokens = 0  # tokens run through a prefill (the prompt work the cache saves)
@@ -260,7 +264,7 @@ class HFPolicy:
     def render(self, conversation: Sequence[Message]) -> str:
         """The prompt text for one conversation (chat template + tool schemas + generation cue)."""
         return self.tokenizer.apply_chat_template(
-            list(conversation), tools=list(tool_schemas()), add_generation_prompt=True, tokenize=False)
+            list(conversation), tools=list(tool_schemas(self.tools)), add_generation_prompt=True, tokenize=False)
 
     def act(self, conversations: list[list[Message]]) -> list[Message]:
         return [self._to_message(text) for text in self.complete(conversations)]

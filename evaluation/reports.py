@@ -79,8 +79,9 @@ def outcomes(calibration: Mapping[str, Any], shadow: Mapping[str, Any]) -> tuple
 
 def evaluate_pair(candidate_path: str, baseline_path: str, records: Sequence[Mapping[str, Any]], *, k: int = 1,
                   seed: int = 0, max_turns: int = 12, compact: bool = True, max_new_tokens: int = 128,
-                  batch_size: int | None = None) -> dict[str, Any]:
-    """Roll both policies out on `records` with the same customers (seeds) and compare them."""
+                  batch_size: int | None = None, tools: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Roll both policies out on `records` with the same customers (seeds) and the same tool list
+    (`tools`, None: all) and compare them."""
     from evaluation.policy import HFPolicy
     from evaluation.rollout import run_rollouts
 
@@ -88,6 +89,8 @@ def evaluate_pair(candidate_path: str, baseline_path: str, records: Sequence[Map
         raise ValueError("no records to evaluate on")
     trials = {}
     for side, path in (("candidate", candidate_path), ("baseline", baseline_path)):
-        policy = HFPolicy(path, name=side, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
-        trials[side] = run_rollouts(policy, records, k=k, seed=seed, max_turns=max_turns, compact=compact)
+        policy = HFPolicy(path, name=side, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                          tools=tools)
+        trials[side] = run_rollouts(policy, records, k=k, seed=seed, max_turns=max_turns, compact=compact,
+                                    tools=tools)
     return compare(trials["candidate"], trials["baseline"], seed=seed)

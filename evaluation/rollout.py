@@ -102,15 +102,16 @@ class _Live:
     ended_by: str | None = None
 
 
-def _start(record: Mapping[str, Any], trial: int, seed: int, compact: bool) -> _Live:
-    from training.environment import RetailEnvironment
+def _start(record: Mapping[str, Any], trial: int, seed: int, compact: bool,
+           tools: tuple[str, ...] | None = None) -> _Live:
+    from training.environment import environment_class
     from training.prompting import initial_messages
 
     record_id = record_id_of(record)
     if record.get("initial_state") in (None, "", {}):
         raise RolloutError("missing_initial_state", "record has no initial_state", record_id)
     run_seed = trial_seed(seed, record_id, trial)
-    env = RetailEnvironment()
+    env = environment_class(tools)()
     env.reset(
         initial_state=record["initial_state"],
         user_scenario=_loads(record.get("user_scenario")) or {},
@@ -170,11 +171,13 @@ def _finish(live: _Live, reward_weights: Any) -> Trial:
 
 def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 1, seed: int = 0,
                  max_turns: int = DEFAULT_MAX_TURNS, compact: bool = False,
-                 reward_weights: Any = None, max_live: int | None = None) -> list[Trial]:
+                 reward_weights: Any = None, max_live: int | None = None,
+                 tools: tuple[str, ...] | None = None) -> list[Trial]:
     """Roll `policy` out on every record `k` times; trials come back in (record, trial) order.
 
     `reward_weights` (a `training.rewards.RewardWeights` or mapping, default the playbook) prices
-    each episode's reward terms; `compact` asks the environment for short tool results.
+    each episode's reward terms; `compact` asks the environment for short tool results; `tools`
+    limits the environment to those tools (None: all), as offered to a policy trained on them.
     `max_live` caps the conversations in flight (default: the policy's own `max_live` hint, else
     all): when one ends, the next waiting one starts, so every round still asks for the next turn
     of every live conversation in one call, while a model keeps its batch full and the caches of
@@ -185,7 +188,7 @@ def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 
         raise ValueError(f"k must be >= 1, got {k}")
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    lives = [_start(record, trial, seed, compact) for record in records for trial in range(k)]
+    lives = [_start(record, trial, seed, compact, tools) for record in records for trial in range(k)]
     seen: set[tuple[str, int]] = set()
     for live in lives:
         if (live.record_id, live.trial) in seen:

@@ -1,0 +1,56 @@
+"""One tool list per curriculum level, the same in SFT, GRPO and evaluation."""
+from __future__ import annotations
+
+import json
+import re
+
+from evaluation.policy import ScriptedPolicy
+from evaluation.rollout import run_rollouts
+from tests.helpers_eval import make_records
+from tests.helpers_training import level1_records
+from training.level1 import LEVEL1_TOOLS
+
+
+def test_level_one_alone_gets_its_short_list_any_other_mix_gets_every_tool():
+    from training.curriculum import tools_for_levels
+
+    assert tools_for_levels({"1": 1.0}) == LEVEL1_TOOLS == tools_for_levels([1])
+    assert tools_for_levels({"1": 0.5, "2": 0.5}) is None and tools_for_levels([4]) is None
+    assert tools_for_levels({"1": 1.0, "3": 0.0}) == LEVEL1_TOOLS  # a zero share is no level
+
+
+def test_rollouts_with_a_tool_list_refuse_the_tools_left_out():
+    records = make_records(2)
+    calls = iter([{"name": "list_all_product_types", "arguments": {}}, {"name": "get_order_details",
+                                                                        "arguments": {"order_id": "#W0"}}] * 2)
+
+    def act(conversation):
+        call = next(calls, None)
+        return {"role": "assistant", "content": "", "tool_calls": [call]} if call else {"role": "assistant",
+                                                                                        "content": "bye"}
+
+    trials = run_rollouts(ScriptedPolicy(act), records[:1], k=1, tools=LEVEL1_TOOLS, max_turns=3)
+    results = [m["content"] for m in trials[0].messages if m["role"] == "tool"]
+    assert results[0] == "Error: unknown tool 'list_all_product_types'"
+    assert results[1] == "Error: order not found"  # an offered tool runs as usual
+
+
+def test_sft_and_hf_policy_render_the_same_short_list(world, tmp_path):
+    from evaluation.policy import HFPolicy
+    from tests.helpers_training import tiny_spec
+    from training.bootstrap import build_tiny_policy
+    from training.prompting import initial_messages
+    from training.sft import sft_rows
+
+    from training.environment import check_tool_names
+
+    offered = list(check_tool_names(LEVEL1_TOOLS))  # in the environment's order
+    assert sorted(offered) == sorted(LEVEL1_TOOLS)
+    records = level1_records(world, 4, seed=1)
+    rows = sft_rows(records, tools=LEVEL1_TOOLS)
+    assert rows and all([t["function"]["name"] for t in json.loads(r["tools"])] == offered for r in rows)
+    base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
+    prompt = HFPolicy(base, tools=LEVEL1_TOOLS).render(initial_messages(records[0]))
+    listed = re.findall(r'"name": "(\w+)", "description"', prompt)
+    assert listed == offered
+    assert len(re.findall(r'"name": "(\w+)", "description"', HFPolicy(base).render(initial_messages(records[0])))) > 6

@@ -1,0 +1,55 @@
+"""Copy pretraining: the batches teach copying (loss only on the repeat) and the result loads back."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.helpers_training import level1_records, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, world):
+    from training.bootstrap import build_tiny_policy
+
+    return build_tiny_policy(tmp_path_factory.mktemp("models") / "base", level1_records(world, 30, seed=2), tiny_spec())
+
+
+def test_identifier_tokens_are_digits_letters_and_capitalised_words(tiny_base):
+    from training.bootstrap import load_tokenizer
+    from training.pretrain import identifier_tokens
+
+    tokenizer = load_tokenizer(tiny_base)
+    texts = [tokenizer.convert_tokens_to_string([tokenizer.convert_ids_to_tokens(i)]) for i in identifier_tokens(tokenizer)]
+    assert {str(d) for d in range(10)} <= set(texts)
+    assert all(len(t) == 1 and t.isalnum() or (t.isalpha() and t[0].isupper() and t[1:].islower()) for t in texts)
+    assert any(len(t) > 1 for t in texts)  # some customers' names
+
+
+def test_a_batch_repeats_the_marked_span_and_trains_only_on_the_repeat():
+    from training.pretrain import CopySettings, copy_batch
+
+    settings = CopySettings(batch_size=16, min_span=3, max_span=6)
+    ids, labels, attention = copy_batch(random.Random(0), list(range(100, 140)), settings, mark=1, sep=2, pad=0)
+    for row, lab, mask in zip(ids.tolist(), labels.tolist(), attention.tolist()):
+        length = sum(mask)
+        row, lab = row[:length], lab[:length]
+        trained = [t for t in lab if t != -100]
+        assert settings.min_span <= len(trained) <= settings.max_span
+        assert row[-len(trained):] == trained and row[-len(trained) - 1] == 2  # after the separator
+        start = row.index(1) + 1  # the marker announces the span's first occurrence
+        assert row[start:start + len(trained)] == trained
+        assert all(t == -100 for t in lab[:-len(trained)])
+
+
+def test_copy_pretraining_saves_a_policy_that_loads_the_same_way(tiny_base, tmp_path):
+    from training.bootstrap import load_policy
+    from training.pretrain import CopySettings, copy_pretrain
+
+    summary = copy_pretrain(tiny_base, tmp_path / "copy", CopySettings(steps=4, batch_size=4, torch_threads=1))
+    assert summary["steps"] == 4 and summary["final_loss"] > 0
+    model, tokenizer = load_policy(tmp_path / "copy")
+    original, _ = load_policy(tiny_base)
+    moved = [name for (name, p), (_, q) in zip(model.named_parameters(), original.named_parameters())
+             if not p.detach().equal(q.detach())]
+    assert moved and len(tokenizer) == model.config.vocab_size
