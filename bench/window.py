@@ -191,15 +191,16 @@ def ingest_history(db: Path, history: list[Path], now: datetime, phases: int):
     for start in range(0, len(history), step):
         cpu0 = cpu_s()
         part_s, part = timed(lambda: ingest_paths(db, history[start:start + step], now=now))
-        total_s, total_cpu = total_s + part_s, total_cpu + cpu_s() - cpu0
+        part_cpu = cpu_s() - cpu0
+        total_s, total_cpu = total_s + part_s, total_cpu + part_cpu
         if summary is None:
             summary = part
         else:
             for item in part.per_file:
                 summary.add(item)
         say(f"    ingested files {start + 1}-{start + len(part.per_file)} of {len(history)}: "
-            f"{part.accepted:,} rows in {part_s:.1f}s = {part.accepted / part_s:,.0f} rows/s "
-            f"(stored so far {summary.accepted:,}; peak RSS {peak_rss_mib():,.0f} MiB)")
+            f"{part.accepted:,} rows in {part_s:.1f}s = {part.accepted / part_s:,.0f} rows/s, "
+            f"{part.accepted / part_cpu:,.0f} rows per CPU-second (stored so far {summary.accepted:,}; peak RSS {peak_rss_mib():,.0f} MiB)")
     return total_s, total_cpu, summary
 
 
