@@ -87,6 +87,41 @@ def test_booby_trapped_pickle_is_never_unpickled(tiny_policy, tmp_path):
     assert not marker.exists()
 
 
+def test_an_index_pointing_at_a_pickle_shard_is_refused(tiny_policy, tmp_path):
+    # A sharded checkpoint names its shards in an index; one naming a pickle must not be followed
+    # (transformers would hand it to torch.load even with use_safetensors=True).
+    from training.bootstrap import BootstrapError, load_policy
+
+    marker = tmp_path / "unpickled"
+    folder = _pickled_copy(tiny_policy, tmp_path / "indexed", {"trap": _Trap(marker)})
+    from safetensors.torch import load_file
+
+    names = list(load_file(str(tiny_policy / "model.safetensors")))
+    index = {"metadata": {}, "weight_map": {name: "pytorch_model.bin" for name in names}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(BootstrapError, match="not safetensors"):
+        load_policy(folder)
+    assert not marker.exists()
+
+
+def test_code_named_by_a_checkpoint_config_is_never_run(tiny_policy, tmp_path):
+    # config.json can name a Python class to load (auto_map); without trust_remote_code it is ignored.
+    from training.bootstrap import load_policy
+
+    folder = tmp_path / "remote"
+    shutil.copytree(tiny_policy, folder)
+    marker = tmp_path / "executed"
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel", "AutoConfig": "evil.EvilConfig"}
+    (folder / "config.json").write_text(json.dumps(config))
+    try:
+        load_policy(folder)
+    except (OSError, ValueError):
+        pass  # refusing is as good as ignoring; running the file is what must not happen
+    assert not marker.exists()
+
+
 # --- no PII in any table used for training or evaluation, nor in MLflow artifacts ----------------
 
 CARD, PHONE, SSN = "4111 1111 1111 1111", "(415) 555-0100", "123-45-6789"

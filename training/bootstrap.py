@@ -181,11 +181,31 @@ def load_policy(path: str | os.PathLike, dtype: Any = None):
     local = Path(path)
     if not local.is_dir() and (str(path).startswith((".", "/")) or local.exists()):
         raise BootstrapError(f"model path {str(path)!r} is not a folder")
+    if local.is_dir():
+        _refuse_pickle_shards(local)
     kwargs: dict[str, Any] = {"use_safetensors": True}
     if dtype is not None:
         kwargs["dtype"] = dtype
     model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     return model, load_tokenizer(path)
+
+
+def _refuse_pickle_shards(folder: Path) -> None:
+    """Refuse a shard index that names a non-safetensors file.
+
+    `use_safetensors=True` is not enough on its own: given `model.safetensors.index.json`,
+    transformers opens whatever shard files the index names, and hands a `.bin` one to torch.load
+    (measured with transformers 5.24; its weights-only unpickler is the only thing in the way).
+    """
+    for index in folder.glob("*.index.json"):
+        try:
+            weight_map = json.loads(index.read_text()).get("weight_map") or {}
+        except (OSError, ValueError, AttributeError) as err:
+            raise BootstrapError(f"{index} is not a readable shard index: {err}") from err
+        pickled = sorted({str(f) for f in weight_map.values() if not str(f).endswith(".safetensors")})
+        if pickled:
+            raise BootstrapError(f"{index} names shards that are not safetensors ({', '.join(pickled[:3])}); "
+                                 "only safetensors weights are loaded, since unpickling can run code")
 
 
 def ensure_base_policy(models_dir: str | os.PathLike, records: Iterable[dict[str, Any]],
