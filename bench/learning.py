@@ -91,7 +91,10 @@ def greedy_success(model_path: Path, records: list[dict], seeds: list[int], max_
                 out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
                                      eos_token_id=end_id, pad_token_id=tokenizer.pad_token_id)
             for row, i in enumerate(chunk):
-                text = tokenizer.decode(out[row][inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+                # Not skip_special_tokens: this tokenizer registers <tool_call> as special, and
+                # skipping it would turn every call into plain text that ends the conversation.
+                text = tokenizer.decode(out[row][inputs["input_ids"].shape[1]:], skip_special_tokens=False)
+                text = text.split("<|im_end|>")[0].replace(tokenizer.pad_token, "")
                 content, calls = parse_tool_calls(text)
                 message = {"role": "assistant", "content": content}
                 if calls:
