@@ -182,6 +182,12 @@ def main() -> int:
     settings = SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch, learning_rate=args.sft_lr,
                            torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule)
     start_from = base
+    if args.sft_stages == 0:  # measure the given --base as it is (e.g. a warm start made by an earlier run)
+        t_sft = time.monotonic() - started
+        before = greedy_success(start_from, held, seeds, tool_names=tool_names)
+        t_before = time.monotonic() - started
+        sft = {"skipped": True, "model_path": str(start_from)}
+        print(json.dumps({"stage": 0, "success_sft": sum(before) / len(before), "n_train": len(train)}), flush=True)
     for stage in range(1, args.sft_stages + 1):  # each stage continues from the last one's weights
         sft = warm_start(start_from, demos, work / f"sft{stage}", settings)
         start_from = work / f"sft{stage}"
