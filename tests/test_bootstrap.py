@@ -93,3 +93,19 @@ def test_ensure_base_policy_reuses_the_folder(tmp_path, world):
     stamp = (first / "model.safetensors").stat().st_mtime_ns
     assert ensure_base_policy(tmp_path, records, spec=tiny_spec()) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_ensure_base_policy_with_copy_pretraining_builds_once_on_top_of_the_base(tmp_path, world):
+    from safetensors.torch import load_file
+
+    from training.bootstrap import ensure_base_policy
+
+    records = level1_records(world, 10, seed=2)
+    copied = ensure_base_policy(tmp_path, records, spec=tiny_spec(), copy_steps=3)
+    base = tmp_path / "base"
+    assert copied == tmp_path / "base-copy3" and (base / "model.safetensors").exists()
+    before, after = load_file(str(base / "model.safetensors")), load_file(str(copied / "model.safetensors"))
+    assert set(before) == set(after) and any(not before[k].equal(after[k]) for k in before)
+    stamp = (copied / "model.safetensors").stat().st_mtime_ns
+    assert ensure_base_policy(tmp_path, records, spec=tiny_spec(), copy_steps=3) == copied
+    assert (copied / "model.safetensors").stat().st_mtime_ns == stamp

@@ -209,9 +209,19 @@ def _refuse_pickle_shards(folder: Path) -> None:
 
 
 def ensure_base_policy(models_dir: str | os.PathLike, records: Iterable[dict[str, Any]],
-                       name: str = "base", spec: TinyModelSpec = TinyModelSpec()) -> Path:
-    """The tiny base policy under `models_dir/name`, built once and reused."""
+                       name: str = "base", spec: TinyModelSpec = TinyModelSpec(), copy_steps: int = 0) -> Path:
+    """The tiny base policy under `models_dir/name`, built once and reused.
+
+    `copy_steps` > 0 adds copy pretraining (training.pretrain), done once, into `name-copy`.
+    """
     out = Path(models_dir) / name
-    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+    if not ((out / "config.json").exists() and (out / "tokenizer.json").exists()):
+        build_tiny_policy(out, records, spec)
+    if copy_steps <= 0:
         return out
-    return build_tiny_policy(out, records, spec)
+    from training.pretrain import CopySettings, copy_pretrain
+
+    copied = Path(models_dir) / f"{name}-copy{copy_steps}"
+    if not (copied / "config.json").exists():
+        copy_pretrain(out, copied, CopySettings(steps=copy_steps))
+    return copied
