@@ -109,8 +109,9 @@ def build_log(root: Path, rows: int) -> list[Path]:
     paths = []
     for day in range(days):
         path = root / f"day={(START + timedelta(days=day)).date()}" / "part-0.parquet"
-        path.parent.mkdir(parents=True)
-        pq.write_table(day_table(day, day * per_day, per_day), path, row_group_size=8192)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():  # a --workdir of an interrupted run: same rows, already written
+            pq.write_table(day_table(day, day * per_day, per_day), path, row_group_size=8192)
         paths.append(path)
     return paths
 
@@ -130,7 +131,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10_000)
     parser.add_argument("--phases", type=int, default=10, help="ingest the history in this many calls, "
                         "reporting each (the store is reopened per call)")
-    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder, removed after")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder, removed after; "
+                        "the folder of an interrupted run resumes it (ingestion skips the files already stored, "
+                        "so (a) then covers the rest)")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-window-"))
     now = datetime(2030, 1, 1, tzinfo=timezone.utc)
