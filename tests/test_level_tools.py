@@ -44,8 +44,8 @@ def test_sft_and_hf_policy_render_the_same_short_list(world, tmp_path):
 
     from training.environment import check_tool_names
 
-    offered = list(check_tool_names(LEVEL1_TOOLS))  # in the environment's order
-    assert sorted(offered) == sorted(LEVEL1_TOOLS)
+    offered = list(check_tool_names(LEVEL1_TOOLS))  # sorted, as TRL lists them
+    assert offered == sorted(LEVEL1_TOOLS)
     records = level1_records(world, 4, seed=1)
     rows = sft_rows(records, tools=LEVEL1_TOOLS)
     assert rows and all([t["function"]["name"] for t in json.loads(r["tools"])] == offered for r in rows)
@@ -54,3 +54,18 @@ def test_sft_and_hf_policy_render_the_same_short_list(world, tmp_path):
     listed = re.findall(r'"name": "(\w+)", "description"', prompt)
     assert listed == offered
     assert len(re.findall(r'"name": "(\w+)", "description"', HFPolicy(base).render(initial_messages(records[0])))) > 6
+
+
+def test_prompts_list_tools_in_the_order_trl_gives_its_rollouts():
+    # GRPOTrainer renders an environment's tools in inspect.getmembers order; SFT and evaluation
+    # render tool_schemas(). A tiny policy is thrown by any difference, so the two must agree.
+    import inspect
+
+    from training.environment import environment_class
+    from training.prompting import tool_schemas
+
+    for tools in (None, LEVEL1_TOOLS):
+        env = environment_class(tools)
+        trl_order = [n for n, _ in inspect.getmembers(env, predicate=inspect.isfunction)
+                     if not n.startswith("_") and n not in ("reset", "get_reward")]
+        assert [s["function"]["name"] for s in tool_schemas(tools)] == trl_order

@@ -250,14 +250,16 @@ TOOL_NAMES: tuple[str, ...] = tuple(RetailEnvironment._TOOLS)
 
 
 def check_tool_names(tools: Iterable[str]) -> tuple[str, ...]:
-    """`tools` in the environment's own order; a name that is no tool raises ValueError."""
+    """`tools` sorted by name, the order TRL lists an environment's tools in (it reads them with
+    `inspect.getmembers`), so every prompt shows them in that one order; a name that is no tool
+    raises ValueError."""
     wanted = set(tools)
     unknown = sorted(wanted - set(TOOL_NAMES))
     if unknown:
         raise ValueError(f"unknown tool names {unknown}; the tools are {list(TOOL_NAMES)}")
     if not wanted:
         raise ValueError("a tool set needs at least one tool")
-    return tuple(name for name in TOOL_NAMES if name in wanted)
+    return tuple(sorted(wanted))
 
 
 _SUBSETS: dict[tuple[str, ...], type[RetailEnvironment]] = {}
@@ -275,7 +277,7 @@ def environment_class(tools: Iterable[str] | None = None) -> type[RetailEnvironm
     if tools is None:
         return RetailEnvironment
     offered = check_tool_names(tools)
-    if offered == TOOL_NAMES:
+    if set(offered) == set(TOOL_NAMES):
         return RetailEnvironment
     if offered not in _SUBSETS:
         withheld = {name: None for name in TOOL_NAMES if name not in offered}

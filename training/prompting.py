@@ -31,13 +31,18 @@ class ToolCallParseError(ValueError):
 
 @lru_cache(maxsize=8)
 def tool_schemas(tools: tuple[str, ...] | None = None) -> tuple[dict[str, Any], ...]:
-    """JSON schemas of the environment's tools (or of the subset `tools`), in the environment's
-    order, built from their signatures and docstrings: what the chat template lists."""
+    """JSON schemas of the environment's tools (or of the subset `tools`), built from their
+    signatures and docstrings: what the chat template lists.
+
+    Sorted by name, because that is how TRL's GRPOTrainer lists an environment's tools in the
+    prompts of its rollouts; SFT and evaluation must show a policy the same list in the same
+    order (a tiny policy warm-started on another order barely made a tool call under GRPO).
+    """
     from transformers.utils import get_json_schema
 
     from training.environment import TOOL_NAMES, RetailEnvironment, check_tool_names
 
-    names = TOOL_NAMES if tools is None else check_tool_names(tools)
+    names = check_tool_names(TOOL_NAMES if tools is None else tools)
     return tuple(get_json_schema(getattr(RetailEnvironment, name)) for name in names)
 
 
