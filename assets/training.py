@@ -101,7 +101,9 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
             h.models, train, copy_steps=config.copy_pretrain_steps)
         source, sft = "base_model", None
         if config.sft_warm_start:
-            warm = h.models / "base-sft"
+            # Named after what it warm-starts (a copy-pretrained base gets its own), so a cached
+            # warm start of another base is never reused.
+            warm = h.models / ("base-sft" if config.base_model else f"{path.name}-sft")
             if not (warm / "config.json").exists():
                 demos = _sft_records(train, config.level)
                 context.log.info(f"SFT warm start of {path} on {len(demos)} train-split trajectories (level {config.level})")
