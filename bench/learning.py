@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 import tempfile
 import time
@@ -132,6 +133,9 @@ def main() -> int:
     parser.add_argument("--copy-steps", type=int, default=0,
                         help="copy-pretraining steps (training.pretrain) before SFT")
     parser.add_argument("--copy-lr", type=float, default=1e-3)
+    parser.add_argument("--escalation-share", type=float, default=0.0,
+                        help="share of the warm start's demonstrations that hand the customer to a human after "
+                             "reading the order (an over-cautious logged agent; SFT then clones the log unverified)")
     parser.add_argument("--base", default=None, help="start from this model folder instead of building one")
     parser.add_argument("--all-tools", action="store_true",
                         help="offer every tool (default: level 1's own tool list, as the pipeline does)")
@@ -167,7 +171,10 @@ def main() -> int:
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
     from training.level1 import level1_demonstration
 
-    demos = [level1_demonstration(task) for task in train]  # expert conversations of training customers
+    # Conversations of training customers: the expert's, or with --escalation-share those an
+    # over-cautious production agent logged (a fixed, seeded draw per task).
+    habit = random.Random(7)
+    demos = [level1_demonstration(task, escalate=habit.random() < args.escalation_share) for task in train]
     from training.curriculum import tools_for_levels
 
     tool_names = None if args.all_tools else tools_for_levels({"1": 1.0})
@@ -180,7 +187,8 @@ def main() -> int:
         print(json.dumps({"copy": copied, "copy_seconds": round(time.monotonic() - started)}), flush=True)
         base = work / "copy"
     settings = SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch, learning_rate=args.sft_lr,
-                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule)
+                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule,
+                           verified_only=args.escalation_share == 0)
     start_from = base
     if args.sft_stages == 0:  # measure the given --base as it is (e.g. a warm start made by an earlier run)
         t_sft = time.monotonic() - started

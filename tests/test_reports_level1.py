@@ -85,3 +85,23 @@ def test_level1_refuses_tasks_without_gold_or_identity(records):
     assert as_level1({**record, "gold": None}) is None
     scenario = {**record["user_scenario"], "known_info": {"order_ids": record["user_scenario"]["known_info"]["order_ids"]}}
     assert as_level1({**record, "user_scenario": scenario}) is None
+
+
+def test_an_escalating_demonstration_is_a_logged_habit_not_a_verified_trajectory(records):
+    """`escalate=True` is the over-cautious agent's log: it reads the order, then hands over.
+
+    The product's SFT leaves it out (it does not verify); cloning the log as it is keeps it.
+    """
+    from training.sft import sft_rows
+
+    task = next(t for t in map(as_level1, records) if t is not None)
+    logged = level1_demonstration(task, escalate=True)
+    assert replay_trajectory(logged) is None
+    messages = replay_trajectory(logged, verified_only=False)
+    called = [c["function"]["name"] for m in messages for c in m.get("tool_calls") or []]
+    assert called[1:] == ["get_order_details", "transfer_to_human_agents"]
+    handover = next(m for m in messages if "transfer_to_human_agents" in str(m.get("tool_calls")))
+    assert task["user_scenario"]["known_info"]["order_ids"][0] in str(handover["tool_calls"])
+    expert = level1_demonstration(task)
+    assert len(sft_rows([expert, logged])) == 1
+    assert len(sft_rows([expert, logged], verified_only=False)) == 2

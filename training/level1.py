@@ -79,10 +79,13 @@ def _call(name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
             {"role": "tool", "name": name, "content": ""}]
 
 
-def level1_demonstration(task: Mapping[str, Any]) -> dict[str, Any]:
+def level1_demonstration(task: Mapping[str, Any], escalate: bool = False) -> dict[str, Any]:
     """The expert conversation for a level-1 task (from `as_level1`): authenticate, read, act, tell.
 
     This is what SFT warm-starts a tiny policy on, so it can emit the calls GRPO then improves.
+    `escalate=True` gives instead what an over-cautious production agent logs (the
+    `unnecessary_escalation` mistake of `training.agents`): it authenticates and reads the order,
+    then hands the customer to a human rather than acting. Such a conversation never verifies.
     """
     known = _as_dict(task["user_scenario"]).get("known_info") or {}
     order_id = known["order_ids"][0]
@@ -93,6 +96,11 @@ def level1_demonstration(task: Mapping[str, Any]) -> dict[str, Any]:
     else:
         auth = ("find_user_id_by_email", {"email": known["email"]})
     messages = list(task["messages"]) + _call(*auth) + _call("get_order_details", {"order_id": order_id})
+    if escalate:
+        summary = (f"Customer wants order {order_id} cancelled." if task["intent"] == "cancel_order"
+                   else f"Customer asks for the status of order {order_id}.")
+        messages += _call("transfer_to_human_agents", {"summary": summary})
+        return {**task, "messages": messages}
     if task["intent"] == "cancel_order":
         reason = next(a["arguments"]["reason"] for a in _as_dict(task["gold"])["actions"]
                       if a["name"] == "cancel_pending_order")

@@ -33,6 +33,11 @@ class SFTSettings:
     # list a level's GRPO run and evaluation use, so SFT must render the same one.
     tools: tuple[str, ...] | None = None
     lr_scheduler_type: str = "cosine"
+    # True (the product): only trajectories the verifier passes. False clones the logged behaviour
+    # as it is, mistakes included: a warm start that imitates an imperfect production agent, which
+    # is what behaviour cloning from a real log gives and what the learning benchmark measures
+    # GRPO's improvement over.
+    verified_only: bool = True
 
 
 def _as_dict(value: Any) -> Any:
@@ -46,9 +51,9 @@ def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int = 0,
-                      tools: tuple[str, ...] | None = None) -> list[dict] | None:
+                      tools: tuple[str, ...] | None = None, verified_only: bool = True) -> list[dict] | None:
     """The record's conversation re-run in the environment offering `tools` (None: all), or None
-    when it does not verify (a call to a withheld tool fails like any unknown tool)."""
+    when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool)."""
     from training.environment import call_tool, environment_class
     from training.prompting import initial_messages
     from training.rewards import verified_success
@@ -79,13 +84,13 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
             break
     if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
         messages.append({"role": "assistant", "content": "Thank you."})
-    return messages if verified_success(env.episode) else None
+    return messages if not verified_only or verified_success(env.episode) else None
 
 
 def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
-             tools: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every verified, replayable record;
-    the prompt lists `tools` (None: every tool)."""
+             tools: tuple[str, ...] | None = None, verified_only: bool = True) -> list[dict[str, Any]]:
+    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every replayable record with gold
+    (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool)."""
     from training.prompting import tool_schemas
 
     tools_json = json.dumps(list(tool_schemas(tools)))
@@ -93,7 +98,7 @@ def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
     for record in records:
         if not _as_dict(record.get("gold")):
             continue
-        messages = replay_trajectory(record, compact=compact, tools=tools)
+        messages = replay_trajectory(record, compact=compact, tools=tools, verified_only=verified_only)
         if messages is not None:
             rows.append({"messages": messages, "tools": tools_json})
     return rows
@@ -136,7 +141,7 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    rows = sft_rows(records, compact=settings.compact, tools=settings.tools)
+    rows = sft_rows(records, compact=settings.compact, tools=settings.tools, verified_only=settings.verified_only)
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
     model, tokenizer = load_policy(base_path)
