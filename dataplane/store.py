@@ -1,8 +1,12 @@
 """The DuckDB store `interactions.duckdb`: schema, opening with a clear lock error, record loading.
 
-`interactions.interaction_id` is a PRIMARY KEY on purpose: ingestion inserts with
-`ON CONFLICT DO NOTHING RETURNING`, so spotting duplicates is an index probe per new row and the
-cost of ingesting a file does not grow with the store.
+`interactions.interaction_id` is a PRIMARY KEY: a plain INSERT checks it through the index, so a
+duplicate id can never be stored twice. Ingestion first asks which of a chunk's ids are stored
+already (to count duplicates and quarantine conflicts), restricted to the chunk's id range so that
+DuckDB's zone maps skip the row groups that cannot hold them, then plain-inserts the rest.
+(`INSERT ... ON CONFLICT DO NOTHING` would do both in one statement, but DuckDB 2.0 runs it as a
+MERGE that hash-joins against a full scan of every stored id: about 0.3 s per statement at 10
+million rows, whatever the chunk's size.)
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dataplane.contract import parse_timestamp
 from dataplane.scrub import scrub_record, scrub_text
@@ -200,30 +205,58 @@ class RowBatch:
         self.ids_in_batch.add(row.interaction_id)
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> FlushResult:
-        """Insert new ids (an index probe each); ids already stored come back with their hash."""
+        """Insert the rows whose ids are new; ids already stored come back with their stored hash."""
         if not self.rows:
             return FlushResult([], {})
-        columns = list(zip(*(r.values for r in self.rows)))
-        table = pa.table({name: pa.array(col, type=_ARROW_TYPES.get(name, pa.string()))
-                          for name, col in zip(_INTERACTION_COLUMNS, columns)})
-        con.register("_incoming", table)
-        try:
-            inserted = [r[0] for r in con.execute(
-                "INSERT INTO interactions SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming "
-                "ON CONFLICT DO NOTHING RETURNING interaction_id",
-                [self.source_file, self.ingested_at]).fetchall()]
-        finally:
-            con.unregister("_incoming")
-        # Ids in a batch are distinct, so as many inserted as sent means all went in.
-        missed = {} if len(inserted) == len(self.rows) else self._missed(set(inserted))
-        stored = dict(con.execute(
-            "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
-            [list(missed)]).fetchall()) if missed else {}
+        table = rows_table(self.rows)
+        stored = _stored_hashes(con, table.column("interaction_id"))
+        if stored:
+            table = table.filter(pc.invert(pc.is_in(table.column("interaction_id"), pa.array(list(stored)))))
+        insert_interactions(con, table, self.source_file, self.ingested_at)
+        inserted = table.column("interaction_id").to_pylist()
+        not_inserted = {r.interaction_id: (tag, stored[r.interaction_id])
+                        for r, tag in zip(self.rows, self.tags) if r.interaction_id in stored}
         self.rows, self.tags, self.ids_in_batch = [], [], set()
-        return FlushResult(inserted, {rid: (tag, stored[rid]) for rid, tag in missed.items()})
+        return FlushResult(inserted, not_inserted)
 
-    def _missed(self, inserted: set[str]) -> dict[str, Any]:
-        return {r.interaction_id: tag for r, tag in zip(self.rows, self.tags) if r.interaction_id not in inserted}
+
+def rows_table(rows: list[PreparedRow]) -> pa.Table:
+    """Prepared rows as an Arrow table with the `interactions` columns up to content_hash."""
+    columns = list(zip(*(r.values for r in rows)))
+    return pa.table({name: pa.array(col, type=_ARROW_TYPES.get(name, pa.string()))
+                     for name, col in zip(_INTERACTION_COLUMNS, columns)})
+
+
+def _stored_hashes(con: duckdb.DuckDBPyConnection, ids: pa.ChunkedArray) -> dict[str, str]:
+    """Content hash of each of `ids` already in `interactions` (an exact query).
+
+    The BETWEEN on the ids' own range is implied by the IN; it is there because DuckDB prunes row
+    groups with it (zone maps on interaction_id), so when ids grow with time, as sequential or
+    time-ordered ids do, only the newest row groups are read. Random ids get no pruning: then this
+    reads every stored id once per chunk, as ON CONFLICT did.
+    """
+    bounds = pc.min_max(ids)
+    con.register("_incoming_ids", pa.table({"interaction_id": ids}))
+    try:
+        return dict(con.execute(
+            "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id BETWEEN ? AND ? "
+            "AND interaction_id IN (SELECT interaction_id FROM _incoming_ids)",
+            [bounds["min"].as_py(), bounds["max"].as_py()]).fetchall())
+    finally:
+        con.unregister("_incoming_ids")
+
+
+def insert_interactions(con: duckdb.DuckDBPyConnection, table: pa.Table, source_file: str,
+                         ingested_at: datetime) -> None:
+    """Plain INSERT of rows with new ids (the primary key still rejects a stored one, with an error)."""
+    if table.num_rows == 0:
+        return
+    con.register("_incoming", table)
+    try:
+        con.execute("INSERT INTO interactions SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming",
+                    [source_file, ingested_at]).fetchall()
+    finally:
+        con.unregister("_incoming")
 
 
 @dataclass

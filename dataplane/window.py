@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,40 +60,50 @@ def window_hash(pairs: list[tuple[str, str]]) -> str:
     return digest.hexdigest()
 
 
+def arrow_window_hash(ids: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.ChunkedArray) -> str:
+    """`window_hash` of the pairs (ids[i], contents[i]), computed from Arrow columns.
+
+    The "id\tcontent\n" lines are built by Arrow into one contiguous values buffer and hashed in
+    one call, instead of one Python string and one `update` per row (the same bytes, so the same
+    digest). A null would silently drop its line from that buffer, so nulls are refused.
+    """
+    if ids.null_count or contents.null_count:
+        raise ValueError("a window's interaction ids and content hashes must not be null")
+    # One string type (64-bit offsets) whatever the inputs are: the kernel wants matching types.
+    ids, contents = ids.cast(pa.large_string()), contents.cast(pa.large_string())
+    tab, newline = pa.scalar("\t", pa.large_string()), pa.scalar("\n", pa.large_string())
+    lines = pc.binary_join_element_wise(ids, contents, tab)
+    lines = pc.binary_join_element_wise(lines, pa.scalar("", pa.large_string()), newline)  # appends "\n"
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    if len(lines) == 0:
+        return hashlib.sha256().hexdigest()
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)
+    start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]  # a slice has an offset
+    return hashlib.sha256(memoryview(lines.buffers()[2])[start:end]).hexdigest()
+
+
+# DESC + LIMIT is DuckDB's top-N: rows are stored in time order, so it reads little of the table.
+_NEWEST = ("SELECT interaction_id, content_hash, ended_at, outcome, intent FROM interactions "
+           "WHERE ended_at < ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?")
+
+
 def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = DEFAULT_SIZE) -> WindowInfo:
-    """Select and store (replacing any earlier cut of the same week) the window for `week_end`."""
+    """Select and store (replacing any earlier, different cut of the same week) the window for `week_end`.
+
+    A week whose stored window already has this content hash and `week_end` is not rewritten:
+    the rows would be the same, and the write is most of a cut's cost.
+    """
     _require_aware(week_end)
     if size < 1:
         raise ValueError(f"window size must be >= 1, got {size}")
     week = week_id(week_end)
-    # DESC + LIMIT is DuckDB's top-N. The rows stay in Arrow (no Python object per cell): the
-    # window is stored from the same columns, so the cut costs little more than the query itself.
-    top = con.sql(
-        "SELECT interaction_id, content_hash, ended_at, outcome, intent FROM interactions "
-        "WHERE ended_at < ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?",
-        params=[week_end, size]).to_arrow_table()
-    top = top.take(pa.array(range(top.num_rows - 1, -1, -1), pa.int64()))  # oldest first
-    ids, contents = top.column("interaction_id").to_pylist(), top.column("content_hash").to_pylist()
-    digest = window_hash(list(zip(ids, contents)))
-    n = top.num_rows
-    table = pa.table({
-        "week": pa.array([week] * n, pa.string()),
-        "position": pa.array(range(n), pa.int32()),
-        "interaction_id": top.column("interaction_id").cast(pa.string()),
-        "content_hash": top.column("content_hash").cast(pa.string()),
-        "window_hash": pa.array([digest] * n, pa.string()),
-        "week_end": pa.array([week_end] * n, pa.timestamp("us", tz="UTC")),
-    })
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute("DELETE FROM windows WHERE week = ?", [week])
-        con.register("_window_rows", table)
-        con.execute("INSERT INTO windows SELECT * FROM _window_rows")
-        con.unregister("_window_rows")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+    # The rows stay in Arrow (no Python object per cell) from the query to the write.
+    newest = con.sql(_NEWEST, params=[week_end, size]).to_arrow_table()
+    n = newest.num_rows
+    top = newest.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64)))  # oldest first
+    digest = arrow_window_hash(top.column("interaction_id"), top.column("content_hash"))
+    _store_window(con, week, week_end, digest, top)
     ended = top.column("ended_at")
     return WindowInfo(
         week=week, week_end=week_end.isoformat(), rows=n,
@@ -101,6 +112,55 @@ def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = D
         content_hash=digest,
         outcome_mix=_mix(top.column("outcome")),
         intent_mix=_mix(top.column("intent")))
+
+
+def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime, digest: str,
+                  top: pa.Table) -> bool:
+    """Replace the stored rows of `week` by `top` unless they are already these; True if written.
+
+    The check runs inside the write's transaction, so no other writer can change the week between
+    the check and the write.
+    """
+    con.execute("BEGIN TRANSACTION")
+    try:
+        stored = con.execute(
+            "SELECT count(*), min(window_hash), max(window_hash), min(week_end), max(week_end) "
+            "FROM windows WHERE week = ?", [week]).fetchall()[0]
+        if _same_window(stored, top.num_rows, digest, week_end):
+            con.execute("COMMIT")  # nothing was written: a read-only commit
+            return False
+        if stored[0]:
+            con.execute("DELETE FROM windows WHERE week = ?", [week])
+        if top.num_rows:
+            rows = pa.table({"position": pa.array(np.arange(top.num_rows, dtype=np.int32)),
+                             "interaction_id": top.column("interaction_id"),
+                             "content_hash": top.column("content_hash")})
+            con.register("_window_rows", rows)
+            try:
+                # The per-week constants come in as parameters rather than as 10,000-row columns.
+                con.execute("INSERT INTO windows (week, position, interaction_id, content_hash, window_hash, week_end) "
+                            "SELECT ?, position, interaction_id, content_hash, ?, ? FROM _window_rows",
+                            [week, digest, week_end])
+            finally:
+                con.unregister("_window_rows")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return True
+
+
+def _same_window(stored: tuple, rows: int, digest: str, week_end: datetime) -> bool:
+    """Whether the stored (count, min/max window_hash, min/max week_end) of a week is this cut.
+
+    Every row of a stored window carries its window hash and week_end, so min = max = the new
+    value with the same row count means the stored pairs hash to `digest`: the same rows.
+    """
+    count, hash_lo, hash_hi, end_lo, end_hi = stored
+    if count == 0:
+        return rows == 0
+    return (count == rows and hash_lo == hash_hi == digest
+            and end_lo == end_hi and end_lo == week_end)
 
 
 def _mix(column: pa.ChunkedArray) -> dict[str, int]:

@@ -5,12 +5,16 @@ import copy
 import hashlib
 from datetime import datetime, timedelta, timezone
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataplane.ingest import ingest_paths
 from dataplane.splits import customers_in_several_splits, split_counts, split_of, split_window
 from dataplane.store import load_records, open_store
-from dataplane.window import cut_window, week_id, window_frame, window_ids, window_records
+from dataplane.window import (arrow_window_hash, cut_window, week_id, window_frame, window_hash, window_ids,
+                              window_records)
 from tests.helpers_data import BASE_TIME, NOW, build_records, write_jsonl
 
 WEEK_END = datetime(2024, 6, 10, tzinfo=timezone.utc)  # Monday: ends ISO week 2024-W23
@@ -131,3 +135,84 @@ def test_held_out_customer_never_in_any_weeks_train_split(store):
 def test_overlap_check_reports_customers():
     fake = {"train": [{"customer_id": "a"}, {"customer_id": "b"}], "calibration": [{"customer_id": "a"}], "shadow": []}
     assert customers_in_several_splits(fake) == {"a": ["calibration", "train"]}
+
+
+def _stored(con, week: str) -> list[tuple]:
+    """The week's stored rows with their rowids: a rewrite gives new rowids."""
+    return con.execute("SELECT rowid, position, interaction_id, content_hash, window_hash, week_end FROM windows "
+                       "WHERE week = ? ORDER BY position", [week]).fetchall()
+
+
+def test_recut_of_an_unchanged_week_skips_the_write_yet_returns_the_same_info(store):
+    con, _ = store
+    first = cut_window(con, WEEK_END, size=25)
+    before = _stored(con, first.week)
+    again = cut_window(con, WEEK_END, size=25)
+    assert again == first
+    assert _stored(con, first.week) == before  # same rowids: nothing was deleted or inserted
+
+
+def test_recut_of_a_changed_week_rewrites_it(store, tmp_path, world, reference_tasks):
+    con, records = store
+    first = cut_window(con, WEEK_END, size=25)
+    before = _stored(con, first.week)
+    # Same week id, another week_end (still after every record): same rows, but week_end is stored.
+    earlier_end = WEEK_END - timedelta(hours=20)
+    moved = cut_window(con, earlier_end, size=25)
+    assert (moved.week, moved.content_hash) == (first.week, first.content_hash)
+    stored = _stored(con, first.week)
+    assert {row[5] for row in stored} == {earlier_end}
+    assert [row[1:5] for row in stored] == [row[1:5] for row in before]
+    # A newer record arrives: the week's window changes and is rewritten.
+    con.close()
+    newer = build_records(world, reference_tasks, 1, start=500)[0]
+    newer["interaction_id"] = "int-newer"
+    newer["ended_at"] = (WEEK_END - timedelta(days=1)).isoformat().replace("+00:00", "Z")
+    newer["started_at"] = (WEEK_END - timedelta(days=1, minutes=5)).isoformat().replace("+00:00", "Z")
+    ingest_paths(tmp_path / "db.duckdb", [write_jsonl(tmp_path / "b.jsonl", [newer])], now=NOW)
+    con = open_store(tmp_path / "db.duckdb")
+    try:
+        changed = cut_window(con, WEEK_END, size=25)
+        assert changed.content_hash != first.content_hash
+        ids = window_ids(con, WEEK_END)
+        assert ids[-1] == "int-newer" and ids[:-1] == [row[2] for row in before][1:]  # the oldest drops out
+        pairs = con.execute("SELECT interaction_id, content_hash FROM windows WHERE week = ? ORDER BY position",
+                            [changed.week]).fetchall()
+        assert changed.content_hash == window_hash(pairs)
+    finally:
+        con.close()
+
+
+def test_cut_shrinking_to_empty_clears_the_week(store):
+    con, _ = store
+    end = BASE_TIME + timedelta(minutes=1)  # only record 0 ends before it
+    week = cut_window(con, end, size=5).week
+    assert len(window_ids(con, week)) == 1
+    # Another week_end of the same ISO week that precedes every record: the window is empty.
+    empty = cut_window(con, BASE_TIME - timedelta(minutes=1), size=5)
+    assert empty.week == week and empty.rows == 0
+    assert window_ids(con, week) == []
+    assert cut_window(con, BASE_TIME - timedelta(minutes=1), size=5) == empty
+
+
+pair_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(pair_text, pair_text), max_size=30), st.integers(0, 5), st.booleans())
+def test_arrow_window_hash_equals_window_hash(pairs, start, large):
+    kind = pa.large_string() if large else pa.string()
+    ids = pa.array([a for a, _ in pairs], kind)
+    contents = pa.array([b for _, b in pairs], kind)
+    assert arrow_window_hash(ids, contents) == window_hash(pairs)
+    # A slice (non-zero offset into shared buffers) and a chunked column hash the same pairs.
+    assert arrow_window_hash(ids[start:], contents[start:]) == window_hash(pairs[start:])
+    half = len(pairs) // 2
+    chunked_ids = pa.chunked_array([ids[:half], ids[half:]], kind)
+    chunked_contents = pa.chunked_array([contents[:half], contents[half:]], kind)
+    assert arrow_window_hash(chunked_ids, chunked_contents) == window_hash(pairs)
+
+
+def test_arrow_window_hash_refuses_nulls():
+    with pytest.raises(ValueError, match="null"):
+        arrow_window_hash(pa.array(["a", None]), pa.array(["x", "y"]))
