@@ -228,22 +228,35 @@ def rows_table(rows: list[PreparedRow]) -> pa.Table:
 
 
 def _stored_hashes(con: duckdb.DuckDBPyConnection, ids: pa.ChunkedArray) -> dict[str, str]:
-    """Content hash of each of `ids` already in `interactions` (an exact query).
+    """Content hash of each of `ids` already in `interactions` (exact).
+
+    Asks for the ids alone first: with random ids that query reads every stored id, and reading
+    the content hashes of every row as well would double it. The hashes are then fetched only for
+    the ids found, which are rare (a re-sent file).
+    """
+    found = [row[0] for row in _in_range_lookup(con, "interaction_id", ids)]
+    if not found:
+        return {}
+    return dict(_in_range_lookup(con, "interaction_id, content_hash", pa.array(found, pa.string())))
+
+
+def _in_range_lookup(con: duckdb.DuckDBPyConnection, columns: str, ids: pa.Array | pa.ChunkedArray) -> list[tuple]:
+    """`columns` of the stored rows whose interaction_id is one of `ids`.
 
     The BETWEEN on the ids' own range is implied by the IN; it is there because DuckDB prunes row
     groups with it (zone maps on interaction_id), so when ids grow with time, as sequential or
     time-ordered ids do, only the newest row groups are read. Random ids get no pruning: then this
-    reads every stored id once per chunk, as ON CONFLICT did.
+    reads every stored id, as ON CONFLICT did.
     """
     bounds = pc.min_max(ids)
-    con.register("_incoming_ids", pa.table({"interaction_id": ids}))
+    con.register("_lookup_ids", pa.table({"interaction_id": ids}))
     try:
-        return dict(con.execute(
-            "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id BETWEEN ? AND ? "
-            "AND interaction_id IN (SELECT interaction_id FROM _incoming_ids)",
-            [bounds["min"].as_py(), bounds["max"].as_py()]).fetchall())
+        return con.execute(
+            f"SELECT {columns} FROM interactions WHERE interaction_id BETWEEN ? AND ? "  # columns: constants
+            "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)",
+            [bounds["min"].as_py(), bounds["max"].as_py()]).fetchall()
     finally:
-        con.unregister("_incoming_ids")
+        con.unregister("_lookup_ids")
 
 
 def insert_interactions(con: duckdb.DuckDBPyConnection, table: pa.Table, source_file: str,
