@@ -124,7 +124,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
     con.execute("BEGIN TRANSACTION")
     try:
         with _cyclic_gc_paused():
-            result = _FileIngest(con, path, now, stamp).run()
+            result = _ingest_pass(con, path, now, stamp)
     except FileCorruptError as err:
         con.execute("ROLLBACK")
         con.execute("BEGIN TRANSACTION")
@@ -141,6 +141,23 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
          result.quarantined, stamp])
     con.execute("COMMIT")
     return result
+
+
+def _ingest_pass(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime) -> FileSummary:
+    """One pass over the file in the open transaction: optimistic first, exact either way.
+
+    Finding which ids are stored already reads, for ids that do not grow with time, every stored
+    id once per chunk. A new file usually has no stored id at all, so the first pass skips that
+    lookup and lets the primary key check each insert. If the key refuses one, the transaction
+    (this file's only) is rolled back and the file is read again with the lookup, which counts
+    duplicates and quarantines conflicts. A file with stored ids thus costs two passes.
+    """
+    try:
+        return _FileIngest(con, path, now, stamp, look_up_stored=False).run()
+    except duckdb.ConstraintException:
+        con.execute("ROLLBACK")
+        con.execute("BEGIN TRANSACTION")
+        return _FileIngest(con, path, now, stamp, look_up_stored=True).run()
 
 
 @contextmanager
@@ -164,14 +181,15 @@ def _cyclic_gc_paused():
 class _FileIngest:
     """The per-record pass over one file, flushing accepted rows in chunks of CHUNK_ROWS."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime):
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime,
+                 look_up_stored: bool = True):
         self.con, self.path, self.now = con, path, now
         self.summary = FileSummary(str(path), "ingested")
         self.rules: Counter[str] = Counter()
         self.quarantine = QuarantineRows(str(path), stamp)
-        self.batch = RowBatch(str(path), stamp)
+        self.batch = RowBatch(str(path), stamp, look_up_stored=look_up_stored)
         self.seen: dict[str, str] = {}  # id -> content hash of its first copy in this file
-        self.pending_dups: dict[str, list[RawRecord]] = {}
+        self.pending: dict[str, list[tuple[RawRecord, str]]] = {}  # later copies of ids in the batch
 
     def run(self) -> FileSummary:
         for item in read_file(self.path):
@@ -203,29 +221,32 @@ class _FileIngest:
         if first is None:
             self.seen[rid] = digest
             self.batch.append(row, item)
-        elif first != digest:
-            self._reject(item, "duplicate_conflict", f"interaction_id={rid} seen before in this file "
-                         "with different content", rid)
         elif rid in self.batch.ids_in_batch:
-            self.pending_dups.setdefault(rid, []).append(item)  # resolved once the store is asked
+            # Which copy wins (the stored record, or this file's first copy) is known only once the
+            # chunk is flushed, so any later copy, equal to the first or not, waits until then.
+            self.pending.setdefault(rid, []).append((item, digest))
         else:
+            self._judge(item, rid, digest, first, "already kept with different content")
+
+    def _judge(self, item: RawRecord, rid: str, digest: str, winner: str, why: str) -> None:
+        """A later copy of `rid`: a duplicate if its content hash is the winning copy's, else a conflict."""
+        if digest == winner:
             self.summary.duplicates += 1
+        else:
+            self._reject(item, "duplicate_conflict", f"interaction_id={rid} {why}", rid)
 
     def _flush(self) -> None:
         outcome = self.batch.flush(self.con)
         self.summary.accepted += len(outcome.inserted)
         for rid, (item, stored_hash) in outcome.not_inserted.items():
-            copies = [item] + self.pending_dups.pop(rid, [])
-            if stored_hash == self.seen[rid]:
-                self.summary.duplicates += len(copies)
-                continue
-            self.seen[rid] = stored_hash  # later copies compare against what the store holds
-            for copy in copies:
-                self._reject(copy, "duplicate_conflict",
-                             f"interaction_id={rid} already stored with different content", rid)
-        for copies in self.pending_dups.values():
-            self.summary.duplicates += len(copies)
-        self.pending_dups.clear()
+            self._judge(item, rid, self.seen[rid], stored_hash, "already stored with different content")
+            self.seen[rid] = stored_hash  # the stored record is the copy every later one must match
+        for rid, copies in self.pending.items():
+            why = "already stored with different content" if rid in outcome.not_inserted else \
+                "seen before in this file with different content"
+            for item, digest in copies:
+                self._judge(item, rid, digest, self.seen[rid], why)
+        self.pending.clear()
         self.quarantine.flush(self.con)
 
 

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataplane import ingest as ingest_module
+from dataplane import store as store_module
 from dataplane.ingest import ingest_paths
 from dataplane.store import RowBatch, insert_interactions, open_store, prepare_row, rows_table
 from tests.helpers_data import NOW, build_records, write_jsonl
@@ -102,3 +103,36 @@ def test_primary_key_still_refuses_a_stored_id(tmp_path, template):
             insert_interactions(con, table, "b.jsonl", NOW)
     finally:
         con.close()
+
+
+def test_new_file_is_inserted_without_looking_up_stored_ids(tmp_path, monkeypatch, template):
+    db = tmp_path / "db.duckdb"
+    ingest_paths(db, [write_jsonl(tmp_path / "a.jsonl", [_record(template, f"old-{i}", 0.0) for i in range(4)])],
+                 now=NOW)
+    lookups = []
+    real = store_module._stored_hashes
+    monkeypatch.setattr(store_module, "_stored_hashes", lambda con, ids: lookups.append(len(ids)) or real(con, ids))
+    fresh = ingest_paths(db, [write_jsonl(tmp_path / "b.jsonl", [_record(template, f"new-{i}", 0.0) for i in range(4)])],
+                         now=NOW)
+    assert (fresh.accepted, lookups) == (4, [])
+
+
+def test_file_with_a_stored_id_is_redone_once_with_lookups(tmp_path, monkeypatch, template):
+    """The aborted first pass leaves nothing behind: no row, no quarantine row, no counts."""
+    monkeypatch.setattr(ingest_module, "CHUNK_ROWS", 2)
+    db = tmp_path / "db.duckdb"
+    ingest_paths(db, [write_jsonl(tmp_path / "a.jsonl", [_record(template, "old", 0.0)])], now=NOW)
+    passes = []
+    real = ingest_module._FileIngest.run
+    monkeypatch.setattr(ingest_module._FileIngest, "run", lambda self: passes.append(self.batch.look_up_stored) or real(self))
+    rows = [_record(template, "new-1", 0.0), _record(template, "new-2", 0.0), _record(template, "old", 0.5)]
+    summary = ingest_paths(db, [write_jsonl(tmp_path / "b.jsonl", rows, raw_lines=["{not json"])], now=NOW)
+    assert passes == [False, True]
+    assert (summary.read, summary.accepted, summary.duplicates, summary.quarantined) == (4, 2, 0, 2)
+    assert summary.quarantined_by_rule == {"duplicate_conflict": 1, "invalid_json": 1}
+    con = open_store(db, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 2
+    finally:
+        con.close()
+    assert _stored(db) == {"old": 0.0, "new-1": 0.0, "new-2": 0.0}
