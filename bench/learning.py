@@ -21,6 +21,7 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,17 +55,18 @@ def level1_tasks(work: Path, n_train: int, n_eval: int, seed: int = 3, n_users: 
     return train[:n_train], held[:n_eval]
 
 
-def greedy_success(model_path: Path, records: list[dict], seeds: list[int], max_turns: int = 6,
-                   max_new_tokens: int = 72, batch: int = 16,
-                   tool_names: tuple[str, ...] | None = None) -> list[int]:
-    """1/0 verified success per task: batched greedy decoding, tool calls run in the environment
-    offering `tool_names` (None: every tool), the same list the prompt shows."""
+def greedy_outcomes(model_path: Path, records: list[dict], seeds: list[int], max_turns: int = 6,
+                    max_new_tokens: int = 72, batch: int = 16,
+                    tool_names: tuple[str, ...] | None = None) -> list[str]:
+    """The outcome per task ("completed" = verified success, "escalated", "failed"): batched greedy
+    decoding, tool calls run in the environment offering `tool_names` (None: every tool), the same
+    list the prompt shows."""
     import torch
 
     from training.bootstrap import load_policy
     from training.environment import call_tool, environment_class
     from training.prompting import initial_messages, parse_tool_calls, tool_schemas
-    from training.rewards import verified_success
+    from training.rewards import outcome_of
 
     model, tokenizer = load_policy(model_path)
     model.eval()
@@ -107,7 +109,16 @@ def greedy_success(model_path: Path, records: list[dict], seeds: list[int], max_
                 if calls and not envs[i].done:
                     still.append(i)
         live = still
-    return [int(verified_success(env.episode)) for env in envs]
+    return [outcome_of(env.episode) for env in envs]
+
+
+def outcome_mix(records: list[dict], outcomes: list[str]) -> dict[str, int]:
+    """How many tasks of each intent ended in each outcome, e.g. {"cancel_order/escalated": 12}."""
+    mix: dict[str, int] = {}
+    for record, outcome in zip(records, outcomes):
+        key = f"{record['intent']}/{outcome}"
+        mix[key] = mix.get(key, 0) + 1
+    return dict(sorted(mix.items()))
 
 
 def paired_ci(before: list[int], after: list[int]) -> tuple[float, float]:
@@ -129,13 +140,17 @@ def main() -> int:
     parser.add_argument("--sft-lr", type=float, default=2e-3)
     parser.add_argument("--sft-schedule", default="cosine", help="lr schedule of SFT (cosine, constant, ...)")
     parser.add_argument("--sft-stages", type=int, default=1,
-                        help="run SFT this many times for --sft-steps each, measuring greedy success after each")
+                        help="SFT this many times for --sft-steps each, measuring greedy success after each "
+                             "(0 with no --habit-steps: measure --base as it is)")
     parser.add_argument("--copy-steps", type=int, default=0,
                         help="copy-pretraining steps (training.pretrain) before SFT")
     parser.add_argument("--copy-lr", type=float, default=1e-3)
     parser.add_argument("--escalation-share", type=float, default=0.0,
                         help="share of the warm start's demonstrations that hand the customer to a human after "
                              "reading the order (an over-cautious logged agent; SFT then clones the log unverified)")
+    parser.add_argument("--habit-steps", type=int, default=0,
+                        help="after the expert SFT stages, this many SFT steps on the logged conversations "
+                             "(--escalation-share of them hand over)")
     parser.add_argument("--base", default=None, help="start from this model folder instead of building one")
     parser.add_argument("--all-tools", action="store_true",
                         help="offer every tool (default: level 1's own tool list, as the pipeline does)")
@@ -171,14 +186,15 @@ def main() -> int:
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
     from training.level1 import level1_demonstration
 
-    # Conversations of training customers: the expert's, or with --escalation-share those an
-    # over-cautious production agent logged (a fixed, seeded draw per task).
-    habit = random.Random(7)
-    demos = [level1_demonstration(task, escalate=habit.random() < args.escalation_share) for task in train]
+    # Conversations of training customers: the expert's, and (--escalation-share) those an
+    # over-cautious production agent logged: a fixed, seeded draw per task hands over instead.
+    draw = random.Random(7)
+    expert = [level1_demonstration(task) for task in train]
+    logged = [level1_demonstration(task, escalate=draw.random() < args.escalation_share) for task in train]
     from training.curriculum import tools_for_levels
 
     tool_names = None if args.all_tools else tools_for_levels({"1": 1.0})
-    base = Path(args.base) if args.base else build_tiny_policy(work / "base", demos, spec)
+    base = Path(args.base) if args.base else build_tiny_policy(work / "base", expert, spec)
     if args.copy_steps:
         from training.pretrain import CopySettings, copy_pretrain
 
@@ -187,24 +203,29 @@ def main() -> int:
         print(json.dumps({"copy": copied, "copy_seconds": round(time.monotonic() - started)}), flush=True)
         base = work / "copy"
     settings = SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch, learning_rate=args.sft_lr,
-                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule,
-                           verified_only=args.escalation_share == 0)
-    start_from = base
-    if args.sft_stages == 0:  # measure the given --base as it is (e.g. a warm start made by an earlier run)
+                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule)
+    # SFT phases, each continuing from the last one's weights and measured after: --sft-stages on
+    # the expert's conversations (on the log when there is no --habit-steps phase), then
+    # --habit-steps on the log. The log is cloned as it is (its hand-overs do not verify).
+    phases = [("sft", expert if args.habit_steps else logged, args.sft_steps)] * args.sft_stages
+    if args.habit_steps:
+        phases.append(("habit", logged, args.habit_steps))
+    start_from, sft, steps_done = base, {"skipped": True, "model_path": str(base)}, 0
+    t_sft = time.monotonic() - started
+    outcomes_before = [] if phases else greedy_outcomes(start_from, held, seeds, tool_names=tool_names)
+    for number, (name, demos, steps) in enumerate(phases, start=1):
+        cloned_log = demos is logged and args.escalation_share > 0
+        sft = warm_start(start_from, demos, work / f"{name}{number}",
+                         replace(settings, steps=steps, verified_only=not cloned_log))
+        start_from, steps_done = work / f"{name}{number}", steps_done + steps
         t_sft = time.monotonic() - started
-        before = greedy_success(start_from, held, seeds, tool_names=tool_names)
-        t_before = time.monotonic() - started
-        sft = {"skipped": True, "model_path": str(start_from)}
-        print(json.dumps({"stage": 0, "success_sft": sum(before) / len(before), "n_train": len(train)}), flush=True)
-    for stage in range(1, args.sft_stages + 1):  # each stage continues from the last one's weights
-        sft = warm_start(start_from, demos, work / f"sft{stage}", settings)
-        start_from = work / f"sft{stage}"
-        t_sft = time.monotonic() - started
-        before = greedy_success(start_from, held, seeds, tool_names=tool_names)
-        t_before = time.monotonic() - started
-        print(json.dumps({"stage": stage, "sft_steps_total": stage * args.sft_steps, "sft": sft,
-                          "sft_seconds": round(t_sft), "eval_seconds": round(t_before - t_sft),
-                          "success_sft": sum(before) / len(before), "n_train": len(train)}), flush=True)
+        outcomes_before = greedy_outcomes(start_from, held, seeds, tool_names=tool_names)
+        print(json.dumps({"phase": f"{name}{number}", "sft_steps_total": steps_done, "sft": sft,
+                          "seconds": round(time.monotonic() - started),
+                          "outcomes": outcome_mix(held, outcomes_before),
+                          "success": sum(o == "completed" for o in outcomes_before) / len(held)}), flush=True)
+    t_before = time.monotonic() - started
+    before = [int(o == "completed") for o in outcomes_before]
     if args.sft_only:
         return 0
     log = open(work / "grpo.jsonl", "w")
@@ -216,10 +237,13 @@ def main() -> int:
         reward_names=args.rewards.split(",") if args.rewards else None)
     summary = run(config, JsonLinesReporter(log))
     t_grpo = time.monotonic() - started
-    after = greedy_success(Path(summary["model_path"]), held, seeds, tool_names=tool_names)
+    outcomes_after = greedy_outcomes(Path(summary["model_path"]), held, seeds, tool_names=tool_names)
+    after = [int(o == "completed") for o in outcomes_after]
     mean, half = paired_ci(before, after)
     seconds = time.monotonic() - started
-    print(json.dumps({"sft": sft, "before": before, "after": after, "sft_seconds": round(t_sft), "eval_before_seconds": round(t_before - t_sft),
+    print(json.dumps({"sft": sft, "before": before, "after": after,
+                      "outcomes_before": outcome_mix(held, outcomes_before),
+                      "outcomes_after": outcome_mix(held, outcomes_after), "sft_seconds": round(t_sft), "eval_before_seconds": round(t_before - t_sft),
                       "grpo_seconds": round(t_grpo - t_before), "final_reward": summary["metrics"].get("reward"),
                       "difference": mean, "ci95_half_width": half, "learned": mean > half,
                       "workdir": str(work), "args": vars(args)}))
