@@ -144,7 +144,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
 
 
 def _ingest_pass(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime) -> FileSummary:
-    """One pass over the file in the open transaction: optimistic first, exact either way.
+    """The file's pass in the open transaction: an optimistic one first, then if needed an exact one.
 
     Finding which ids are stored already reads, for ids that do not grow with time, every stored
     id once per chunk. A new file usually has no stored id at all, so the first pass skips that
@@ -188,7 +188,7 @@ class _FileIngest:
         self.rules: Counter[str] = Counter()
         self.quarantine = QuarantineRows(str(path), stamp)
         self.batch = RowBatch(str(path), stamp, look_up_stored=look_up_stored)
-        self.seen: dict[str, str] = {}  # id -> content hash of its first copy in this file
+        self.seen: dict[str, str] = {}  # id -> content hash of the copy kept (first in this file, or stored)
         self.pending: dict[str, list[tuple[RawRecord, str]]] = {}  # later copies of ids in the batch
 
     def run(self) -> FileSummary:
