@@ -231,6 +231,16 @@ def rows_table(rows: list[PreparedRow]) -> pa.Table:
                      for name, col in zip(_INTERACTION_COLUMNS, columns)})
 
 
+# The BETWEEN on the looked-up ids' own range is implied by the IN; it is there because DuckDB
+# prunes row groups with it (zone maps on interaction_id), so when ids grow with time, as
+# sequential or time-ordered ids do, only the newest row groups are read. Random ids get no
+# pruning: then a lookup reads every stored id, as ON CONFLICT did.
+_STORED_IDS = ("SELECT interaction_id FROM interactions WHERE interaction_id BETWEEN ? AND ? "
+               "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)")
+_STORED_HASHES = ("SELECT interaction_id, content_hash FROM interactions WHERE interaction_id BETWEEN ? AND ? "
+                  "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)")
+
+
 def _stored_hashes(con: duckdb.DuckDBPyConnection, ids: pa.ChunkedArray) -> dict[str, str]:
     """Content hash of each of `ids` already in `interactions` (exact).
 
@@ -238,27 +248,18 @@ def _stored_hashes(con: duckdb.DuckDBPyConnection, ids: pa.ChunkedArray) -> dict
     the content hashes of every row as well would double it. The hashes are then fetched only for
     the ids found, which are rare (a re-sent file).
     """
-    found = [row[0] for row in _in_range_lookup(con, "interaction_id", ids)]
+    found = [row[0] for row in _lookup(con, _STORED_IDS, ids)]
     if not found:
         return {}
-    return dict(_in_range_lookup(con, "interaction_id, content_hash", pa.array(found, pa.string())))
+    return dict(_lookup(con, _STORED_HASHES, pa.array(found, pa.string())))
 
 
-def _in_range_lookup(con: duckdb.DuckDBPyConnection, columns: str, ids: pa.Array | pa.ChunkedArray) -> list[tuple]:
-    """`columns` of the stored rows whose interaction_id is one of `ids`.
-
-    The BETWEEN on the ids' own range is implied by the IN; it is there because DuckDB prunes row
-    groups with it (zone maps on interaction_id), so when ids grow with time, as sequential or
-    time-ordered ids do, only the newest row groups are read. Random ids get no pruning: then this
-    reads every stored id, as ON CONFLICT did.
-    """
+def _lookup(con: duckdb.DuckDBPyConnection, query: str, ids: pa.Array | pa.ChunkedArray) -> list[tuple]:
+    """Run `query` (one of the lookups above) with `ids` as `_lookup_ids` and their range as parameters."""
     bounds = pc.min_max(ids)
     con.register("_lookup_ids", pa.table({"interaction_id": ids}))
     try:
-        return con.execute(
-            f"SELECT {columns} FROM interactions WHERE interaction_id BETWEEN ? AND ? "  # columns: constants
-            "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)",
-            [bounds["min"].as_py(), bounds["max"].as_py()]).fetchall()
+        return con.execute(query, [bounds["min"].as_py(), bounds["max"].as_py()]).fetchall()
     finally:
         con.unregister("_lookup_ids")
 
