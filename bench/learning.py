@@ -9,6 +9,17 @@ not import evaluation; this script keeps to the same rule so it measures what tr
 
     .venv/bin/python bench/learning.py [--sft-steps 120] [--grpo-steps 60] [--eval-tasks 60]
 
+The run that learns (bench/results/learning.md, session 4; about an hour on 2 cores):
+
+    .venv/bin/python bench/learning.py --train-tasks 1500 --eval-tasks 100 --copy-steps 1500 \
+        --sft-steps 500 --sft-stages 2 --sft-lr 1e-3 --sft-schedule constant --habit-steps 150 \
+        --escalation-share 0.6 --grpo-steps 20 --batch 32 --lr 1e-4 \
+        --rewards completed,escalated_unnecessary --hidden 128 --threads 2
+
+With --habit-steps the warm start is SFT on expert conversations (to learn the calls and to copy
+identifiers), then on a log in which an over-cautious agent hands --escalation-share of the
+customers to a human after reading their order; GRPO is measured on unlearning that habit.
+
 The last line printed is `success_before=<x> success_after=<y> n=<tasks> seconds=<t>`.
 """
 from __future__ import annotations
