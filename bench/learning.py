@@ -162,6 +162,8 @@ def main() -> int:
     parser.add_argument("--habit-steps", type=int, default=0,
                         help="after the expert SFT stages, this many SFT steps on the logged conversations "
                              "(--escalation-share of them hand over)")
+    parser.add_argument("--relabel", action="store_true",
+                        help="SFT on relabelled copies (training.relabel): fresh identifiers in every example")
     parser.add_argument("--base", default=None, help="start from this model folder instead of building one")
     parser.add_argument("--all-tools", action="store_true",
                         help="offer every tool (default: level 1's own tool list, as the pipeline does)")
@@ -214,7 +216,8 @@ def main() -> int:
         print(json.dumps({"copy": copied, "copy_seconds": round(time.monotonic() - started)}), flush=True)
         base = work / "copy"
     settings = SFTSettings(steps=args.sft_steps, batch_size=args.sft_batch, learning_rate=args.sft_lr,
-                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule)
+                           torch_threads=args.threads, tools=tool_names, lr_scheduler_type=args.sft_schedule,
+                           relabel=args.relabel)
     # SFT phases, each continuing from the last one's weights and measured after: --sft-stages on
     # the expert's conversations (on the log when there is no --habit-steps phase), then
     # --habit-steps on the log. The log is cloned as it is (its hand-overs do not verify).
@@ -227,7 +230,7 @@ def main() -> int:
     for number, (name, demos, steps) in enumerate(phases, start=1):
         cloned_log = demos is logged and args.escalation_share > 0
         sft = warm_start(start_from, demos, work / f"{name}{number}",
-                         replace(settings, steps=steps, verified_only=not cloned_log))
+                         replace(settings, steps=steps, verified_only=not cloned_log, seed=number))
         start_from, steps_done = work / f"{name}{number}", steps_done + steps
         t_sft = time.monotonic() - started
         outcomes_before = greedy_outcomes(start_from, held, seeds, tool_names=tool_names)

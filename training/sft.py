@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,10 @@ class SFTSettings:
     # is what behaviour cloning from a real log gives and what the learning benchmark measures
     # GRPO's improvement over.
     verified_only: bool = True
+    # True: train on relabelled copies (training.relabel), one fresh copy per example drawn, so
+    # identifiers can be fitted only by copying them. For a freshly built tiny policy, which
+    # otherwise memorises the training customers' ids; a real base model does not need it.
+    relabel: bool = False
 
 
 def _as_dict(value: Any) -> Any:
@@ -87,21 +92,43 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
     return messages if not verified_only or verified_success(env.episode) else None
 
 
-def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
-             tools: tuple[str, ...] | None = None, verified_only: bool = True) -> list[dict[str, Any]]:
-    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every replayable record with gold
-    (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool)."""
-    from training.prompting import tool_schemas
+def _replayed(records: list[Mapping[str, Any]], compact: bool, tools: tuple[str, ...] | None,
+              verified_only: bool) -> list[tuple[list[dict], tuple[str, ...]]]:
+    """(trajectory, customer names) for every replayable record with gold."""
+    from training.relabel import customer_names
 
-    tools_json = json.dumps(list(tool_schemas(tools)))
-    rows = []
+    out = []
     for record in records:
         if not _as_dict(record.get("gold")):
             continue
         messages = replay_trajectory(record, compact=compact, tools=tools, verified_only=verified_only)
         if messages is not None:
-            rows.append({"messages": messages, "tools": tools_json})
-    return rows
+            out.append((messages, customer_names(record)))
+    return out
+
+
+def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
+             tools: tuple[str, ...] | None = None, verified_only: bool = True,
+             relabelled: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+    """`{"messages", "tools"}` rows for TRL's SFTTrainer from every replayable record with gold
+    (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool).
+    `relabelled` > 0: that many rows instead, relabelled copies of the trajectories in turn
+    (training.relabel; names drawn from the records' own customers)."""
+    records = list(records)
+    return _rows(records, _replayed(records, compact, tools, verified_only), tools, relabelled, seed)
+
+
+def _rows(records: list[Mapping[str, Any]], replayed: list[tuple[list[dict], tuple[str, ...]]],
+          tools: tuple[str, ...] | None, relabelled: int, seed: int) -> list[dict[str, Any]]:
+    from training.prompting import tool_schemas
+    from training.relabel import name_pool, relabel_messages
+
+    tools_json = json.dumps(list(tool_schemas(tools)))
+    if not relabelled or not replayed:
+        return [{"messages": messages, "tools": tools_json} for messages, _ in replayed]
+    pool, rng = name_pool(records), random.Random(seed)
+    return [{"messages": relabel_messages(*replayed[i % len(replayed)], pool, rng), "tools": tools_json}
+            for i in range(relabelled)]
 
 
 def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list[int]]]:
@@ -141,7 +168,10 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    rows = sft_rows(records, compact=settings.compact, tools=settings.tools, verified_only=settings.verified_only)
+    records = list(records)
+    replayed = _replayed(records, settings.compact, settings.tools, settings.verified_only)
+    rows = _rows(records, replayed, settings.tools,
+                 settings.steps * settings.batch_size if settings.relabel else 0, settings.seed)
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
     model, tokenizer = load_policy(base_path)
@@ -157,8 +187,8 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
                          processing_class=tokenizer)
     output = trainer.train()
     save_final_model(trainer.model, tokenizer, out)
-    summary = {"trajectories": len(rows), "steps": settings.steps, "train_loss": float(output.training_loss),
-               "model_path": str(out)}
+    summary = {"trajectories": len(replayed), "examples": len(rows), "relabelled": settings.relabel,
+               "steps": settings.steps, "train_loss": float(output.training_loss), "model_path": str(out)}
     if report is not None:
         report(summary)
     return summary

@@ -1,0 +1,73 @@
+"""training.relabel: SFT copies with fresh identifiers, consistent within a conversation."""
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from tests.helpers_eval import make_records
+from training.level1 import as_level1, level1_demonstration
+from training.relabel import customer_names, name_pool, relabel_messages
+from training.sft import replay_trajectory, sft_rows
+
+
+@pytest.fixture(scope="module")
+def demos():
+    tasks = [t for t in map(as_level1, make_records(16, seed=4)) if t is not None]
+    return [level1_demonstration(t) for t in tasks]
+
+
+def _calls(messages):
+    return [c["function"] for m in messages for c in m.get("tool_calls") or []]
+
+
+def _name_zip_demo(demos):
+    return next(d for d in demos if d["messages"][2]["tool_calls"][0]["name"] == "find_user_id_by_name_zip")
+
+
+def test_a_relabelled_copy_keeps_the_structure_and_changes_every_identifier(demos):
+    demo = _name_zip_demo(demos)
+    messages = replay_trajectory(demo)
+    first, last = customer_names(demo)
+    pool = ("Ada", "Bruno", "Chen", "Dara")
+    copy = relabel_messages(messages, (first, last), pool, random.Random(1))
+    assert copy[0] == messages[0]  # the system prompt is the product's, never relabelled
+    assert [m["role"] for m in copy] == [m["role"] for m in messages]
+    assert [c["name"] for c in _calls(copy)] == [c["name"] for c in _calls(messages)]
+    auth = _calls(copy)[0]["arguments"]
+    original = _calls(messages)[0]["arguments"]
+    assert auth["first_name"] in pool and auth["last_name"] in pool
+    assert len(auth["zip"]) == len(original["zip"]) and auth["zip"].isdigit()
+    # Consistent within the conversation: the call carries what the customer said.
+    opening = copy[1]["content"]
+    assert f"{auth['first_name']} {auth['last_name']}, zip code {auth['zip']}" in opening
+    order_ids = {c["arguments"]["order_id"] for c in _calls(copy) if "order_id" in c["arguments"]}
+    assert len(order_ids) == 1 and next(iter(order_ids)) in opening
+    # Nothing of the customer's identity survives in the non-system text.
+    text = json.dumps(copy[1:])
+    assert original["zip"] not in text and f"{first} {last}" not in text
+    assert re.search(rf"(?<![a-z]){last.lower()}(?![a-z])", text) is None  # the user id spells it in lower case too
+
+
+def test_copies_differ_from_each_other(demos):
+    messages = replay_trajectory(demos[0])
+    names = customer_names(demos[0])
+    rng = random.Random(0)
+    zips = {json.dumps(_calls(relabel_messages(messages, names, name_pool(demos), rng))[0]["arguments"])
+            for _ in range(20)}
+    assert len(zips) > 15
+
+
+def test_sft_rows_hands_out_as_many_relabelled_rows_as_asked(demos):
+    plain = sft_rows(demos)
+    rows = sft_rows(demos, relabelled=3 * len(plain) + 1, seed=2)
+    assert len(rows) == 3 * len(plain) + 1
+    assert rows[0]["tools"] == plain[0]["tools"]
+    # The same trajectory's copies share the structure but not the identifiers.
+    same = [rows[0], rows[len(plain)], rows[2 * len(plain)]]
+    assert len({json.dumps(_calls(r["messages"])) for r in same}) == 3
+    assert {tuple(c["name"] for c in _calls(r["messages"])) for r in same} == {
+        tuple(c["name"] for c in _calls(plain[0]["messages"]))}
+    assert sft_rows(demos, relabelled=5, seed=2) == sft_rows(demos, relabelled=5, seed=2)  # seeded
