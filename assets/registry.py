@@ -112,14 +112,57 @@ def promotion_gate(context: dg.AssetExecutionContext, config: GateSettings, inte
     )
 
 
+_REGISTRY_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
+
+
+@dg.asset(group_name="registry", kinds={"mlflow"}, partitions_def=weekly_partitions, pool="retrain",
+          retry_policy=_REGISTRY_RETRY)
+def first_champion(context: dg.AssetExecutionContext, policy_base: dict, interaction_window: dict,
+                   calibration_report: dict, shadow_report: dict, grpo_candidate: dict,
+                   home: HomeResource, mlflow: MLflowTracking):
+    """The base model as the first champion while the registry has none (then a no-op).
+
+    Runs whatever the gates decide: it is the model that serves until a candidate beats it, and
+    registering it gives the next candidate a champion to beat and the health sensor an estimate
+    (its own shadow success) to hold it to. The candidate still becomes champion only through
+    `registered_model`, after every gate passed against this same base model.
+    """
+    from evaluation.registry import ModelDirError, champion_info, register_base_champion
+    from evaluation.reports import outcomes
+
+    h = home.home
+    if policy_base["source"] == "champion":
+        version, reason = None, f"a champion exists (v{policy_base['champion_version']})"
+    else:
+        _, base = outcomes(calibration_report, shadow_report)
+        lineage = {"window_hash": interaction_window["content_hash"], "base_model": policy_base["path"],
+                   "shadow_success": shadow_report["baseline"]["summary"]["success_rate"],
+                   "calibration_success": calibration_report["baseline"]["summary"]["success_rate"],
+                   "violation_rate": base.violation_rate, "dagster_run_id": context.run_id}
+        try:
+            version = register_base_champion(mlflow.uri(h), policy_base["path"], context.partition_key, lineage,
+                                             name=mlflow.model_name, run_id=grpo_candidate["mlflow_run_id"],
+                                             artifact_location=h.mlflow_artifacts.as_uri())
+        except ModelDirError as err:
+            raise dg.Failure(str(err), allow_retries=False) from err
+        reason = "registered the base model" if version is not None else "a champion exists"
+    champion = champion_info(mlflow.uri(h), mlflow.model_name)
+    context.log.info(f"first champion: {reason}")
+    return dg.MaterializeResult(
+        value={"version": version, "reason": reason},
+        metadata={"registered_version": version, "reason": reason,
+                  "champion": champion.version if champion else None})
+
+
 @dg.asset(
     group_name="registry", kinds={"mlflow"}, partitions_def=weekly_partitions, pool="retrain",
-    retry_policy=dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL),
+    retry_policy=_REGISTRY_RETRY,
     check_specs=[dg.AssetCheckSpec("champion_is_this_version", asset="registered_model", blocking=True)],
 )
 def registered_model(context: dg.AssetExecutionContext, promotion_gate: dict, grpo_candidate: dict,
-                     home: HomeResource, mlflow: MLflowTracking):
-    """The MLflow model version of this week's candidate, with `champion` moved to it."""
+                     first_champion: dict, home: HomeResource, mlflow: MLflowTracking):
+    """The MLflow model version of this week's candidate, with `champion` moved to it (after
+    `first_champion`, so in week one the base model it beat becomes `previous_champion`)."""
     from evaluation.registry import ModelDirError, NotPromotableError, champion_info, register_candidate
 
     h = home.home

@@ -39,6 +39,9 @@ DEFAULT_EXPERIMENT = "retail-agent-weekly"
 CHAMPION, PREVIOUS = "champion", "previous_champion"
 MODEL_ARTIFACT_PATH = "model"
 WEEK_TAG, PROMOTED_TAG, REPLACED_TAG = "week", "promoted", "replaced_version"
+# The first champion, when no candidate has been promoted yet, is the base model itself: it has a
+# `base_of_week` tag instead of `week`, so it never counts as a week's promoted candidate.
+ROLE_TAG, BASE_ROLE, BASE_WEEK_TAG, BASE_ARTIFACT_PATH = "role", "base", "base_of_week", "base_model"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _WEEK_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # also keeps the registry filter string safe
@@ -286,6 +289,45 @@ def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, line
         with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(name, source, run_id=run, tags=_version_tags(week, lineage, report),
                                              description=_description(week, lineage, report))
+        version = int(mv.version)
+    _promote(client, name, version, week, tracking_uri)
+    return version
+
+
+def register_base_champion(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any], *,
+                           name: str = DEFAULT_MODEL_NAME, run_id: str | None = None,
+                           artifact_location: str | None = None) -> int | None:
+    """Make the base model the first `champion` when the registry has none; its version, else None.
+
+    Week one has no champion to gate against, so the candidate is gated against the base model
+    it was trained from (DESIGN section 6). Whatever that decides, the base model is what serves
+    until a candidate beats it, so it is registered as the first champion: next week's candidate
+    then has a champion to beat, the health sensor a shadow estimate to hold it to (`lineage`
+    should carry `shadow_success` and `violation_rate`), and a promoted candidate a
+    `previous_champion` to roll back to. It never replaces a champion. Idempotent: a base version
+    registered before (say, by a run that crashed before the alias moved) is reused.
+    """
+    _check_names(week, name)
+    path = check_model_dir(model_dir)
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "find base version"):
+        _ensure_registered_model(client, name)
+        if CHAMPION in (_aliases(client, name, tracking_uri) or {}):
+            return None
+        found = client.search_model_versions(f"name = '{name}' and tags.{ROLE_TAG} = '{BASE_ROLE}'")
+    if found:
+        version = min(int(mv.version) for mv in found)
+    else:
+        tags = {str(k): _tag_value(v) for k, v in lineage.items()}
+        tags.update({ROLE_TAG: BASE_ROLE, BASE_WEEK_TAG: week})
+        with mlflow_step(tracking_uri, "log model artifacts"):
+            run = run_id or lineage.get("run_id") or _registration_run(client, week, artifact_location)
+            client.log_artifacts(run, str(path), BASE_ARTIFACT_PATH)
+            source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{BASE_ARTIFACT_PATH}"
+        with mlflow_step(tracking_uri, "create model version"):
+            mv = client.create_model_version(
+                name, source, run_id=run, tags=tags,
+                description=f"Base model, first champion (no candidate promoted yet; registered in week {week}).")
         version = int(mv.version)
     _promote(client, name, version, week, tracking_uri)
     return version

@@ -1,9 +1,9 @@
 """`retrain demo`: the whole loop on embedded defaults, on a laptop-class CPU.
 
 Simulates weeks of production traffic into the home's landing folder, then runs `weekly_retrain`
-through Dagster for the last two complete weeks (the first starts from the warm-started base model
-and, if its candidate passes every gate, creates the first champion; the second trains on top of
-whatever is champion and is gated against it), and prints a summary and the commands to open both
+through Dagster for the last two complete weeks (the first starts from the warm-started base model,
+which becomes the first champion, and gates its GRPO candidate against it; the second trains on
+top of whatever is champion and is gated against it), and prints a summary and the commands to open both
 UIs on that data. The run config below shrinks every stage to demo size; the asset defaults are the
 production ones.
 """
@@ -65,6 +65,15 @@ def _summary_rows(week: str, home: Home) -> list[str]:
     return rows
 
 
+def _champion_line(champion) -> str:
+    if champion is None:
+        return "none yet"
+    if champion.tags.get("role") == "base":
+        return (f"retail-agent v{champion.version}, the base model (first champion, registered in week "
+                f"{champion.tags.get('base_of_week')}; no candidate has beaten it yet)")
+    return f"retail-agent v{champion.version} (candidate of week {champion.week})"
+
+
 def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date | None = None) -> int:
     from evaluation.registry import champion_info, find_week_version
     from orchestration.runner import run_week
@@ -98,7 +107,7 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
         print(f"    registered: {'version ' + str(version) if version else 'no (a gate did not pass)'}"
               f"   dagster run {result.run_id}")
     champion = champion_info(home.mlflow_uri)
-    print(f"\nchampion: {'retail-agent v' + str(champion.version) + ' (week ' + str(champion.week) + ')' if champion else 'none yet'}")
+    print(f"\nchampion: {_champion_line(champion)}")
     print(f"demo finished in {time.monotonic() - started:.0f} s\n")
     print("open the UIs on this data:")
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")

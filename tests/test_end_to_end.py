@@ -1,9 +1,10 @@
 """The real `weekly_retrain` job, end to end on the tiny model, through the home's Dagster instance.
 
-Two weeks and a re-run: a permissive gate policy promotes week A's candidate (champion v1, lineage
-tags, a complete MLflow week run); re-running week A registers nothing new; week B trains on top
-of the champion and an impossible calibration margin rejects it: no version, champion unchanged,
-and its MLflow run still holds the gate report. Stage sizes are shrunk to CI size; the SFT is too
+Two weeks and a re-run: week A has no champion, so its base model becomes the first one (v1), and
+a permissive gate policy then promotes week A's candidate over it (champion v2, previous v1,
+lineage tags, a complete MLflow week run); re-running week A registers nothing new; week B trains
+on top of the champion and an impossible calibration margin rejects it: no version, champion
+unchanged, and its MLflow run still holds the gate report. Stage sizes are shrunk to CI size; the SFT is too
 short to teach tool calls, so the probe threshold is lowered (the probe itself still runs).
 """
 from __future__ import annotations
@@ -68,13 +69,26 @@ def test_promoted_week_registers_the_champion_with_lineage(week_runs):
 
     home, runs = week_runs
     assert runs["a"].success, runs["a"]
-    assert "registered_model" in runs["a"].materialized
+    assert {"first_champion", "registered_model"} <= set(runs["a"].materialized)
     champion = champion_info(home.mlflow_uri)
-    assert champion is not None and champion.version == find_week_version(home.mlflow_uri, WEEK_A) == 1
+    assert champion is not None and champion.version == find_week_version(home.mlflow_uri, WEEK_A) == 2
+    assert champion.previous_version == 1  # the base model, registered first, is the rollback target
     request = json.loads((home.root / "runs" / WEEK_A / "promotion_request.json").read_text())
     assert request["report"]["decision"] == "promote"
     assert champion.tags["window_hash"] == request["lineage"]["window_hash"]
     assert champion.tags["gate_decision"] == "promote" and champion.tags["baseline_kind"] == "base_model"
+
+
+def test_the_first_champion_was_the_base_model_with_its_shadow_estimate(week_runs):
+    from evaluation.registry import mlflow_client
+
+    home, runs = week_runs
+    base = mlflow_client(home.mlflow_uri).get_model_version("retail-agent", "1")
+    assert base.tags["role"] == "base" and base.tags["base_of_week"] == WEEK_A and "week" not in base.tags
+    shadow = json.loads((home.root / "runs" / WEEK_A / "shadow_report.json").read_text())
+    # What the health sensor holds the base to while it serves: its own shadow success.
+    assert float(base.tags["shadow_success"]) == pytest.approx(shadow["baseline"]["summary"]["success_rate"])
+    assert base.source.endswith("/base_model")
 
 
 def test_rerunning_a_week_never_registers_twice(week_runs):
@@ -83,7 +97,8 @@ def test_rerunning_a_week_never_registers_twice(week_runs):
     home, runs = week_runs
     assert runs["a_again"].success
     versions = mlflow_client(home.mlflow_uri).search_model_versions("name='retail-agent'")
-    assert [int(v.version) for v in versions if v.tags.get("week") == WEEK_A] == [1]
+    assert [int(v.version) for v in versions if v.tags.get("week") == WEEK_A] == [2]
+    assert [int(v.version) for v in versions if v.tags.get("role") == "base"] == [1]
 
 
 def test_rejected_week_leaves_the_champion_and_keeps_its_evidence(week_runs):
@@ -94,7 +109,7 @@ def test_rejected_week_leaves_the_champion_and_keeps_its_evidence(week_runs):
     assert not runs["b"].success
     assert "promotion_gate" in runs["b"].materialized and "registered_model" not in runs["b"].materialized
     assert find_week_version(home.mlflow_uri, WEEK_B) is None
-    assert champion_info(home.mlflow_uri).version == 1
+    assert champion_info(home.mlflow_uri).version == 2
     request = json.loads((home.root / "runs" / WEEK_B / "promotion_request.json").read_text())
     assert request["report"]["decision"] == "reject"
     assert request["report"]["baseline_kind"] == "champion"  # week B started from the champion

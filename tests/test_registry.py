@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 from evaluation.gates import approve, evaluate_gates
 from evaluation.registry import (CHAMPION, PREVIOUS, ModelDirError, NoPreviousChampionError, NotPromotableError,
                                  RegistryError, StaleCandidateError, champion_info, download_champion,
-                                 find_week_version, register_candidate, rollback)
+                                 find_week_version, register_base_champion, register_candidate, rollback)
 from tests.helpers_gates import gate_inputs
 
 _names = itertools.count()
@@ -99,6 +99,37 @@ def test_rerunning_a_week_never_creates_a_second_version(reg):
     assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}  # re-running W01 did not move champion back
     assert find_week_version(reg.uri, "2025-W02", reg.name) == 2
     assert find_week_version(reg.uri, "2025-W09", reg.name) is None
+
+
+def test_with_no_champion_the_base_model_becomes_the_first_one_and_the_rollback_target(reg, model_dir):
+    def base(week):
+        return register_base_champion(reg.uri, model_dir, week, {"shadow_success": 0.25, "violation_rate": 0.0},
+                                      name=reg.name)
+
+    assert base("2025-W01") == 1  # week one: nothing promoted yet, the base serves and is champion
+    info = champion_info(reg.uri, reg.name)
+    assert info.version == 1 and info.week is None and info.tags["role"] == "base"
+    assert info.tags["shadow_success"] == "0.25" and info.source.endswith("/base_model")
+    assert base("2025-W01") is None and versions(reg) == [1]  # never twice, never over a champion
+    assert find_week_version(reg.uri, "2025-W01", reg.name) is None  # not a week's promoted candidate
+    assert reg("2025-W01") == 2  # a candidate that beat the base takes over; the base is kept for rollback
+    assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
+    assert base("2025-W02") is None and versions(reg) == [1, 2]
+    assert rollback(reg.uri, reg.name).to_version == 1
+
+
+def test_a_base_version_left_without_its_alias_is_reused(reg, model_dir, monkeypatch):
+    real = MlflowClient.set_registered_model_alias
+
+    def dying(self, name, alias, version):
+        raise Crash("killed before the alias moved")
+
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", dying)
+    with pytest.raises(Crash):
+        register_base_champion(reg.uri, model_dir, "2025-W01", {}, name=reg.name)
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", real)
+    assert register_base_champion(reg.uri, model_dir, "2025-W01", {}, name=reg.name) == 1
+    assert versions(reg) == [1] and aliases(reg) == {CHAMPION: 1}
 
 
 @pytest.mark.parametrize("crash_on_alias", [PREVIOUS, CHAMPION])

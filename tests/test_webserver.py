@@ -28,7 +28,7 @@ ASSET_GROUPS = {
     "raw_interactions": "data", "interaction_window": "data", "window_splits": "data",
     "policy_base": "training", "grpo_candidate": "training",
     "calibration_report": "evaluation", "shadow_report": "evaluation", "promotion_gate": "evaluation",
-    "registered_model": "registry",
+    "first_champion": "registry", "registered_model": "registry",
 }
 
 REPOSITORIES = """
