@@ -333,6 +333,17 @@ def register_base_champion(tracking_uri: str, model_dir: str | Path, week: str, 
     return version
 
 
+def find_base_version(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> tuple[int, str | None] | None:
+    """(version, week it was registered in) of the base model registered as first champion, or None."""
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "find base version"):
+        if _aliases(client, name, tracking_uri) is None:
+            return None
+        found = client.search_model_versions(f"name = '{name}' and tags.{ROLE_TAG} = '{BASE_ROLE}'")
+    first = min(found, key=lambda mv: int(mv.version), default=None)
+    return None if first is None else (int(first.version), first.tags.get(BASE_WEEK_TAG))
+
+
 def find_week_version(tracking_uri: str, week: str, name: str = DEFAULT_MODEL_NAME) -> int | None:
     """The version registered for `week`, or None."""
     _check_names(week, name)

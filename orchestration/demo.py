@@ -75,7 +75,7 @@ def _champion_line(champion) -> str:
 
 
 def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date | None = None) -> int:
-    from evaluation.registry import champion_info, find_week_version
+    from evaluation.registry import champion_info, find_base_version, find_week_version
     from orchestration.runner import run_week
     from training.traffic import simulate
 
@@ -101,8 +101,11 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
         print(f"\nweekly_retrain for week {week} (through Dagster):", flush=True)
         results.append(run_week(week, run_config=DEMO_RUN_CONFIG, home=home))
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
+    base = find_base_version(home.mlflow_uri)
     for result in results:
         print("\n".join(_summary_rows(result.week, home)))
+        if base is not None and base[1] == result.week:
+            print(f"    first champion: the base model, registered as version {base[0]} (no champion existed)")
         version = find_week_version(home.mlflow_uri, result.week)
         print(f"    registered: {'version ' + str(version) if version else 'no (a gate did not pass)'}"
               f"   dagster run {result.run_id}")

@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 from evaluation.gates import approve, evaluate_gates
 from evaluation.registry import (CHAMPION, PREVIOUS, ModelDirError, NoPreviousChampionError, NotPromotableError,
                                  RegistryError, StaleCandidateError, champion_info, download_champion,
-                                 find_week_version, register_base_champion, register_candidate, rollback)
+                                 find_base_version, find_week_version, register_base_champion, register_candidate, rollback)
 from tests.helpers_gates import gate_inputs
 
 _names = itertools.count()
@@ -112,6 +112,7 @@ def test_with_no_champion_the_base_model_becomes_the_first_one_and_the_rollback_
     assert info.tags["shadow_success"] == "0.25" and info.source.endswith("/base_model")
     assert base("2025-W01") is None and versions(reg) == [1]  # never twice, never over a champion
     assert find_week_version(reg.uri, "2025-W01", reg.name) is None  # not a week's promoted candidate
+    assert find_base_version(reg.uri, reg.name) == (1, "2025-W01")
     assert reg("2025-W01") == 2  # a candidate that beat the base takes over; the base is kept for rollback
     assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
     assert base("2025-W02") is None and versions(reg) == [1, 2]
