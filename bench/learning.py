@@ -16,6 +16,10 @@ The run that learns (bench/results/learning.md, session 4; about an hour on 2 co
         --escalation-share 0.6 --grpo-steps 20 --batch 32 --lr 1e-4 \
         --rewards completed,escalated_unnecessary --hidden 128 --threads 2
 
+--relabel trains SFT on relabelled copies (training.relabel): with 500 copy-pretraining steps it
+reached 0.10 after 400 SFT steps in session 5, where session 4 needed 1500 + 1000 (not reliably:
+bench/results/learning.md).
+
 With --habit-steps the warm start is SFT on expert conversations (to learn the calls and to copy
 identifiers), then on a log in which an over-cautious agent hands --escalation-share of the
 customers to a human after reading their order; GRPO is measured on unlearning that habit.
