@@ -147,7 +147,7 @@ def first_champion(context: dg.AssetExecutionContext, policy_base: dict, interac
             raise dg.Failure(str(err), allow_retries=False) from err
         reason = "registered the base model" if version is not None else "a champion exists"
     champion = champion_info(mlflow.uri(h), mlflow.model_name)
-    context.log.info(f"first champion: {reason}")
+    context.log.info(reason)
     return dg.MaterializeResult(
         value={"version": version, "reason": reason},
         metadata={"registered_version": version, "reason": reason,
