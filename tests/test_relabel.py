@@ -51,6 +51,16 @@ def test_a_relabelled_copy_keeps_the_structure_and_changes_every_identifier(demo
     assert re.search(rf"(?<![a-z]){last.lower()}(?![a-z])", text) is None  # the user id spells it in lower case too
 
 
+def test_amounts_and_short_numbers_are_kept_so_the_arithmetic_still_adds_up():
+    from training.relabel import Relabeller
+
+    relabeller = Relabeller((), (), random.Random(0))
+    text = relabeller.text('{"order_id": "#W2015197", "price": 186.17, "refund": 1234.50, "zip": "85786", "qty": 2}')
+    assert "186.17" in text and "1234.50" in text and '"qty": 2' in text
+    assert "2015197" not in text and "85786" not in text
+    assert re.search(r'"#W\d{7}"', text) and re.search(r'"zip": "\d{5}"', text)
+
+
 def test_copies_differ_from_each_other(demos):
     messages = replay_trajectory(demos[0])
     names = customer_names(demos[0])

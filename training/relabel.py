@@ -6,8 +6,8 @@ them instead (each training customer's zip follows from their name after a few e
 then writes a training customer's zip for a customer it never saw: measured in
 bench/results/learning.md, copying took ~1,000 SFT steps to emerge. Relabelling removes the
 shortcut: each copy of a trajectory gets fresh identifiers, consistently throughout the
-conversation (every run of digits becomes another run of the same length; the customer's
-names become other names from the log), so an identifier in a call is predictable only from
+conversation (every identifier-like run of digits becomes another run of the same length; the
+customer's names become other names from the log; amounts are kept), so an identifier in a call is predictable only from
 where it appears earlier in the same conversation. The system prompt and the tool schemas are
 left as they are, and the structure (which tool, which argument, which words) never changes.
 """
@@ -19,7 +19,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-_DIGIT_RUN = re.compile(r"\d+")
+# Identifiers are runs of four or more digits (zip, order id, user id suffix, item and payment
+# ids). Shorter runs and any run inside a decimal amount are left alone: prices, refunds and
+# counts must still add up the way the conversation states them.
+_DIGIT_RUN = re.compile(r"(?<![\d.])\d{4,}(?![\d])(?!\.\d)")
 
 
 def _as_dict(value: Any) -> Any:
