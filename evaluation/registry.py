@@ -294,6 +294,10 @@ def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, line
     return version
 
 
+def _base_versions(client: MlflowClient, name: str) -> list:
+    return client.search_model_versions(f"name = '{name}' and tags.{ROLE_TAG} = '{BASE_ROLE}'")
+
+
 def register_base_champion(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any], *,
                            name: str = DEFAULT_MODEL_NAME, run_id: str | None = None,
                            artifact_location: str | None = None) -> int | None:
@@ -314,7 +318,7 @@ def register_base_champion(tracking_uri: str, model_dir: str | Path, week: str, 
         _ensure_registered_model(client, name)
         if CHAMPION in (_aliases(client, name, tracking_uri) or {}):
             return None
-        found = client.search_model_versions(f"name = '{name}' and tags.{ROLE_TAG} = '{BASE_ROLE}'")
+        found = _base_versions(client, name)
     if found:
         version = min(int(mv.version) for mv in found)
     else:
@@ -339,7 +343,7 @@ def find_base_version(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> tupl
     with mlflow_step(tracking_uri, "find base version"):
         if _aliases(client, name, tracking_uri) is None:
             return None
-        found = client.search_model_versions(f"name = '{name}' and tags.{ROLE_TAG} = '{BASE_ROLE}'")
+        found = _base_versions(client, name)
     first = min(found, key=lambda mv: int(mv.version), default=None)
     return None if first is None else (int(first.version), first.tags.get(BASE_WEEK_TAG))
 
