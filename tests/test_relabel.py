@@ -65,7 +65,7 @@ def test_copies_differ_from_each_other(demos):
     messages = replay_trajectory(demos[0])
     names = customer_names(demos[0])
     rng = random.Random(0)
-    zips = {json.dumps(_calls(relabel_messages(messages, names, name_pool(demos), rng))[0]["arguments"])
+    zips = {json.dumps(_calls(relabel_messages(messages, names, name_pool(map(customer_names, demos)), rng))[0]["arguments"])
             for _ in range(20)}
     assert len(zips) > 15
 

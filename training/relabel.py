@@ -35,10 +35,10 @@ def customer_names(record: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(known[k]) for k in ("first_name", "last_name") if known.get(k))
 
 
-def name_pool(records: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    """Every customer name in `records`: the names a relabelled copy draws from (a log's own
-    names, so the tokenizer built on that log already spells them)."""
-    return tuple(sorted({name for record in records for name in customer_names(record)}))
+def name_pool(names: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """Every name in `names` (one sequence per customer, e.g. from `customer_names`): the names a
+    relabelled copy draws from (a log's own names, so the tokenizer built on that log spells them)."""
+    return tuple(sorted({name for customer in names for name in customer}))
 
 
 class Relabeller:

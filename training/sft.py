@@ -92,7 +92,7 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
     return messages if not verified_only or verified_success(env.episode) else None
 
 
-def _replayed(records: list[Mapping[str, Any]], compact: bool, tools: tuple[str, ...] | None,
+def _replayed(records: Iterable[Mapping[str, Any]], compact: bool, tools: tuple[str, ...] | None,
               verified_only: bool) -> list[tuple[list[dict], tuple[str, ...]]]:
     """(trajectory, customer names) for every replayable record with gold."""
     from training.relabel import customer_names
@@ -113,20 +113,19 @@ def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
     """`{"messages", "tools"}` rows for TRL's SFTTrainer from every replayable record with gold
     (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool).
     `relabelled` > 0: that many rows instead, relabelled copies of the trajectories in turn
-    (training.relabel; names drawn from the records' own customers)."""
-    records = list(records)
-    return _rows(records, _replayed(records, compact, tools, verified_only), tools, relabelled, seed)
+    (training.relabel; names drawn from the replayed customers' own)."""
+    return _rows(_replayed(records, compact, tools, verified_only), tools, relabelled, seed)
 
 
-def _rows(records: list[Mapping[str, Any]], replayed: list[tuple[list[dict], tuple[str, ...]]],
-          tools: tuple[str, ...] | None, relabelled: int, seed: int) -> list[dict[str, Any]]:
+def _rows(replayed: list[tuple[list[dict], tuple[str, ...]]], tools: tuple[str, ...] | None,
+          relabelled: int, seed: int) -> list[dict[str, Any]]:
     from training.prompting import tool_schemas
     from training.relabel import name_pool, relabel_messages
 
     tools_json = json.dumps(list(tool_schemas(tools)))
     if not relabelled or not replayed:
         return [{"messages": messages, "tools": tools_json} for messages, _ in replayed]
-    pool, rng = name_pool(records), random.Random(seed)
+    pool, rng = name_pool(names for _, names in replayed), random.Random(seed)
     return [{"messages": relabel_messages(*replayed[i % len(replayed)], pool, rng), "tools": tools_json}
             for i in range(relabelled)]
 
@@ -168,9 +167,8 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    records = list(records)
     replayed = _replayed(records, settings.compact, settings.tools, settings.verified_only)
-    rows = _rows(records, replayed, settings.tools,
+    rows = _rows(replayed, settings.tools,
                  settings.steps * settings.batch_size if settings.relabel else 0, settings.seed)
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
