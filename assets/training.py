@@ -89,7 +89,7 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
     from evaluation.registry import champion_info, download_champion
     from training.bootstrap import ensure_base_policy
     from training.curriculum import tools_for_levels
-    from training.sft import SFTSettings, warm_start
+    from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
 
     h = home.home
     tools = tools_for_levels([config.level])  # the list GRPO and evaluation at this level offer
@@ -109,10 +109,10 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
         if config.sft_warm_start:
             settings = SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size, tools=tools,
                                    relabel=config.sft_relabel, learning_rate=config.sft_learning_rate)
-            # Named after what it warm-starts and how (a copy-pretrained base, other SFT settings or
-            # another level get their own folder), so a cached warm start is reused only when it is
+            # Named after what it warm-starts and how (a copy-pretrained base, other SFT settings,
+            # another level or trajectory format get their own folder), so a cached warm start is reused only when it is
             # the one this configuration would train.
-            recipe = hashlib.sha256(repr((settings, config.level)).encode()).hexdigest()[:10]
+            recipe = hashlib.sha256(repr((settings, config.level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
             warm = h.models / f"{'base' if config.base_model else path.name}-sft-{recipe}"
             if not (warm / "config.json").exists():
                 demos = _sft_records(train, config.level)

@@ -160,6 +160,8 @@ def main() -> int:
     parser.add_argument("--copy-steps", type=int, default=0,
                         help="copy-pretraining steps (training.pretrain) before SFT")
     parser.add_argument("--copy-lr", type=float, default=1e-3)
+    parser.add_argument("--copy-digits", type=float, default=0.0,
+                        help="share of copy-pretraining spans that are digit runs among other digit runs")
     parser.add_argument("--escalation-share", type=float, default=0.0,
                         help="share of the warm start's demonstrations that hand the customer to a human after "
                              "reading the order (an over-cautious logged agent; SFT then clones the log unverified)")
@@ -216,6 +218,7 @@ def main() -> int:
         from training.pretrain import CopySettings, copy_pretrain
 
         copied = copy_pretrain(base, work / "copy", CopySettings(steps=args.copy_steps, learning_rate=args.copy_lr,
+                                                                 digit_share=args.copy_digits,
                                                                  torch_threads=args.threads))
         print(json.dumps({"copy": copied, "copy_seconds": round(time.monotonic() - started)}), flush=True)
         base = work / "copy"

@@ -240,6 +240,25 @@ def test_compact_results_are_short_but_state_semantics_identical():
     assert full.state == short.state
 
 
+def test_a_compact_order_shows_ids_only_to_a_policy_offered_a_tool_that_takes_them():
+    from training.environment import environment_class
+    from training.level1 import LEVEL1_TOOLS
+
+    level1 = environment_class(LEVEL1_TOOLS)()
+    level1.reset(initial_state=tiny_world(), compact=True)
+    order = json.loads(level1.get_order_details(order_id="#W1"))
+    names = [item["name"] for item in tiny_world()["orders"]["#W1"]["items"]]
+    assert order == {"order_id": "#W1", "status": "pending", "items": names}
+    cancelled = json.loads(level1.cancel_pending_order(order_id="#W1", reason="no longer needed"))
+    assert cancelled == {**order, "status": "cancelled"}
+    # Offering one tool that takes item ids brings them back; a full (non-compact) read keeps everything.
+    with_items = environment_class(LEVEL1_TOOLS + ("return_delivered_order_items",))()
+    with_items.reset(initial_state=tiny_world(), compact=True)
+    assert json.loads(with_items.get_order_details(order_id="#W1"))["items"][0]["item_id"] == "I1"
+    level1.reset(initial_state=tiny_world())
+    assert json.loads(level1.get_order_details(order_id="#W1")) == tiny_world()["orders"]["#W1"]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_injected_outage_fails_one_early_system_call_and_changes_nothing(seed):
     env = fresh_env(inject_tool_errors=True, seed=seed)

@@ -42,6 +42,29 @@ def test_a_batch_repeats_the_marked_span_and_trains_only_on_the_repeat():
         assert all(t == -100 for t in lab[:-len(trained)])
 
 
+def test_digit_spans_are_digit_runs_shown_among_other_digit_runs():
+    from training.pretrain import CopySettings, copy_batch
+
+    words, digits = list(range(100, 140)), list(range(10, 20))
+    settings = CopySettings(batch_size=64, digit_share=0.5)
+    ids, labels, attention = copy_batch(random.Random(1), words, settings, mark=1, sep=2, pad=0, digits=digits)
+    numeric = 0
+    for row, lab, mask in zip(ids.tolist(), labels.tolist(), attention.tolist()):
+        length = sum(mask)
+        trained = [t for t in lab[:length] if t != -100]
+        if not set(trained) <= set(digits):
+            continue
+        numeric += 1
+        assert 5 <= len(trained) <= 10
+        context = row[:length - len(trained) - 1]  # before the separator
+        span_at = context.index(1) + 1
+        others = context[:span_at - 1] + context[span_at + len(trained):]
+        assert sum(t in digits for t in others) >= 10  # a distractor run before and after the span
+    assert 16 <= numeric <= 48  # about half of 64
+    plain = copy_batch(random.Random(1), words, CopySettings(batch_size=8), 1, 2, 0, digits)[0]
+    assert not set(plain.flatten().tolist()) & set(digits)  # digit_share 0: as before
+
+
 def test_copy_pretraining_saves_a_policy_that_loads_the_same_way(tiny_base, tmp_path):
     from training.bootstrap import load_policy
     from training.pretrain import CopySettings, copy_pretrain

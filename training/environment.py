@@ -5,7 +5,8 @@ GRPOTrainer (`environment_factory=RetailEnvironment`) turns every other public f
 class into a tool. Tool semantics and error strings follow the tau-bench retail reference
 (DESIGN section 4); the fidelity tests replay the 500 reference tasks against it.
 With `compact=True` at reset, records in tool results (reads and the record a write returns)
-come in a short form for the curriculum's first level; the state itself is the same.
+come in a short form for the curriculum's first levels (an order's item and payment ids only when
+an offered tool can act on them); the state itself is the same.
 
     >>> env = RetailEnvironment()
     >>> env.reset(initial_state={"users": {}, "orders": {}, "products": {}})
@@ -60,7 +61,7 @@ class RetailEnvironment(EnvironmentCore):
         Args:
             user_id: The user id, such as 'sara_doe_496'.
         """
-        return reads.render("user", reads.user(self._state, user_id), self._compact)
+        return self._render("user", reads.user(self._state, user_id))
 
     @tool()
     def get_order_details(self, order_id: str) -> str:
@@ -69,7 +70,7 @@ class RetailEnvironment(EnvironmentCore):
         Args:
             order_id: The order id, such as '#W0000000' (it starts with '#').
         """
-        return reads.render("order", reads.order(self._state, order_id), self._compact)
+        return self._render("order", reads.order(self._state, order_id))
 
     @tool()
     def get_product_details(self, product_id: str) -> str:
@@ -78,7 +79,7 @@ class RetailEnvironment(EnvironmentCore):
         Args:
             product_id: The product id, such as '6086499569' (not an item id).
         """
-        return reads.render("product", reads.product(self._state, product_id), self._compact)
+        return self._render("product", reads.product(self._state, product_id))
 
     @tool()
     def list_all_product_types(self) -> str:
@@ -140,7 +141,7 @@ class RetailEnvironment(EnvironmentCore):
             order_id: The order id, such as '#W0000000'.
             reason: Either 'no longer needed' or 'ordered by mistake'.
         """
-        return reads.render("order", writes.cancel_pending_order(self._state, order_id, reason), self._compact)
+        return self._render("order", writes.cancel_pending_order(self._state, order_id, reason))
 
     @tool(writes=True)
     def modify_pending_order_address(self, order_id: str, address1: str, address2: str, city: str, state: str,
@@ -159,7 +160,7 @@ class RetailEnvironment(EnvironmentCore):
             zip: The zip code, such as '12345'.
         """
         changed = writes.modify_pending_order_address(self._state, order_id, address1, address2, city, state, country, zip)
-        return reads.render("order", changed, self._compact)
+        return self._render("order", changed)
 
     @tool(writes=True)
     def modify_user_address(self, user_id: str, address1: str, address2: str, city: str, state: str,
@@ -178,7 +179,7 @@ class RetailEnvironment(EnvironmentCore):
             zip: The zip code, such as '12345'.
         """
         changed = writes.modify_user_address(self._state, user_id, address1, address2, city, state, country, zip)
-        return reads.render("user", changed, self._compact)
+        return self._render("user", changed)
 
     @tool(writes=True)
     def modify_pending_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
@@ -195,7 +196,7 @@ class RetailEnvironment(EnvironmentCore):
             payment_method_id: Pays or receives the price difference, such as 'gift_card_0000000'.
         """
         changed = writes.modify_pending_order_items(self._state, order_id, item_ids, new_item_ids, payment_method_id)
-        return reads.render("order", changed, self._compact)
+        return self._render("order", changed)
 
     @tool(writes=True)
     def modify_pending_order_payment(self, order_id: str, payment_method_id: str) -> str:
@@ -208,7 +209,7 @@ class RetailEnvironment(EnvironmentCore):
             payment_method_id: The new payment method, such as 'credit_card_0000000'.
         """
         changed = writes.modify_pending_order_payment(self._state, order_id, payment_method_id)
-        return reads.render("order", changed, self._compact)
+        return self._render("order", changed)
 
     @tool(writes=True)
     def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> str:
@@ -223,7 +224,7 @@ class RetailEnvironment(EnvironmentCore):
             payment_method_id: Receives the refund: the original method or a gift card.
         """
         changed = writes.return_delivered_order_items(self._state, order_id, item_ids, payment_method_id)
-        return reads.render("order", changed, self._compact)
+        return self._render("order", changed)
 
     @tool(writes=True)
     def exchange_delivered_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
@@ -240,7 +241,7 @@ class RetailEnvironment(EnvironmentCore):
             payment_method_id: Pays or receives the price difference, such as 'gift_card_0000000'.
         """
         changed = writes.exchange_delivered_order_items(self._state, order_id, item_ids, new_item_ids, payment_method_id)
-        return reads.render("order", changed, self._compact)
+        return self._render("order", changed)
 
 
 RetailEnvironment._TOOLS = {

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from training import tools_read as reads
 from training.episode import AUTH_TOOLS, AuditEntry, Episode
 from training.tool_args import ArgumentError, ParamSpec, check_arguments, param_spec, preview
 from training.world import COLLECTIONS, copy_json, validate_world
@@ -199,6 +200,13 @@ class EnvironmentCore:
             if entry.tool in AUTH_TOOLS and not entry.error:
                 return entry.result
         return None
+
+    # ---- results ----
+    def _render(self, kind: str, found: Any) -> str:
+        """A record as a tool result: full JSON, or compact when reset asked for it (orders then
+        carry item and payment ids only if some offered tool takes one: `reads.ID_ARGUMENTS`)."""
+        offers_ids = any(reads.ID_ARGUMENTS.intersection(info.spec.names) for info in self._TOOLS.values())
+        return reads.render(kind, found, self._compact, offers_ids)
 
     # ---- dispatch ----
     def _invoke(self, name: Any, arguments: Any) -> str:

@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 
+# Bumped whenever the rendered trajectories change for the same settings (2: compact orders show
+# item and payment ids only when an offered tool takes them), so a cached warm start trained on
+# the old rendering is not reused.
+TRAJECTORY_FORMAT = 2
+
+
 @dataclass(frozen=True)
 class SFTSettings:
     """Warm-start knobs (TRL-NOTES trap 9: batch 16 and enough steps copy ids well)."""

@@ -62,11 +62,21 @@ def _payment_ids(order_record: dict[str, Any]) -> list[str]:
     return seen
 
 
-def compact_order(record: dict[str, Any]) -> dict[str, Any]:
-    """An order cut to what a first-level task needs: id, status, items, payment methods."""
+# The arguments through which a tool acts on an order's items or payment methods. A compact order
+# shows item ids, prices and payment method ids only to a policy offered such a tool: for any other
+# (the first curriculum level: look up, cancel, tell) they are dozens of digits it could only
+# confuse with the order id it must copy, in every order it reads.
+ID_ARGUMENTS = frozenset({"item_ids", "new_item_ids", "payment_method_id"})
+
+
+def compact_order(record: dict[str, Any], with_ids: bool = True) -> dict[str, Any]:
+    """An order cut to what the curriculum's compact levels need: id, status, items (with their
+    ids and prices, and the payment method ids, when `with_ids`; else the items' names only)."""
+    short = {"order_id": record.get("order_id"), "status": record["status"]}
+    if not with_ids:
+        return {**short, "items": [i.get("name") for i in record["items"]]}
     return {
-        "order_id": record.get("order_id"),
-        "status": record["status"],
+        **short,
         "items": [{"item_id": i["item_id"], "name": i.get("name"), "price": i.get("price")} for i in record["items"]],
         "payment_method_ids": _payment_ids(record),
     }
@@ -99,8 +109,11 @@ def compact_product(record: dict[str, Any]) -> dict[str, Any]:
 _COMPACT = {"order": compact_order, "user": compact_user, "product": compact_product}
 
 
-def render(kind: str, found: Found, compact: bool) -> str:
-    """The tool result text for a record (full JSON, or compact) or an Error string as is."""
+def render(kind: str, found: Found, compact: bool, with_ids: bool = True) -> str:
+    """The tool result text for a record (full JSON, or compact) or an Error string as is.
+    `with_ids=False` drops the ids no offered tool can act on from a compact order."""
     if isinstance(found, str):
         return found
-    return json.dumps(_COMPACT[kind](found) if compact else found)
+    if not compact:
+        return json.dumps(found)
+    return json.dumps(compact_order(found, with_ids) if kind == "order" else _COMPACT[kind](found))
