@@ -157,6 +157,8 @@ def main() -> int:
     parser.add_argument("--sft-stages", type=int, default=1,
                         help="SFT this many times for --sft-steps each, measuring greedy success after each "
                              "(0 with no --habit-steps: measure --base as it is)")
+    parser.add_argument("--measure-stages", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure greedy success after every SFT phase (--no-measure-stages: after the last only)")
     parser.add_argument("--copy-steps", type=int, default=0,
                         help="copy-pretraining steps (training.pretrain) before SFT")
     parser.add_argument("--copy-lr", type=float, default=1e-3)
@@ -240,11 +242,13 @@ def main() -> int:
                          replace(settings, steps=steps, verified_only=not cloned_log, seed=number))
         start_from, steps_done = work / f"{name}{number}", steps_done + steps
         t_sft = time.monotonic() - started
-        outcomes_before = greedy_outcomes(start_from, held, seeds, tool_names=tool_names)
+        measured = {}
+        if args.measure_stages or number == len(phases):
+            outcomes_before = greedy_outcomes(start_from, held, seeds, tool_names=tool_names)
+            measured = {"outcomes": outcome_mix(held, outcomes_before),
+                        "success": sum(o == "completed" for o in outcomes_before) / len(held)}
         print(json.dumps({"phase": f"{name}{number}", "sft_steps_total": steps_done, "sft": sft,
-                          "seconds": round(time.monotonic() - started),
-                          "outcomes": outcome_mix(held, outcomes_before),
-                          "success": sum(o == "completed" for o in outcomes_before) / len(held)}), flush=True)
+                          "seconds": round(time.monotonic() - started), **measured}), flush=True)
     t_before = time.monotonic() - started
     before = [int(o == "completed") for o in outcomes_before]
     if args.sft_only:

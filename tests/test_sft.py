@@ -53,3 +53,37 @@ def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
         frame = re.match(r'\s*<tool_call>\s*\{"name": "(\w+)", "arguments": \{', text)
         parsed += bool(frame) and frame.group(1) in names
     assert parsed >= 3
+
+
+def test_the_labelled_positions_loss_equals_trls_fused_loss(tmp_path, world):
+    """The SFT trainer's own loss (LM head on the labelled positions only) is TRL's loss, gradient
+    included, on the same batch: it changes how much is computed, not what is learnt."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from training.bootstrap import build_tiny_policy, load_policy
+    from training.sft import _trainer_class, sft_rows, tokenized_rows
+
+    records = level1_records(world, 8, seed=2)
+    base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
+    model, tokenizer = load_policy(base)
+    dataset = Dataset.from_list(tokenized_rows(tokenizer, sft_rows(records)))
+    args = SFTConfig(output_dir=str(tmp_path / "work"), per_device_train_batch_size=8, use_cpu=True,
+                     report_to="none", max_steps=1)
+    ours, theirs = (cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+                    for cls in (_trainer_class(), SFTTrainer))
+    prepared = ours.train_dataset  # labels built from the assistant masks
+    batch = ours._prepare_inputs(ours.data_collator([prepared[i] for i in range(8)]))
+    assert (batch["labels"] != -100).sum() < batch["input_ids"].numel() / 2  # most positions carry no loss
+    model.train()
+    losses, grads = [], []
+    for trainer in (ours, theirs):
+        model.zero_grad()
+        loss = trainer.compute_loss(model, dict(batch))
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(model.get_input_embeddings().weight.grad.clone())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+    assert torch.allclose(grads[0], grads[1], rtol=1e-3, atol=1e-6)
+    assert ours._metrics["train"]["mean_token_accuracy"] and ours._metrics["train"]["entropy"]

@@ -156,6 +156,47 @@ def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list
     return out
 
 
+def _trainer_class():
+    """TRL's SFTTrainer, with a loss that sends only the trained positions through the LM head.
+
+    TRL computes log-probabilities, entropy and top-1 for every position of the batch in fp32
+    tiles (its fused LM head). On CPU with a tiny model that was 70% of a step (profiled: 1.1 of
+    1.6 s for batch 16 x ~360 tokens, the transformer body 0.15 s forward), though only the
+    assistant positions (a fifth of them) carry loss. Here the body runs once, the LM head sees the
+    labelled positions only, and the loss is the same token-mean negative log-likelihood. The same
+    two metrics TRL logs (token accuracy, entropy) come from those positions. With several
+    processes, or when outputs are asked for, TRL's own path runs (its distributed bookkeeping).
+    """
+    import torch
+    import torch.nn.functional as F
+    from trl import SFTTrainer
+
+    class LabelledPositionsSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if return_outputs or self.accelerator.num_processes > 1 or not hasattr(model, "get_decoder"):
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            target = inputs["labels"][:, 1:]
+            keep = target != -100
+            hidden = model.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
+                                         use_cache=False).last_hidden_state
+            logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
+            wanted = target[keep]
+            loss = F.cross_entropy(logits, wanted, reduction="sum") / keep.sum().clamp(min=1)
+            mode = "train" if model.training else "eval"
+            with torch.no_grad():
+                log_probs = logits.log_softmax(-1)
+                count = max(int(keep.sum()), 1)
+                self._metrics[mode]["mean_token_accuracy"].append(
+                    float((logits.argmax(-1) == wanted).sum()) / count)
+                self._metrics[mode]["entropy"].append(float(-(log_probs.exp() * log_probs).sum()) / count)
+            if mode == "train" and "attention_mask" in inputs:
+                self._total_train_tokens += int(inputs["attention_mask"].sum())
+                self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return loss
+
+    return LabelledPositionsSFTTrainer
+
+
 class NoTrajectoriesError(ValueError):
     """No record replayed into a verified trajectory: nothing to warm-start on."""
 
@@ -164,7 +205,7 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
                settings: SFTSettings = SFTSettings(), report: Any = None) -> dict[str, Any]:
     """SFT the model at `base_path` on verified trajectories; save to `out_path`; a summary dict."""
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     from training.bootstrap import load_policy
     from training.checkpoints import save_final_model
@@ -187,7 +228,7 @@ def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]
         report_to="none", save_strategy="no", logging_steps=max(1, settings.steps // 10), disable_tqdm=True,
         dataloader_pin_memory=False, gradient_checkpointing=settings.gradient_checkpointing,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+    trainer = _trainer_class()(model=model, args=args, train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
                          processing_class=tokenizer)
     output = trainer.train()
     save_final_model(trainer.model, tokenizer, out)
