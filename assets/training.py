@@ -22,7 +22,7 @@ class PolicyConfig(dg.Config):
     sft_steps: int = 300
     sft_batch_size: int = 16
     # Copy pretraining of the tiny base before SFT (training.pretrain): a freshly built model
-    # cannot copy a customer's name or zip into a call; 1500 steps (~5 min on 2 cores) teach it.
+    # cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
     copy_pretrain_steps: int = 0
     # SFT on relabelled copies (training.relabel: fresh identifiers in every example), so the tiny
     # model learns to copy ids instead of memorising the training customers'. In one run copying
