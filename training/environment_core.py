@@ -77,6 +77,8 @@ class EnvironmentCore:
     _TOOLS: dict[str, ToolInfo] = {}  # filled by the subclass once its tools are defined
 
     def __init__(self) -> None:
+        # Fixed per class (its offered tools), so worked out once rather than on every result.
+        self._offers_ids = any(reads.ID_ARGUMENTS.intersection(info.spec.names) for info in self._TOOLS.values())
         self._state: dict[str, Any] = {"users": {}, "orders": {}, "products": {}}
         self._initial: dict[str, Any] = copy_json(self._state)
         self._audit: list[AuditEntry] = []
@@ -205,8 +207,7 @@ class EnvironmentCore:
     def _render(self, kind: str, found: Any) -> str:
         """A record as a tool result: full JSON, or compact when reset asked for it (orders then
         carry item and payment ids only if some offered tool takes one: `reads.ID_ARGUMENTS`)."""
-        offers_ids = any(reads.ID_ARGUMENTS.intersection(info.spec.names) for info in self._TOOLS.values())
-        return reads.render(kind, found, self._compact, offers_ids)
+        return reads.render(kind, found, self._compact, self._offers_ids)
 
     # ---- dispatch ----
     def _invoke(self, name: Any, arguments: Any) -> str:
