@@ -11,7 +11,7 @@ not import evaluation; this script keeps to the same rule so it measures what tr
 
 The run that learns from a freshly built model in under 20 minutes (bench/results/learning.md,
 session 6, E8: success 0.01 -> 0.06, n=100, CI +-0.043, 871 s on 2 idle cores; with --seed 1
-the policy never learnt to copy names and nothing succeeded, so this is one seed of two):
+the policy never learnt to copy names and nothing succeeded, nor with --seed 2: one seed of three):
 
     .venv/bin/python bench/learning.py --train-tasks 1500 --eval-tasks 100 --copy-steps 1000 \
         --sft-steps 100 --sft-stages 8 --habit-steps 150 --escalation-share 0.8 --no-measure-stages \
