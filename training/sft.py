@@ -181,15 +181,14 @@ def _trainer_class():
             hidden = model.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
                                          use_cache=False).last_hidden_state
             logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
-            wanted = target[keep]
-            loss = F.cross_entropy(logits, wanted, reduction="sum") / keep.sum().clamp(min=1)
+            wanted, count = target[keep], keep.sum().clamp(min=1)
+            loss = F.cross_entropy(logits, wanted, reduction="sum") / count
             mode = "train" if model.training else "eval"
             with torch.no_grad():
                 log_probs = logits.log_softmax(-1)
-                count = max(int(keep.sum()), 1)
                 self._metrics[mode]["mean_token_accuracy"].append(
-                    float((logits.argmax(-1) == wanted).sum()) / count)
-                self._metrics[mode]["entropy"].append(float(-(log_probs.exp() * log_probs).sum()) / count)
+                    float((logits.argmax(-1) == wanted).sum() / count))
+                self._metrics[mode]["entropy"].append(float(-(log_probs.exp() * log_probs).sum() / count))
             if mode == "train" and "attention_mask" in inputs:
                 self._total_train_tokens += int(inputs["attention_mask"].sum())
                 self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
