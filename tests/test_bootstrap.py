@@ -35,14 +35,16 @@ def test_folder_is_a_loadable_checkpoint(tiny_base):
     assert json.loads((tiny_base / "config.json").read_text())["model_type"] == "qwen2"
 
 
-def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
+def test_digit_runs_are_spelled_in_pairs_the_same_everywhere_and_text_round_trips(tiny_base):
     from training.bootstrap import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_base)
     text = 'Order #W6067464: {"order_id": "#W6067464"} costs $1,234.50'
     ids = tokenizer(text)["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
-    assert all(len(p.strip("Ġ")) == 1 for p in pieces if any(c.isdigit() for c in p))
+    digits = [p for p in pieces if any(c.isdigit() for c in p)]
+    assert all(p.isdigit() for p in digits), digits  # never merged into the text around them
+    assert digits[:8] == ["60", "67", "46", "4"] * 2 and digits[8:] == ["1", "23", "4", "50"]
     assert tokenizer.decode(ids) == text
     email = tokenizer.convert_ids_to_tokens(tokenizer('my email is zoe.nguyen42@example.com')["input_ids"])
     assert "".join(email[-13:-1]) == "zoe.nguyen42" and all(len(p) == 1 for p in email[-13:-1])
@@ -63,6 +65,26 @@ def test_a_customers_name_is_the_same_tokens_in_the_message_and_in_the_call(tiny
         for text in (call, said):
             tokens = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
             assert any(tokens[i:i + len(pieces)] == pieces for i in range(len(tokens))), (name, text, tokens)
+
+
+def test_names_are_spelled_a_letter_a_token_while_the_policys_fixed_words_stay_whole(tiny_base, world):
+    # A name copies like digits only if it is made of the same few tokens whoever the customer is:
+    # a training customer's name and one the tokenizer never saw are both spelled. The system
+    # policy's words are not, or every prompt would grow by a token a letter.
+    from training.bootstrap import customer_names, load_tokenizer
+    from training.prompting import SYSTEM_POLICY
+
+    tokenizer = load_tokenizer(tiny_base)
+    known = sorted(customer_names(level1_records(world, 40, seed=1)))
+    assert known, "the records name their customers"
+    for name in (known[0], "Qwyzzel"):
+        text = f'Hi, I am {name}. {{"first_name": "{name}"'
+        pieces = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+        letters = [p for p in pieces if p in set(name)]
+        assert "".join(letters).count(name) == 2, (name, pieces)
+    policy = tokenizer.convert_ids_to_tokens(tokenizer(SYSTEM_POLICY)["input_ids"])
+    assert "You" in policy and "Rules" in policy
+    assert tokenizer.decode(tokenizer("Qwyzzel Ng of Phoenix")["input_ids"]) == "Qwyzzel Ng of Phoenix"
 
 
 def test_trl_parses_tool_calls_with_this_tokenizer(tiny_base):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ PAD_TOKEN = "<|endoftext|>"
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
 _EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
 _CAPITALISED_WORD = r"[A-Z][a-z]+"
+_DIGIT_PAIR = r"[0-9][0-9]?"
 
 
 class BootstrapError(ValueError):
@@ -85,8 +87,50 @@ def _rendered_examples() -> list[str]:
     return [text, SYSTEM_POLICY, json.dumps(list(tool_schemas()))]
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000):
-    """Byte-level BPE with every digit its own token (ids are copied digit by digit, trap 9).
+def spelled_word_pattern(whole_words: Iterable[str]) -> str:
+    """A regex matching each letter of a piece that is a capitalised word not in `whole_words`.
+
+    It runs on the pieces the capitalised-word split leaves, one piece at a time: the capital
+    matches when the whole piece is a capitalised word outside the list, and `\\G` (where the
+    previous match ended) chains the lowercase letters after it, one match each.
+    """
+    kept = sorted({w for w in whole_words if re.fullmatch(_CAPITALISED_WORD, w)})
+    unless = rf"(?!(?:{'|'.join(kept)})\z)" if kept else ""
+    return rf"\A{unless}[A-Z](?=[a-z]+\z)|\G(?<=[A-Za-z])[a-z]"
+
+
+def fixed_words(texts: Iterable[str], names: Iterable[str]) -> set[str]:
+    """Capitalised words of `texts` that are not among `names`: the words kept whole."""
+    found = {w for text in texts for w in re.findall(_CAPITALISED_WORD, text)}
+    return found - set(names)
+
+
+def customer_names(records: Iterable[dict[str, Any]]) -> set[str]:
+    """Every first and last name the records' world slices and scenarios give a customer."""
+    found: set[str] = set()
+    for record in records:
+        users = (_as_mapping(record.get("initial_state")).get("users") or {}).values()
+        for user in users:
+            found.update(str(v) for v in (user.get("name") or {}).values() if v)
+        known = _as_mapping(record.get("user_scenario")).get("known_info") or {}
+        found.update(str(known[k]) for k in ("first_name", "last_name") if known.get(k))
+    return {word for name in found for word in re.findall(_CAPITALISED_WORD, name)}
+
+
+def _as_mapping(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = ()):
+    """Byte-level BPE in which identifiers are spelled: digits in pairs, names one letter a token.
+
+    Capitalised words are spelled one letter a token except the corpus's fixed words: those of
+    `texts` outside `names` (the customers' names, which must always be spelled).
 
     The byte-level step runs without its word-splitting regex, so merges may span spaces and
     punctuation: the JSON scaffolding of tool schemas and calls collapses into a few tokens
@@ -96,6 +140,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    corpus = list(texts) + _rendered_examples()
+    whole_words = fixed_words(corpus, names)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         # An email is its own piece, tokenised the same wherever it appears, so it can be copied from
@@ -106,10 +152,22 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000):
         pre_tokenizers.Split(Regex(_EMAIL_LOCAL_CHAR), behavior="isolated"),
         # A capitalised word (a name, a city, a street) is its own piece too. Without this the
         # space-spanning merges fuse a frequent customer's name into the tool-call scaffolding
-        # (`..."first_name": "Nora", "last_name": "`), a token no other customer's call can use,
-        # and the policy never learns to copy names from the customer's message.
+        # (`..."first_name": "Nora", "last_name": "`), a token no other customer's call can use.
         pre_tokenizers.Split(Regex(_CAPITALISED_WORD), behavior="isolated"),
-        pre_tokenizers.Digits(individual_digits=True),
+        # ...and spelled one letter a token, unless it is one of the corpus's fixed words. As one
+        # token a name, the tiny policy learnt to copy names for one seed in three, writing one
+        # constant name into every call for the others (bench/results/learning.md, session 7),
+        # while digits, spelled, were copied every time. Spelled, a name never seen in training
+        # uses only letters the policy has copied before. The fixed words (the system policy's,
+        # the catalogue's) stay whole, so the prompt read at every turn stays short.
+        pre_tokenizers.Split(Regex(spelled_word_pattern(whole_words)), behavior="isolated"),
+        # Digits go in pairs from the left of each run (`#W7876334`: 78 76 33 4), the same pairs
+        # wherever the run appears. One token a digit (TRL-NOTES trap 9) beat merges into the text
+        # around them, but a level-1 context holds a zip, a user id and an order id, ~16 digits of
+        # ten symbols, so "the digit after the last one copied" was ambiguous and the tiny policy
+        # jumped between runs (`#W7876334` called as `#W7863763`). Of a hundred pairs, the few in
+        # a context rarely repeat, so that simple copying rule suffices (learning.md, session 7).
+        pre_tokenizers.Split(Regex(_DIGIT_PAIR), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -119,7 +177,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    corpus = list(texts) + _rendered_examples()
     tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
@@ -138,7 +195,9 @@ def build_tiny_policy(out_dir: str | os.PathLike, records: Iterable[dict[str, An
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(list(corpus_from_records(records)) + list(extra_texts), spec.vocab_size)
+    records = list(records)
+    tokenizer = train_tokenizer(list(corpus_from_records(records)) + list(extra_texts), spec.vocab_size,
+                                names=customer_names(records))
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen2Config(
