@@ -35,16 +35,14 @@ def test_folder_is_a_loadable_checkpoint(tiny_base):
     assert json.loads((tiny_base / "config.json").read_text())["model_type"] == "qwen2"
 
 
-def test_digit_runs_are_spelled_in_pairs_the_same_everywhere_and_text_round_trips(tiny_base):
+def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
     from training.bootstrap import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_base)
     text = 'Order #W6067464: {"order_id": "#W6067464"} costs $1,234.50'
     ids = tokenizer(text)["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
-    digits = [p for p in pieces if any(c.isdigit() for c in p)]
-    assert all(p.isdigit() for p in digits), digits  # never merged into the text around them
-    assert digits[:8] == ["60", "67", "46", "4"] * 2 and digits[8:] == ["1", "23", "4", "50"]
+    assert all(len(p.strip("Ġ")) == 1 for p in pieces if any(c.isdigit() for c in p))
     assert tokenizer.decode(ids) == text
     email = tokenizer.convert_ids_to_tokens(tokenizer('my email is zoe.nguyen42@example.com')["input_ids"])
     assert "".join(email[-13:-1]) == "zoe.nguyen42" and all(len(p) == 1 for p in email[-13:-1])

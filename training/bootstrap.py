@@ -26,7 +26,6 @@ PAD_TOKEN = "<|endoftext|>"
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
 _EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
 _CAPITALISED_WORD = r"[A-Z][a-z]+"
-_DIGIT_PAIR = r"[0-9][0-9]?"
 
 
 class BootstrapError(ValueError):
@@ -127,7 +126,7 @@ def _as_mapping(value: Any) -> dict[str, Any]:
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = ()):
-    """Byte-level BPE in which identifiers are spelled: digits in pairs, names one letter a token.
+    """Byte-level BPE in which identifiers are spelled: one token a digit (trap 9), a letter of a name.
 
     Capitalised words are spelled one letter a token except the corpus's fixed words: those of
     `texts` outside `names` (the customers' names, which must always be spelled).
@@ -161,13 +160,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterabl
         # uses only letters the policy has copied before. The fixed words (the system policy's,
         # the catalogue's) stay whole, so the prompt read at every turn stays short.
         pre_tokenizers.Split(Regex(spelled_word_pattern(whole_words)), behavior="isolated"),
-        # Digits go in pairs from the left of each run (`#W7876334`: 78 76 33 4), the same pairs
-        # wherever the run appears. One token a digit (TRL-NOTES trap 9) beat merges into the text
-        # around them, but a level-1 context holds a zip, a user id and an order id, ~16 digits of
-        # ten symbols, so "the digit after the last one copied" was ambiguous and the tiny policy
-        # jumped between runs (`#W7876334` called as `#W7863763`). Of a hundred pairs, the few in
-        # a context rarely repeat, so that simple copying rule suffices (learning.md, session 7).
-        pre_tokenizers.Split(Regex(_DIGIT_PAIR), behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()

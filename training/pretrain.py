@@ -36,28 +36,21 @@ class CopySettings:
 
 
 def identifier_tokens(tokenizer: Any) -> list[int]:
-    """Ids of the tokens identifiers are spelled with: single characters, digit pairs, capitalised words."""
+    """Ids of the tokens identifiers are spelled with: single characters and capitalised words."""
     keep = []
     for token, token_id in tokenizer.get_vocab().items():
         text = tokenizer.convert_tokens_to_string([token])
         if token in tokenizer.all_special_tokens or not text:
             continue
-        if (len(text) == 1 and text.isalnum() or _is_digit_token(text)
-                or (text[:1].isupper() and text[1:].islower() and text.isalpha())):
+        if len(text) == 1 and text.isalnum() or (text[:1].isupper() and text[1:].islower() and text.isalpha()):
             keep.append(token_id)
     return sorted(keep)
 
 
-def _is_digit_token(text: str) -> bool:
-    # The tokenizer spells digit runs in pairs (and a last single digit): "7", "78", never "787".
-    return 1 <= len(text) <= 2 and text.isascii() and text.isdigit()
-
-
 def digit_tokens(tokenizer: Any) -> list[int]:
-    """Ids of the tokens digit runs are spelled with: the ten digits and the hundred digit pairs."""
-    found = [token_id for token, token_id in tokenizer.get_vocab().items()
-             if token not in tokenizer.all_special_tokens and _is_digit_token(tokenizer.convert_tokens_to_string([token]))]
-    return sorted(found)
+    """Ids of the ten single-digit tokens (identifiers' digits are one token each)."""
+    found = [tokenizer.convert_tokens_to_ids(d) for d in "0123456789"]
+    return [i for i in found if i is not None and i != tokenizer.unk_token_id]
 
 
 def _filler(rng: random.Random, vocab: list[int], digits: list[int] | None, longest: int) -> list[int]:
@@ -114,7 +107,7 @@ def copy_pretrain(model_path: str | os.PathLike, out_path: str | os.PathLike,
     if len(vocab) < 10:
         raise ValueError(f"only {len(vocab)} identifier-like tokens in the tokenizer at {model_path}")
     if settings.digit_share > 0 and len(digits) < 10:
-        raise ValueError(f"digit_share {settings.digit_share} needs digit tokens; the tokenizer at "
+        raise ValueError(f"digit_share {settings.digit_share} needs the ten digit tokens; the tokenizer at "
                          f"{model_path} has {len(digits)}")
     mark, sep = tokenizer.convert_tokens_to_ids("<tool_call>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.pad_token_id
