@@ -118,12 +118,12 @@ def test_ensure_base_policy_reuses_the_folder(tmp_path, world):
 def test_ensure_base_policy_with_copy_pretraining_builds_once_on_top_of_the_base(tmp_path, world):
     from safetensors.torch import load_file
 
-    from training.bootstrap import ensure_base_policy
+    from training.bootstrap import TOKENIZER_FORMAT, ensure_base_policy
 
     records = level1_records(world, 10, seed=2)
     copied = ensure_base_policy(tmp_path, records, spec=tiny_spec(), copy_steps=3)
-    base = tmp_path / "base"
-    assert copied == tmp_path / "base-copy3" and (base / "model.safetensors").exists()
+    base = tmp_path / f"base-t{TOKENIZER_FORMAT}"
+    assert copied == tmp_path / f"{base.name}-copy3" and (base / "model.safetensors").exists()
     before, after = load_file(str(base / "model.safetensors")), load_file(str(copied / "model.safetensors"))
     assert set(before) == set(after) and any(not before[k].equal(after[k]) for k in before)
     stamp = (copied / "model.safetensors").stat().st_mtime_ns

@@ -26,6 +26,9 @@ PAD_TOKEN = "<|endoftext|>"
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
 _EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
 _CAPITALISED_WORD = r"[A-Z][a-z]+"
+# Bumped whenever the tokenizer's rules change (2: customers' names spelled a letter a token), so
+# `ensure_base_policy` builds a new base rather than reusing one made under the old rules.
+TOKENIZER_FORMAT = 2
 
 
 class BootstrapError(ValueError):
@@ -261,11 +264,12 @@ def _refuse_pickle_shards(folder: Path) -> None:
 
 
 def ensure_base_policy(models_dir: str | os.PathLike, records: Iterable[dict[str, Any]],
-                       name: str = "base", spec: TinyModelSpec = TinyModelSpec(), copy_steps: int = 0) -> Path:
-    """The tiny base policy under `models_dir/name`, built once and reused.
+                       name: str | None = None, spec: TinyModelSpec = TinyModelSpec(), copy_steps: int = 0) -> Path:
+    """The tiny base policy under `models_dir/name` (default `base-t<TOKENIZER_FORMAT>`), built once and reused.
 
     `copy_steps` > 0 adds copy pretraining (training.pretrain), done once, into `name-copy`.
     """
+    name = name or f"base-t{TOKENIZER_FORMAT}"
     out = Path(models_dir) / name
     if not ((out / "config.json").exists() and (out / "tokenizer.json").exists()):
         build_tiny_policy(out, records, spec)
