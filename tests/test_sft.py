@@ -27,8 +27,10 @@ def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
     """After a short SFT the greedy reply opens a well-formed call of a real tool.
 
     What is asserted is the call's frame (`<tool_call>` + a JSON object naming a real tool): a
-    100-step SFT of the test-sized model does not yet copy a new customer's email reliably, so the
-    arguments may be wrong (bench/learning.py measures full verified success instead).
+    160-step SFT of the test-sized model does not yet copy a new customer's email reliably, so the
+    arguments may be wrong (bench/learning.py measures full verified success instead). 100 steps
+    were on the edge: a change of tokenizer rules alone (other merges, so other initial weights)
+    left the reply at `<tool_call>` repeated; at 160 all four replies open a call.
     """
     import re
 
@@ -39,7 +41,7 @@ def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
     records = level1_records(world, 70, seed=5)
     train, held_out = records[:60], records[60:]
     base = build_tiny_policy(tmp_path / "base", train, tiny_spec())
-    summary = warm_start(base, train, tmp_path / "sft", SFTSettings(steps=100, batch_size=8, learning_rate=3e-3,
+    summary = warm_start(base, train, tmp_path / "sft", SFTSettings(steps=160, batch_size=8, learning_rate=3e-3,
                                                                     torch_threads=1))
     assert summary["trajectories"] == 60 and summary["train_loss"] > 0
     model, tokenizer = load_policy(tmp_path / "sft")
