@@ -69,11 +69,11 @@ def test_names_are_spelled_a_letter_a_token_while_the_policys_fixed_words_stay_w
     # A name copies like digits only if it is made of the same few tokens whoever the customer is:
     # a training customer's name and one the tokenizer never saw are both spelled. The system
     # policy's words are not, or every prompt would grow by a token a letter.
-    from training.bootstrap import customer_names, load_tokenizer
+    from training.bootstrap import load_tokenizer, name_words
     from training.prompting import SYSTEM_POLICY
 
     tokenizer = load_tokenizer(tiny_base)
-    known = sorted(customer_names(level1_records(world, 40, seed=1)))
+    known = sorted(name_words(level1_records(world, 40, seed=1)))
     assert known, "the records name their customers"
     for name in (known[0], "Qwyzzel"):
         text = f'Hi, I am {name}. {{"first_name": "{name}"'

@@ -107,15 +107,16 @@ def fixed_words(texts: Iterable[str], names: Iterable[str]) -> set[str]:
     return found - set(names)
 
 
-def customer_names(records: Iterable[dict[str, Any]]) -> set[str]:
-    """Every first and last name the records' world slices and scenarios give a customer."""
+def name_words(records: Iterable[dict[str, Any]]) -> set[str]:
+    """The capitalised words of every customer name the records' world slices and scenarios give."""
+    from training.relabel import customer_names
+
     found: set[str] = set()
     for record in records:
         users = (_as_mapping(record.get("initial_state")).get("users") or {}).values()
         for user in users:
             found.update(str(v) for v in (user.get("name") or {}).values() if v)
-        known = _as_mapping(record.get("user_scenario")).get("known_info") or {}
-        found.update(str(known[k]) for k in ("first_name", "last_name") if known.get(k))
+        found.update(customer_names(record))
     return {word for name in found for word in re.findall(_CAPITALISED_WORD, name)}
 
 
@@ -193,7 +194,7 @@ def build_tiny_policy(out_dir: str | os.PathLike, records: Iterable[dict[str, An
     out.mkdir(parents=True, exist_ok=True)
     records = list(records)
     tokenizer = train_tokenizer(list(corpus_from_records(records)) + list(extra_texts), spec.vocab_size,
-                                names=customer_names(records))
+                                names=name_words(records))
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen2Config(
