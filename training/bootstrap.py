@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.fields import as_dict
+
 # TRL's tool-call parsing and the chat template both key off these exact strings.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKUP_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
@@ -113,20 +115,11 @@ def name_words(records: Iterable[dict[str, Any]]) -> set[str]:
 
     found: set[str] = set()
     for record in records:
-        users = (_as_mapping(record.get("initial_state")).get("users") or {}).values()
+        users = (as_dict(record.get("initial_state")).get("users") or {}).values()
         for user in users:
             found.update(str(v) for v in (user.get("name") or {}).values() if v)
         found.update(customer_names(record))
     return {word for name in found for word in re.findall(_CAPITALISED_WORD, name)}
-
-
-def _as_mapping(value: Any) -> dict[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return value if isinstance(value, dict) else {}
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = ()):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.fields import as_dict
 from training.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
 
 LEVELS = (1, 2, 3, 4)
@@ -60,10 +61,6 @@ class CurriculumReport:
                 "intents": dict(self.intents)}
 
 
-def _as_dict(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def opening_text(record: Mapping[str, Any]) -> str:
     for message in record.get("messages") or ():
         if message.get("role") == "user" and message.get("content"):
@@ -73,7 +70,7 @@ def opening_text(record: Mapping[str, Any]) -> str:
 
 def is_self_contained(record: Mapping[str, Any]) -> bool:
     """Whether the opening message states every order id, email, name, zip and reason the gold uses."""
-    gold = _as_dict(record.get("gold")) or {}
+    gold = as_dict(record.get("gold")) or {}
     text = opening_text(record).lower()
     if not text:
         return False
@@ -87,9 +84,9 @@ def is_self_contained(record: Mapping[str, Any]) -> bool:
 
 def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int:
     """The lowest level a verified record belongs to (4 when it fits no easier level)."""
-    gold = _as_dict(record.get("gold")) or {}
+    gold = as_dict(record.get("gold")) or {}
     n_actions = len(gold.get("actions") or ())
-    scenario = _as_dict(record.get("user_scenario")) or {}
+    scenario = as_dict(record.get("user_scenario")) or {}
     if str(scenario.get("persona", "")).lower() in ADVERSARIAL_PERSONAS:
         return 3
     if record.get("intent") in rules.level1_intents and 0 < n_actions <= rules.level1_max_actions \
@@ -102,7 +99,7 @@ def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int
 
 def is_training_task(record: Mapping[str, Any]) -> bool:
     """Only interactions whose outcome was verified (they carry gold) become tasks (DESIGN 3)."""
-    gold = _as_dict(record.get("gold"))
+    gold = as_dict(record.get("gold"))
     return isinstance(gold, dict) and bool(gold.get("actions") or gold.get("outputs"))
 
 

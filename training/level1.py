@@ -9,9 +9,9 @@ level (`EvalConfig.level = 1`), so both see one task format.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
+from training.fields import as_dict
 from training.prompting import SYSTEM_POLICY
 
 LEVEL1_INTENTS = ("order_status", "cancel_order")
@@ -22,13 +22,10 @@ LEVEL1_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip", "get_order_
                 "cancel_pending_order", "send_message_to_customer", "transfer_to_human_agents")
 
 
-def _as_dict(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else (value or {})
-
-
 def _by_name_zip(known: Mapping[str, Any]) -> bool:
-    # Name and zip are preferred when known: a name is one or two tokens and a zip five digits,
-    # far easier for a tiny policy to copy into its first call than a 20-character email.
+    # Name and zip are preferred when known: two short names spelled a letter a token and a zip
+    # of five digits are easier for a tiny policy to copy into its first call than a 20-character
+    # email, and the customer's message says them the same way the call does.
     return bool(known.get("first_name") and known.get("last_name") and known.get("zip"))
 
 
@@ -43,11 +40,11 @@ def _identity(known: Mapping[str, Any]) -> str | None:
 def level1_opening(record: Mapping[str, Any], intents: tuple[str, ...] = LEVEL1_INTENTS,
                    max_actions: int = LEVEL1_MAX_ACTIONS) -> str | None:
     """The cooperative customer's first message, or None when the record is not a level-1 task."""
-    gold = _as_dict(record.get("gold"))
+    gold = as_dict(record.get("gold"))
     actions = gold.get("actions") or []
     if record.get("intent") not in intents or not 0 < len(actions) <= max_actions:
         return None
-    known = _as_dict(record.get("user_scenario")).get("known_info") or {}
+    known = as_dict(record.get("user_scenario")).get("known_info") or {}
     identity, orders = _identity(known), known.get("order_ids") or []
     if identity is None or len(orders) != 1:
         return None
@@ -65,7 +62,7 @@ def as_level1(record: Mapping[str, Any], intents: tuple[str, ...] = LEVEL1_INTEN
     opening = level1_opening(record, intents, max_actions)
     if opening is None:
         return None
-    scenario = dict(_as_dict(record.get("user_scenario")))
+    scenario = dict(as_dict(record.get("user_scenario")))
     scenario["persona"] = "polite forthcoming"
     task = dict(record)
     task["user_scenario"] = scenario
@@ -87,9 +84,9 @@ def level1_demonstration(task: Mapping[str, Any], escalate: bool = False) -> dic
     `unnecessary_escalation` mistake of `training.agents`): it authenticates and reads the order,
     then hands the customer to a human rather than acting. Such a conversation never verifies.
     """
-    known = _as_dict(task["user_scenario"]).get("known_info") or {}
+    known = as_dict(task["user_scenario"]).get("known_info") or {}
     order_id = known["order_ids"][0]
-    state = _as_dict(task["initial_state"])
+    state = as_dict(task["initial_state"])
     if _by_name_zip(known):
         auth = ("find_user_id_by_name_zip", {"first_name": known["first_name"], "last_name": known["last_name"],
                                               "zip": known["zip"]})
@@ -102,7 +99,7 @@ def level1_demonstration(task: Mapping[str, Any], escalate: bool = False) -> dic
         messages += _call("transfer_to_human_agents", {"summary": summary})
         return {**task, "messages": messages}
     if task["intent"] == "cancel_order":
-        reason = next(a["arguments"]["reason"] for a in _as_dict(task["gold"])["actions"]
+        reason = next(a["arguments"]["reason"] for a in as_dict(task["gold"])["actions"]
                       if a["name"] == "cancel_pending_order")
         messages += _call("cancel_pending_order", {"order_id": order_id, "reason": reason})
         told = f"Order {order_id} is cancelled."

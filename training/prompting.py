@@ -12,6 +12,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from training.fields import as_dict
+
 SYSTEM_POLICY = (
     "You are a retail customer-service agent. Use the tools to help the customer.\n"
     "Rules: authenticate the customer first (find_user_id_by_email, or find_user_id_by_name_zip) "
@@ -46,10 +48,6 @@ def tool_schemas(tools: tuple[str, ...] | None = None) -> tuple[dict[str, Any], 
     return tuple(get_json_schema(getattr(RetailEnvironment, name)) for name in names)
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    return json.loads(value) if isinstance(value, str) else (value or {})
-
-
 def opening_message(record: dict[str, Any], seed: int = 0) -> str:
     """The customer's first words: the recorded one when there is one, else the simulator's."""
     for message in record.get("messages") or ():
@@ -57,7 +55,7 @@ def opening_message(record: dict[str, Any], seed: int = 0) -> str:
             return message["content"]
     from training.simulator import make_simulator
 
-    return make_simulator(_as_dict(record.get("user_scenario")), seed=seed).opening_message()
+    return make_simulator(as_dict(record.get("user_scenario")), seed=seed).opening_message()
 
 
 def initial_messages(record: dict[str, Any], seed: int = 0) -> list[dict[str, str]]:

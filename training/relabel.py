@@ -13,11 +13,12 @@ left as they are, and the structure (which tool, which argument, which words) ne
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from training.fields import as_dict
 
 # Identifiers are runs of four or more digits (zip, order id, user id suffix, item and payment
 # ids). Shorter runs and any run inside a decimal amount are left alone: prices, refunds and
@@ -25,13 +26,9 @@ from typing import Any
 _DIGIT_RUN = re.compile(r"(?<![\d.])\d{4,}(?![\d])(?!\.\d)")
 
 
-def _as_dict(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else (value or {})
-
-
 def customer_names(record: Mapping[str, Any]) -> tuple[str, ...]:
     """The customer's first and last name as the scenario knows them (empty when unknown)."""
-    known = _as_dict(record.get("user_scenario")).get("known_info") or {}
+    known = as_dict(record.get("user_scenario")).get("known_info") or {}
     return tuple(str(known[k]) for k in ("first_name", "last_name") if known.get(k))
 
 

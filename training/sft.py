@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.fields import as_dict
+
 
 # Bumped whenever the rendered trajectories change for the same settings (2: compact orders show
 # item and payment ids only when an offered tool takes them), so a cached warm start trained on
@@ -51,13 +53,9 @@ class SFTSettings:
     relabel: bool = False
 
 
-def _as_dict(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     """A contract tool call `{name, arguments}` in the chat-template form."""
-    arguments = _as_dict(call.get("arguments")) or {}
+    arguments = as_dict(call.get("arguments")) or {}
     return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
 
 
@@ -89,7 +87,7 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
         messages.append({"role": "assistant", "content": message.get("content") or "",
                          "tool_calls": [chat_tool_call(c) for c in calls]})
         for call in calls:
-            result = call_tool(env, call["name"], _as_dict(call.get("arguments")) or {})
+            result = call_tool(env, call["name"], as_dict(call.get("arguments")) or {})
             messages.append({"role": "tool", "name": call["name"], "content": result})
         if env.done:
             break
@@ -105,7 +103,7 @@ def _replayed(records: Iterable[Mapping[str, Any]], compact: bool, tools: tuple[
 
     out = []
     for record in records:
-        if not _as_dict(record.get("gold")):
+        if not as_dict(record.get("gold")):
             continue
         messages = replay_trajectory(record, compact=compact, tools=tools, verified_only=verified_only)
         if messages is not None:
