@@ -6,15 +6,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # torch is pinned and installed first: the local CPU wheel; an unpinned torch pulls a CUDA build.
 TORCH_PIN := torch==2.13.0
+# -qq: pip's warnings about this machine's package mirrors would otherwise fill pages; errors still show.
+PIP := $(PY) -m pip install -qq --disable-pip-version-check
 
-.PHONY: setup demo test test-fast bench clean-home
+.PHONY: setup demo test test-fast lint bench clean-home
 
 $(STAMP): pyproject.toml
 	@start=$$(date +%s); \
 	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
-	$(PY) -m pip install --quiet --upgrade pip && \
-	$(PY) -m pip install --quiet $(TORCH_PIN) && \
-	$(PY) -m pip install --quiet -e '.[test]' && \
+	echo "setup: pip" && $(PIP) --upgrade pip && \
+	echo "setup: $(TORCH_PIN) (CPU build)" && $(PIP) $(TORCH_PIN) && \
+	echo "setup: agent-retrain and its test tools" && $(PIP) -e '.[test]' && \
 	touch $(STAMP) && \
 	echo "setup: installed into $(VENV) in $$(( $$(date +%s) - start )) s"
 
@@ -23,10 +25,15 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m orchestration.cli demo
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
+
+test: lint
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)

@@ -3,8 +3,12 @@
 
 import dagster as dg
 
-from orchestration.partitions import week_end, weekly_partitions
-from orchestration.resources import DuckDBStore, HomeResource
+from assets.partitions import week_end, weekly_partitions
+from assets.resources import DuckDBStore, HomeResource
+from dataplane.ingest import ingest_paths
+from dataplane.splits import customers_in_several_splits, split_counts, split_window
+from dataplane.validation import validate_window
+from dataplane.window import cut_window, window_frame, window_records
 
 DATA_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
 
@@ -35,31 +39,36 @@ class SplitConfig(dg.Config):
     retry_policy=DATA_RETRY,
     check_specs=[dg.AssetCheckSpec("no_row_lost", asset="raw_interactions", blocking=True)],
 )
-def raw_interactions(context: dg.AssetExecutionContext, config: IngestConfig, home: HomeResource,
-                     store: DuckDBStore):
+def raw_interactions(context: dg.AssetExecutionContext, config: IngestConfig, home: HomeResource, store: DuckDBStore):
     """Every interaction ever ingested (DuckDB `interactions`), rejects in `quarantine`."""
-    from dataplane.ingest import ingest_paths
-
     h = home.home
     summary = ingest_paths(store.resolved_path(h), [h.landing, *config.paths])
     counts = summary.to_dict()
     lost = counts["read"] - (counts["accepted"] + counts["duplicates"] + counts["quarantined"])
     yield dg.AssetCheckResult(
-        check_name="no_row_lost", passed=lost == 0,
-        metadata={"read": counts["read"], "accepted": counts["accepted"],
-                  "duplicates": counts["duplicates"], "quarantined": counts["quarantined"],
-                  "unaccounted": lost},
+        check_name="no_row_lost",
+        passed=lost == 0,
+        metadata={
+            "read": counts["read"],
+            "accepted": counts["accepted"],
+            "duplicates": counts["duplicates"],
+            "quarantined": counts["quarantined"],
+            "unaccounted": lost,
+        },
     )
     with store.connect(h, read_only=True) as con:
         stored = con.execute("SELECT count(*) FROM interactions").fetchone()[0]
     yield dg.MaterializeResult(
         value=counts,
         metadata={
-            "files_ingested": counts["files"], "rows_read": counts["read"],
-            "accepted": counts["accepted"], "duplicates": counts["duplicates"],
+            "files_ingested": counts["files"],
+            "rows_read": counts["read"],
+            "accepted": counts["accepted"],
+            "duplicates": counts["duplicates"],
             "quarantined": counts["quarantined"],
             "quarantined_by_rule": dg.MetadataValue.json(counts.get("quarantined_by_rule", {})),
-            "interactions_stored": stored, "store": dg.MetadataValue.path(store.resolved_path(h)),
+            "interactions_stored": stored,
+            "store": dg.MetadataValue.path(store.resolved_path(h)),
         },
     )
 
@@ -74,25 +83,33 @@ WINDOW_CHECKS = ("window_gx_suite", "window_min_rows", "window_quarantine_rate",
     retry_policy=DATA_RETRY,
     check_specs=[dg.AssetCheckSpec(name, asset="interaction_window", blocking=True) for name in WINDOW_CHECKS],
 )
-def interaction_window(context: dg.AssetExecutionContext, config: WindowConfig, raw_interactions: dict,
-                       home: HomeResource, store: DuckDBStore):
+def interaction_window(
+    context: dg.AssetExecutionContext,
+    config: WindowConfig,
+    raw_interactions: dict,
+    home: HomeResource,
+    store: DuckDBStore,
+):
     """The last N interactions that ended before the week's end, validated by Great Expectations."""
-    from dataplane.validation import validate_window
-    from dataplane.window import cut_window, window_frame
-
     h = home.home
     with store.connect(h) as con:
         info = cut_window(con, week_end(context.partition_key), size=config.size)
         frame = window_frame(con, info.week)
-    report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows,
-                             name=info.week)
+    report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows, name=info.week)
     yield from _window_checks(report, info, raw_interactions, config)
     yield dg.MaterializeResult(
-        value={**info.to_dict(), "validation_success": report.success, "validation_path": str(report.results_path),
-               "failed_expectations": list(report.failed)},
+        value={
+            **info.to_dict(),
+            "validation_success": report.success,
+            "validation_path": str(report.results_path),
+            "failed_expectations": list(report.failed),
+        },
         metadata={
-            "rows": info.rows, "content_hash": info.content_hash,
-            "iso_week": info.week, "ended_at_min": str(info.ended_at_min), "ended_at_max": str(info.ended_at_max),
+            "rows": info.rows,
+            "content_hash": info.content_hash,
+            "iso_week": info.week,
+            "ended_at_min": str(info.ended_at_min),
+            "ended_at_max": str(info.ended_at_max),
             "outcome_mix": dg.MetadataValue.json(info.outcome_mix),
             "intent_mix": dg.MetadataValue.json(info.intent_mix),
             "validation_success": report.success,
@@ -104,28 +121,40 @@ def interaction_window(context: dg.AssetExecutionContext, config: WindowConfig, 
 def _window_checks(report, info, ingest: dict, config: WindowConfig):
     failed = [r for r in report.results if not r["success"]]
     yield dg.AssetCheckResult(
-        check_name="window_gx_suite", passed=report.success, severity=dg.AssetCheckSeverity.ERROR,
+        check_name="window_gx_suite",
+        passed=report.success,
+        severity=dg.AssetCheckSeverity.ERROR,
         metadata={
-            "expectations": len(report.results), "failed": len(failed),
+            "expectations": len(report.results),
+            "failed": len(failed),
             "failing_expectations": dg.MetadataValue.json(failed[:10]),
         },
     )
     yield dg.AssetCheckResult(
-        check_name="window_min_rows", passed=info.rows >= config.min_rows,
+        check_name="window_min_rows",
+        passed=info.rows >= config.min_rows,
         metadata={"rows": info.rows, "threshold": config.min_rows},
     )
     read = max(int(ingest.get("read", 0)), 1)
     rate = int(ingest.get("quarantined", 0)) / read
     yield dg.AssetCheckResult(
-        check_name="window_quarantine_rate", passed=rate <= config.max_quarantine_rate,
-        metadata={"quarantine_rate": rate, "threshold": config.max_quarantine_rate,
-                  "quarantined": int(ingest.get("quarantined", 0)), "read": int(ingest.get("read", 0))},
+        check_name="window_quarantine_rate",
+        passed=rate <= config.max_quarantine_rate,
+        metadata={
+            "quarantine_rate": rate,
+            "threshold": config.max_quarantine_rate,
+            "quarantined": int(ingest.get("quarantined", 0)),
+            "read": int(ingest.get("read", 0)),
+        },
     )
     pii = [r for r in report.results if r["expectation"] == "no_pii"]
     yield dg.AssetCheckResult(
-        check_name="window_no_pii", passed=all(r["success"] for r in pii) and bool(pii),
-        metadata={"found": sum(r.get("unexpected_count") or 0 for r in pii),
-                  "sample_ids": dg.MetadataValue.json([i for r in pii for i in r.get("sample_ids", [])][:5])},
+        check_name="window_no_pii",
+        passed=all(r["success"] for r in pii) and bool(pii),
+        metadata={
+            "found": sum(r.get("unexpected_count") or 0 for r in pii),
+            "sample_ids": dg.MetadataValue.json([i for r in pii for i in r.get("sample_ids", [])][:5]),
+        },
     )
 
 
@@ -135,23 +164,30 @@ def _window_checks(report, info, ingest: dict, config: WindowConfig):
     partitions_def=weekly_partitions,
     check_specs=[dg.AssetCheckSpec("no_customer_in_two_splits", asset="window_splits", blocking=True)],
 )
-def window_splits(context: dg.AssetExecutionContext, config: SplitConfig, interaction_window: dict,
-                  home: HomeResource, store: DuckDBStore):
+def window_splits(
+    context: dg.AssetExecutionContext,
+    config: SplitConfig,
+    interaction_window: dict,
+    home: HomeResource,
+    store: DuckDBStore,
+):
     """Train / calibration / shadow by a stable hash of customer_id; held-out customers never train."""
-    from dataplane.splits import customers_in_several_splits, split_counts, split_window
-    from dataplane.window import window_records
-
     fractions = (config.train, config.calibration, config.shadow)
     with store.connect(home.home, read_only=True) as con:
         splits = split_window(window_records(con, interaction_window["week"]), fractions)
     counts = split_counts(splits)
     overlap = customers_in_several_splits(splits)
     yield dg.AssetCheckResult(
-        check_name="no_customer_in_two_splits", passed=not overlap,
+        check_name="no_customer_in_two_splits",
+        passed=not overlap,
         metadata={"customers_in_two_splits": len(overlap), "sample": dg.MetadataValue.json(sorted(overlap)[:5])},
     )
     yield dg.MaterializeResult(
-        value={"week": interaction_window["week"], "counts": counts, "fractions": list(fractions),
-               "window_hash": interaction_window["content_hash"]},
+        value={
+            "week": interaction_window["week"],
+            "counts": counts,
+            "fractions": list(fractions),
+            "window_hash": interaction_window["content_hash"],
+        },
         metadata=dict(counts),
     )

@@ -1,14 +1,19 @@
-"""Evaluation assets: held-out calibration, paired shadow replay, and the promotion gate."""
+"""Evaluation assets: held-out calibration and paired shadow replay, candidate against baseline."""
+
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 import json
 from functools import partial
 
 import dagster as dg
 
+from assets.partitions import weekly_partitions
+from assets.resources import DuckDBStore, HomeResource
 from assets.weekdata import at_level, split_records, week_dir
+from dataplane.splits import split_of
+from evaluation.eval_sets import build_shadow_set, calibration_eligible, current_calibration_set, freeze_calibration_set
+from evaluation.replay import proxy_reward, reward_alignment
+from evaluation.reports import evaluate_pair
 from training.curriculum import tools_for_levels
-from orchestration.partitions import weekly_partitions
-from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
 
 
 class EvalConfig(dg.Config):
@@ -25,43 +30,68 @@ class EvalConfig(dg.Config):
 
 
 def _split_fn(window_splits: dict):
-    from dataplane.splits import split_of
-
     return partial(split_of, fractions=tuple(window_splits["fractions"]))
 
 
 def _never_trained_on(splits: dict, eval_ids: list[str]) -> dg.AssetCheckResult:
     train_ids = {r["interaction_id"] for r in splits["train"]}
     leaked = sorted(train_ids & set(eval_ids))
-    return dg.AssetCheckResult(check_name="never_trained_on", passed=not leaked,
-                               metadata={"evaluated": len(eval_ids), "in_train_split": len(leaked),
-                                         "sample": dg.MetadataValue.json(leaked[:5])})
+    return dg.AssetCheckResult(
+        check_name="never_trained_on",
+        passed=not leaked,
+        metadata={
+            "evaluated": len(eval_ids),
+            "in_train_split": len(leaked),
+            "sample": dg.MetadataValue.json(leaked[:5]),
+        },
+    )
 
 
 def _report_metadata(report: dict) -> dict:
     cand, base = report["candidate"]["summary"], report["baseline"]["summary"]
     ci = report["paired"]["bootstrap_ci"]
-    rows = "\n".join(f"| {name} | {cand.get(name, float('nan')):.3f} | {base.get(name, float('nan')):.3f} |"
-                     for name in ("success_rate", "pass_hat_1", "pass_hat_2", "pass_hat_4", "actions_per_task",
-                                  "policy_violation_rate", "reward_mean") if name in cand)
+    rows = "\n".join(
+        f"| {name} | {cand.get(name, float('nan')):.3f} | {base.get(name, float('nan')):.3f} |"
+        for name in (
+            "success_rate",
+            "pass_hat_1",
+            "pass_hat_2",
+            "pass_hat_4",
+            "actions_per_task",
+            "policy_violation_rate",
+            "reward_mean",
+        )
+        if name in cand
+    )
     return {
-        "pairs": report["paired"]["pairs"], "candidate_success": cand["success_rate"],
-        "baseline_success": base["success_rate"], "difference": ci["difference"],
-        "ci_low": ci["low"], "ci_high": ci["high"], "mcnemar_p": report["paired"]["mcnemar"]["p_value"],
+        "pairs": report["paired"]["pairs"],
+        "candidate_success": cand["success_rate"],
+        "baseline_success": base["success_rate"],
+        "difference": ci["difference"],
+        "ci_low": ci["low"],
+        "ci_high": ci["high"],
+        "mcnemar_p": report["paired"]["mcnemar"]["p_value"],
         "tool_call_tv": report["tool_call_tv"],
         "candidate_vs_baseline": dg.MetadataValue.md("| metric | candidate | baseline |\n|---|---|---|\n" + rows),
     }
 
 
-@dg.asset(group_name="evaluation", kinds={"pytorch", "duckdb"}, partitions_def=weekly_partitions,
-          check_specs=[dg.AssetCheckSpec("never_trained_on", asset="calibration_report", blocking=True)])
-def calibration_report(context: dg.AssetExecutionContext, config: EvalConfig, window_splits: dict,
-                       policy_base: dict, grpo_candidate: dict, home: HomeResource, store: DuckDBStore):
+@dg.asset(
+    group_name="evaluation",
+    kinds={"pytorch", "duckdb"},
+    partitions_def=weekly_partitions,
+    check_specs=[dg.AssetCheckSpec("never_trained_on", asset="calibration_report", blocking=True)],
+)
+def calibration_report(
+    context: dg.AssetExecutionContext,
+    config: EvalConfig,
+    window_splits: dict,
+    policy_base: dict,
+    grpo_candidate: dict,
+    home: HomeResource,
+    store: DuckDBStore,
+):
     """Candidate vs baseline on the frozen calibration set, plus reward alignment with human labels."""
-    from evaluation.eval_sets import calibration_eligible, current_calibration_set, freeze_calibration_set
-    from evaluation.replay import proxy_reward, reward_alignment
-    from evaluation.reports import evaluate_pair
-
     h = home.home
     splits = split_records(h, store, window_splits)
     with store.connect(h) as con:
@@ -69,8 +99,10 @@ def calibration_report(context: dg.AssetExecutionContext, config: EvalConfig, wi
         if frozen is None:
             eligible = calibration_eligible(splits["calibration"], split_of=_split_fn(window_splits))
             if not eligible:
-                raise dg.Failure("no calibration-split interaction with gold and a human label yet: "
-                                 "the calibration set cannot be frozen (label more interactions)")
+                raise dg.Failure(
+                    "no calibration-split interaction with gold and a human label yet: "
+                    "the calibration set cannot be frozen (label more interactions)"
+                )
             frozen = freeze_calibration_set(con, eligible, split_of=_split_fn(window_splits))
         records = frozen.records(con)
     yield _never_trained_on(splits, [r["interaction_id"] for r in records])
@@ -78,33 +110,57 @@ def calibration_report(context: dg.AssetExecutionContext, config: EvalConfig, wi
     if not evaluated:
         raise dg.Failure(f"no calibration task at curriculum level {config.level} among {len(records)} records")
     context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
-    report = evaluate_pair(grpo_candidate["path"], policy_base["path"], evaluated, k=config.trials,
-                           seed=config.seed, max_turns=config.max_turns, compact=config.compact,
-                           max_new_tokens=config.max_new_tokens, tools=tools_for_levels([config.level]))
+    report = evaluate_pair(
+        grpo_candidate["path"],
+        policy_base["path"],
+        evaluated,
+        k=config.trials,
+        seed=config.seed,
+        max_turns=config.max_turns,
+        compact=config.compact,
+        max_new_tokens=config.max_new_tokens,
+        tools=tools_for_levels([config.level]),
+    )
     labelled = [r for r in records if r.get("human_label")]
     report["proxy_rewards"] = [proxy_reward(r) for r in labelled]
     report["human_success"] = [bool(r["human_label"]["task_success"]) for r in labelled]
     report["alignment"] = {k: v for k, v in reward_alignment(labelled).items() if k != "skipped"}
     report["set"] = {"version": frozen.version, "hash": frozen.set_hash, "rows": len(records)}
     (week_dir(h, context.partition_key) / "calibration_report.json").write_text(json.dumps(report, default=str))
-    yield dg.MaterializeResult(value=report, metadata={
-        **_report_metadata(report), "calibration_version": frozen.version, "calibration_rows": len(records),
-        "reward_alignment_auc": report["alignment"].get("auc"), "human_labels": len(labelled)})
+    yield dg.MaterializeResult(
+        value=report,
+        metadata={
+            **_report_metadata(report),
+            "calibration_version": frozen.version,
+            "calibration_rows": len(records),
+            "reward_alignment_auc": report["alignment"].get("auc"),
+            "human_labels": len(labelled),
+        },
+    )
 
 
-@dg.asset(group_name="evaluation", kinds={"pytorch", "duckdb"}, partitions_def=weekly_partitions,
-          check_specs=[dg.AssetCheckSpec("never_trained_on", asset="shadow_report", blocking=True)])
-def shadow_report(context: dg.AssetExecutionContext, config: EvalConfig, window_splits: dict, policy_base: dict,
-                  grpo_candidate: dict, home: HomeResource, store: DuckDBStore):
+@dg.asset(
+    group_name="evaluation",
+    kinds={"pytorch", "duckdb"},
+    partitions_def=weekly_partitions,
+    check_specs=[dg.AssetCheckSpec("never_trained_on", asset="shadow_report", blocking=True)],
+)
+def shadow_report(
+    context: dg.AssetExecutionContext,
+    config: EvalConfig,
+    window_splits: dict,
+    policy_base: dict,
+    grpo_candidate: dict,
+    home: HomeResource,
+    store: DuckDBStore,
+):
     """Candidate vs baseline replaying recent held-out conversations, paired per conversation."""
-    from evaluation.eval_sets import build_shadow_set
-    from evaluation.reports import evaluate_pair
-
     h = home.home
     splits = split_records(h, store, window_splits)
     with store.connect(h) as con:
-        shadow = build_shadow_set(con, context.partition_key, splits["shadow"], size=config.shadow_size,
-                                  split_of=_split_fn(window_splits))
+        shadow = build_shadow_set(
+            con, context.partition_key, splits["shadow"], size=config.shadow_size, split_of=_split_fn(window_splits)
+        )
         records = shadow.records(con)
     yield _never_trained_on(splits, [r["interaction_id"] for r in records])
     if not records:
@@ -113,9 +169,17 @@ def shadow_report(context: dg.AssetExecutionContext, config: EvalConfig, window_
     records = at_level(records, config.level)
     if not records:
         raise dg.Failure(f"no shadow conversation at curriculum level {config.level}")
-    report = evaluate_pair(grpo_candidate["path"], policy_base["path"], records, k=1, seed=config.seed,
-                           max_turns=config.max_turns, compact=config.compact, max_new_tokens=config.max_new_tokens,
-                           tools=tools_for_levels([config.level]))
+    report = evaluate_pair(
+        grpo_candidate["path"],
+        policy_base["path"],
+        records,
+        k=1,
+        seed=config.seed,
+        max_turns=config.max_turns,
+        compact=config.compact,
+        max_new_tokens=config.max_new_tokens,
+        tools=tools_for_levels([config.level]),
+    )
     report["set"] = {"week": context.partition_key, "hash": shadow.set_hash, "rows": len(records)}
     (week_dir(h, context.partition_key) / "shadow_report.json").write_text(json.dumps(report, default=str))
     yield dg.MaterializeResult(value=report, metadata={**_report_metadata(report), "shadow_rows": len(records)})

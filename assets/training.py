@@ -1,4 +1,5 @@
 """Training assets: the policy to start from, and its GRPO update run out of process."""
+
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 import hashlib
 import json
@@ -8,9 +9,20 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.partitions import weekly_partitions
+from assets.pipes_reporter import SPEC as PIPES_REPORTER
+from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, train_records, week_dir
-from orchestration.partitions import weekly_partitions
-from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
+from evaluation.policy import HFPolicy
+from evaluation.registry import champion_info, download_champion
+from evaluation.run_log import open_week_run
+from training.curriculum import tools_for_levels
+from training.reporting import REPORTER_ENV
+from training.sandbox.environment import TOOL_NAMES
+from training.sandbox.prompting import initial_messages
+from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
+from training.tiny.bootstrap import ensure_base_policy
+from training.tiny.level1 import level1_demonstration
 
 
 class PolicyConfig(dg.Config):
@@ -21,10 +33,10 @@ class PolicyConfig(dg.Config):
     sft_warm_start: bool = True  # a real instruct model may skip it
     sft_steps: int = 300
     sft_batch_size: int = 16
-    # Copy pretraining of the tiny base before SFT (training.pretrain): a freshly built model
+    # Copy pretraining of the tiny base before SFT (training.tiny.pretrain): a freshly built model
     # cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
     copy_pretrain_steps: int = 0
-    # SFT on relabelled copies (training.relabel: fresh identifiers in every example), so the tiny
+    # SFT on relabelled copies (training.tiny.relabel: fresh identifiers in every example), so the tiny
     # model learns to copy ids instead of memorising the training customers'. In one run copying
     # emerged by ~300 SFT steps instead of ~1,000, not in two others (bench/results/learning.md).
     sft_relabel: bool = True
@@ -59,17 +71,12 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
     """Verified trajectories to imitate: expert level-1 conversations, or the recorded ones."""
     if level != 1:
         return train
-    from training.level1 import level1_demonstration
 
     return [level1_demonstration(task) for task in at_level(train, 1)]
 
 
 def _probe_tool_calls(model_path: str, records: list[dict], n: int, tools: tuple[str, ...] | None) -> float:
     """Share of greedy first turns that parse as a call of one of the offered tools."""
-    from evaluation.policy import HFPolicy
-    from training.environment import TOOL_NAMES
-    from training.prompting import initial_messages
-
     prompts = [initial_messages(r) for r in records[:n]]
     if not prompts:
         return 0.0
@@ -80,17 +87,20 @@ def _probe_tool_calls(model_path: str, records: list[dict], n: int, tools: tuple
 
 
 @dg.asset(
-    group_name="training", kinds={"pytorch", "mlflow"}, partitions_def=weekly_partitions,
+    group_name="training",
+    kinds={"pytorch", "mlflow"},
+    partitions_def=weekly_partitions,
     check_specs=[dg.AssetCheckSpec("policy_emits_tool_calls", asset="policy_base", blocking=True)],
 )
-def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_splits: dict,
-                home: HomeResource, store: DuckDBStore, mlflow: MLflowTracking):
+def policy_base(
+    context: dg.AssetExecutionContext,
+    config: PolicyConfig,
+    window_splits: dict,
+    home: HomeResource,
+    store: DuckDBStore,
+    mlflow: MLflowTracking,
+):
     """The model this week starts from: the MLflow champion, else the (warm-started) base model."""
-    from evaluation.registry import champion_info, download_champion
-    from training.bootstrap import ensure_base_policy
-    from training.curriculum import tools_for_levels
-    from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
-
     h = home.home
     tools = tools_for_levels([config.level])  # the list GRPO and evaluation at this level offer
     train = train_records(h, store, window_splits)
@@ -103,12 +113,20 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
         path = next(p.parent for p in target.rglob("config.json"))
         source, sft = "champion", None
     else:
-        path = Path(config.base_model) if config.base_model else ensure_base_policy(
-            h.models, train, copy_steps=config.copy_pretrain_steps)
+        path = (
+            Path(config.base_model)
+            if config.base_model
+            else ensure_base_policy(h.models, train, copy_steps=config.copy_pretrain_steps)
+        )
         source, sft = "base_model", None
         if config.sft_warm_start:
-            settings = SFTSettings(steps=config.sft_steps, batch_size=config.sft_batch_size, tools=tools,
-                                   relabel=config.sft_relabel, learning_rate=config.sft_learning_rate)
+            settings = SFTSettings(
+                steps=config.sft_steps,
+                batch_size=config.sft_batch_size,
+                tools=tools,
+                relabel=config.sft_relabel,
+                learning_rate=config.sft_learning_rate,
+            )
             # Named after what it warm-starts and how (a copy-pretrained base, other SFT settings,
             # another level or trajectory format get their own folder), so a cached warm start is reused only when it is
             # the one this configuration would train.
@@ -116,13 +134,16 @@ def policy_base(context: dg.AssetExecutionContext, config: PolicyConfig, window_
             warm = h.models / f"{'base' if config.base_model else path.name}-sft-{recipe}"
             if not (warm / "config.json").exists():
                 demos = _sft_records(train, config.level)
-                context.log.info(f"SFT warm start of {path} on {len(demos)} train-split trajectories "
-                                 f"(level {config.level}, {config.sft_steps} steps, relabel {config.sft_relabel})")
+                context.log.info(
+                    f"SFT warm start of {path} on {len(demos)} train-split trajectories "
+                    f"(level {config.level}, {config.sft_steps} steps, relabel {config.sft_relabel})"
+                )
                 sft = warm_start(path, demos, warm, settings)
             path = warm
     rate = _probe_tool_calls(str(path), at_level(train, config.level), config.probe_prompts, tools)
     yield dg.AssetCheckResult(
-        check_name="policy_emits_tool_calls", passed=rate >= config.min_tool_call_rate,
+        check_name="policy_emits_tool_calls",
+        passed=rate >= config.min_tool_call_rate,
         metadata={"tool_call_rate": rate, "threshold": config.min_tool_call_rate, "model_path": str(path)},
     )
     value = {"path": str(path), "source": source, "champion_version": champion.version if champion else None}
@@ -153,19 +174,27 @@ def _reward_curve(out_dir: Path) -> list[float]:
 
 
 @dg.asset(
-    group_name="training", kinds={"pytorch", "mlflow"}, partitions_def=weekly_partitions, pool="retrain",
+    group_name="training",
+    kinds={"pytorch", "mlflow"},
+    partitions_def=weekly_partitions,
+    pool="retrain",
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10),
-    check_specs=[dg.AssetCheckSpec(name, asset="grpo_candidate", blocking=True)
-                 for name in ("finite_loss", "weights_changed", "reward_curve_logged")],
+    check_specs=[
+        dg.AssetCheckSpec(name, asset="grpo_candidate", blocking=True)
+        for name in ("finite_loss", "weights_changed", "reward_curve_logged")
+    ],
 )
-def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig, policy_base: dict,
-                   window_splits: dict, home: HomeResource, store: DuckDBStore, mlflow: MLflowTracking,
-                   pipes_subprocess_client: dg.PipesSubprocessClient):
+def grpo_candidate(
+    context: dg.AssetExecutionContext,
+    config: GRPOTrainingConfig,
+    policy_base: dict,
+    window_splits: dict,
+    home: HomeResource,
+    store: DuckDBStore,
+    mlflow: MLflowTracking,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
-    from evaluation.run_log import open_week_run
-    from orchestration.pipes_reporter import SPEC as PIPES_REPORTER
-    from training.reporting import REPORTER_ENV
-
     h = home.home
     # Checkpoints belong to one run: a retry of it (same root run) resumes them, while a new run
     # of the same week trains afresh instead of resuming last time's finished model.
@@ -176,18 +205,23 @@ def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig
     with records_path.open("w") as handle:
         for record in train_records(h, store, window_splits):
             handle.write(json.dumps(record) + "\n")
-    run_id = open_week_run(mlflow.uri(h), context.partition_key, context.run_id,
-                           artifact_location=h.mlflow_artifacts.as_uri())
+    run_id = open_week_run(
+        mlflow.uri(h), context.partition_key, context.run_id, artifact_location=h.mlflow_artifacts.as_uri()
+    )
     run_config = {
-        "model_path": policy_base["path"], "output_dir": str(out / "grpo"), "records_path": str(records_path),
-        "mlflow_tracking_uri": mlflow.uri(h), "mlflow_run_id": run_id,
+        "model_path": policy_base["path"],
+        "output_dir": str(out / "grpo"),
+        "records_path": str(records_path),
+        "mlflow_tracking_uri": mlflow.uri(h),
+        "mlflow_run_id": run_id,
         **{k: v for k, v in config.model_dump().items() if k != "grpo_overrides_json"},
         "grpo_overrides": json.loads(config.grpo_overrides_json),
     }
     config_path = out / "grpo_config.json"
     config_path.write_text(json.dumps(run_config, indent=2, sort_keys=True))
     pipes_subprocess_client.run(
-        command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)], context=context,
+        command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)],
+        context=context,
         env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER},
     )
     result = json.loads((out / "grpo" / "result.json").read_text())
@@ -195,15 +229,32 @@ def grpo_candidate(context: dg.AssetExecutionContext, config: GRPOTrainingConfig
     loss = float(result.get("train_loss", float("nan")))
     changed = weights_digest(result["model_path"]) != weights_digest(policy_base["path"])
     yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
-    yield dg.AssetCheckResult(check_name="weights_changed", passed=changed,
-                              metadata={"base": policy_base["path"], "candidate": result["model_path"]})
-    yield dg.AssetCheckResult(check_name="reward_curve_logged", passed=len(curve) > 0 and all(map(math.isfinite, curve)),
-                              metadata={"points": len(curve)})
+    yield dg.AssetCheckResult(
+        check_name="weights_changed",
+        passed=changed,
+        metadata={"base": policy_base["path"], "candidate": result["model_path"]},
+    )
+    yield dg.AssetCheckResult(
+        check_name="reward_curve_logged",
+        passed=len(curve) > 0 and all(map(math.isfinite, curve)),
+        metadata={"points": len(curve)},
+    )
     yield dg.MaterializeResult(
-        value={"path": result["model_path"], "mlflow_run_id": run_id, "reward_curve": curve,
-               "final_step": result["final_step"], "level_mix": result.get("level_mix")},
-        metadata={"model_path": dg.MetadataValue.path(result["model_path"]), "final_step": result["final_step"],
-                  "resumed_from_step": result.get("resumed_from_step", 0), "train_loss": loss,
-                  "reward_first": curve[0] if curve else None, "reward_last": curve[-1] if curve else None,
-                  "mlflow_run_id": run_id, "seconds": result.get("seconds")},
+        value={
+            "path": result["model_path"],
+            "mlflow_run_id": run_id,
+            "reward_curve": curve,
+            "final_step": result["final_step"],
+            "level_mix": result.get("level_mix"),
+        },
+        metadata={
+            "model_path": dg.MetadataValue.path(result["model_path"]),
+            "final_step": result["final_step"],
+            "resumed_from_step": result.get("resumed_from_step", 0),
+            "train_loss": loss,
+            "reward_first": curve[0] if curve else None,
+            "reward_last": curve[-1] if curve else None,
+            "mlflow_run_id": run_id,
+            "seconds": result.get("seconds"),
+        },
     )

@@ -3,10 +3,14 @@
 Splits are not stored: they are a pure function of `customer_id` (dataplane.splits), so every
 asset recomputes the same split from the stored window instead of trusting a copy.
 """
+
 from pathlib import Path
 
+from assets.resources import DuckDBStore
 from dataplane.home import Home
-from orchestration.resources import DuckDBStore
+from dataplane.splits import split_window
+from dataplane.window import window_records
+from training.tiny.level1 import as_level1
 
 
 def week_dir(home: Home, partition_key: str) -> Path:
@@ -16,9 +20,6 @@ def week_dir(home: Home, partition_key: str) -> Path:
 
 
 def split_records(home: Home, store: DuckDBStore, window_splits: dict) -> dict[str, list[dict]]:
-    from dataplane.splits import split_window
-    from dataplane.window import window_records
-
     with store.connect(home, read_only=True) as con:
         records = window_records(con, window_splits["week"])
     return split_window(records, tuple(window_splits["fractions"]))
@@ -34,6 +35,5 @@ def at_level(records: list[dict], level: int) -> list[dict]:
     any other level takes them as recorded."""
     if level != 1:
         return records
-    from training.level1 import as_level1
 
     return [task for task in map(as_level1, records) if task is not None]

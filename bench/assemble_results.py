@@ -6,6 +6,7 @@ file, headings demoted one level. Run after a benchmark updates its file:
 
     .venv/bin/python bench/assemble_results.py
 """
+
 from __future__ import annotations
 
 import re
@@ -29,7 +30,7 @@ def assemble(results: Path = BENCH / "RESULTS.md", folder: Path = BENCH / "resul
     for part in parts:
         title = part.splitlines()[0][3:].strip() if part.startswith("## ") else None
         out.append(areas.pop(title) + "\n" if title in areas else part)
-    for title, text in areas.items():  # a new area file: appended
+    for text in areas.values():  # a new area file: appended
         out.append(text + "\n")
     return "".join(out).rstrip() + "\n"
 

@@ -8,6 +8,7 @@ setup, step process overhead) is the orchestration overhead, printed as a share 
 
     .venv/bin/python bench/dagster_overhead.py [--home .retrain]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,13 @@ def overhead(instance, run_id: str) -> dict:
         raise ValueError(f"run {run_id} has not finished")
     body = sum(ends[step] - start for step, start in starts.items() if step in ends)
     wall = run_end - run_start
-    return {"run_id": run_id, "wall_s": wall, "asset_bodies_s": body, "overhead_s": wall - body,
-            "overhead_share": (wall - body) / wall if wall else 0.0}
+    return {
+        "run_id": run_id,
+        "wall_s": wall,
+        "asset_bodies_s": body,
+        "overhead_s": wall - body,
+        "overhead_share": (wall - body) / wall if wall else 0.0,
+    }
 
 
 def main() -> int:
@@ -57,9 +63,11 @@ def main() -> int:
             return 1
         for run in reversed(runs):
             o = overhead(instance, run.run_id)
-            print(f"week {run.tags.get('dagster/partition')} run {run.run_id[:8]}: wall {o['wall_s']:.1f} s, "
-                  f"asset bodies {o['asset_bodies_s']:.1f} s, overhead {o['overhead_s']:.1f} s "
-                  f"= {100 * o['overhead_share']:.1f}% of the run")
+            print(
+                f"week {run.tags.get('dagster/partition')} run {run.run_id[:8]}: wall {o['wall_s']:.1f} s, "
+                f"asset bodies {o['asset_bodies_s']:.1f} s, overhead {o['overhead_s']:.1f} s "
+                f"= {100 * o['overhead_share']:.1f}% of the run"
+            )
     return 0
 
 

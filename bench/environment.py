@@ -12,8 +12,9 @@ Measured in one run, best of `--repeat`:
   all through `call_tool`: tool calls per second, including resets;
 - dispatch overhead: the same read calls straight to the pure tool functions, to show what the
   allow-list, argument checks and audit log cost.
-`--simulate N` times N simulated interactions through `training.traffic.measure_throughput`.
+`--simulate N` times N simulated interactions through `training.traffic.simulate.measure_throughput`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,15 +23,16 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from training import tools_read  # noqa: E402
-from training.environment import RetailEnvironment, call_tool, replay_actions  # noqa: E402
-from training.world import load_world, touched_subset  # noqa: E402
+from training.sandbox import tools_read  # noqa: E402
+from training.sandbox.environment import RetailEnvironment, call_tool, replay_actions  # noqa: E402
+from training.sandbox.world import load_world, touched_subset  # noqa: E402
 
 
 def best_of(repeat: int, run: Callable[[], int]) -> tuple[float, int]:
@@ -61,9 +63,17 @@ def fast_replay(world: dict[str, Any], tasks: list[dict[str, Any]], share: bool)
 def read_mix(subset: dict[str, Any], task: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """What an agent reads before acting on a task: identity, profile, orders, products."""
     user = subset["users"][task["user_id"]]
-    calls = [("find_user_id_by_name_zip", {"first_name": user["name"]["first_name"],
-                                           "last_name": user["name"]["last_name"], "zip": user["address"]["zip"]}),
-             ("get_user_details", {"user_id": task["user_id"]})]
+    calls = [
+        (
+            "find_user_id_by_name_zip",
+            {
+                "first_name": user["name"]["first_name"],
+                "last_name": user["name"]["last_name"],
+                "zip": user["address"]["zip"],
+            },
+        ),
+        ("get_user_details", {"user_id": task["user_id"]}),
+    ]
     calls += [("get_order_details", {"order_id": oid}) for oid in subset["orders"]]
     calls += [("get_product_details", {"product_id": pid}) for pid in subset["products"]]
     return calls + [("calculate", {"expression": "(129.99 - 89.5) * 2"})]
@@ -83,7 +93,9 @@ def rollout_mix(prepared: list[tuple[dict[str, Any], list[tuple[str, dict[str, A
 READS = ("find_user_id_by_name_zip", "get_user_details", "get_order_details", "get_product_details")
 
 
-def dispatched_reads(envs: list[RetailEnvironment], prepared: list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]) -> int:
+def dispatched_reads(
+    envs: list[RetailEnvironment], prepared: list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]
+) -> int:
     """The read calls of the mix through call_tool on environments reset beforehand."""
     calls = 0
     for env, (_, mix) in zip(envs, prepared):
@@ -96,10 +108,12 @@ def dispatched_reads(envs: list[RetailEnvironment], prepared: list[tuple[dict[st
 
 def direct_reads(prepared: list[tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]) -> int:
     """The read calls of the mix straight to the pure functions: no checks, no audit, no reset."""
-    direct = {"find_user_id_by_name_zip": lambda s, a: tools_read.find_user_id_by_name_zip(s, **a),
-              "get_user_details": lambda s, a: tools_read.render("user", tools_read.user(s, a["user_id"]), False),
-              "get_order_details": lambda s, a: tools_read.render("order", tools_read.order(s, a["order_id"]), False),
-              "get_product_details": lambda s, a: tools_read.render("product", tools_read.product(s, a["product_id"]), False)}
+    direct = {
+        "find_user_id_by_name_zip": lambda s, a: tools_read.find_user_id_by_name_zip(s, **a),
+        "get_user_details": lambda s, a: tools_read.render("user", tools_read.user(s, a["user_id"]), False),
+        "get_order_details": lambda s, a: tools_read.render("order", tools_read.order(s, a["order_id"]), False),
+        "get_product_details": lambda s, a: tools_read.render("product", tools_read.product(s, a["product_id"]), False),
+    }
     calls = 0
     for subset, mix in prepared:
         for name, arguments in mix:
@@ -110,19 +124,19 @@ def direct_reads(prepared: list[tuple[dict[str, Any], list[tuple[str, dict[str, 
 
 
 def simulate_part(n: int) -> dict[str, Any] | str:
-    # ---- `--simulate N`: owned by training.traffic; this bench only times it ----
+    # ---- `--simulate N`: owned by training.traffic.simulate; this bench only times it ----
     if not (ROOT / "training" / "traffic.py").exists():
         return "skipped: training/traffic.py does not exist yet (left to the traffic engineer)"
-    from training import traffic
+    from training.traffic import simulate as traffic
 
     if not hasattr(traffic, "measure_throughput"):
-        return "skipped: training.traffic has no measure_throughput(n) yet"
+        return "skipped: training.traffic.simulate has no measure_throughput(n) yet"
     return traffic.measure_throughput(n)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--world", default=str(ROOT.parent / "shared" / "retail-world"))
+    parser.add_argument("--world", default=str(ROOT / "tests" / "data" / "retail-world"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--simulate", type=int, default=0, metavar="N")
     parser.add_argument("--json", action="store_true")
@@ -154,13 +168,16 @@ def main(argv: list[str] | None = None) -> int:
 
     figures = {
         "machine": f"{platform.machine()} {platform.processor() or ''} Python {platform.python_version()}".strip(),
-        "tasks": len(tasks), "gold_calls": gold_calls, "repeat": args.repeat,
+        "tasks": len(tasks),
+        "gold_calls": gold_calls,
+        "repeat": args.repeat,
         "replay_ms_per_task_naive_deepcopy": round(naive_ms, 2),
         "replay_ms_per_task_json_copy": round(copied_ms, 2),
         "replay_ms_per_task_copy_on_write": round(cow_ms, 2),
         "full_replay_500_tasks_s_json_copy": round(copied_s, 3),
         "full_replay_500_tasks_s_copy_on_write": round(cow_s, 3),
-        "rollout_mix_calls": mix_calls, "rollout_mix_s": round(mix_s, 3),
+        "rollout_mix_calls": mix_calls,
+        "rollout_mix_s": round(mix_s, 3),
         "rollout_mix_calls_per_s": round(mix_calls / mix_s),
         "dispatched_read_calls_per_s": round(read_calls / read_s),
         "direct_read_calls_per_s": round(direct_calls / direct_s),
@@ -172,16 +189,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"reference tasks: {len(tasks)} ({gold_calls} gold calls), best of {args.repeat}")
     print(f"replay from the full world, copy.deepcopy per task (baseline, {len(sample)} tasks): {naive_ms:.2f} ms/task")
-    print(f"replay from the full world, replay_actions (JSON copy):   {copied_ms:.2f} ms/task, all 500: {copied_s:.3f} s")
+    print(
+        f"replay from the full world, replay_actions (JSON copy):   {copied_ms:.2f} ms/task, all 500: {copied_s:.3f} s"
+    )
     print(f"replay from the full world, replay_actions copy-on-write: {cow_ms:.2f} ms/task, all 500: {cow_s:.3f} s")
-    print(f"rollout mix on subsets (reset + reads + gold writes): {mix_calls} calls in {mix_s:.3f} s "
-          f"= {mix_calls / mix_s:,.0f} calls/s")
-    print(f"read calls through call_tool: {read_calls / read_s:,.0f} calls/s; "
-          f"pure read functions: {direct_calls / direct_s:,.0f} calls/s")
-    print(f"ratio: copy-on-write replay is {naive_ms / cow_ms:.1f}x faster per task than the deepcopy baseline "
-          f"({copied_ms / cow_ms:.1f}x faster than the JSON copy)")
-    print(f"ratio: checked, audited reads run at {(read_calls / read_s) / (direct_calls / direct_s):.2f}x "
-          f"the speed of the pure functions")
+    print(
+        f"rollout mix on subsets (reset + reads + gold writes): {mix_calls} calls in {mix_s:.3f} s "
+        f"= {mix_calls / mix_s:,.0f} calls/s"
+    )
+    print(
+        f"read calls through call_tool: {read_calls / read_s:,.0f} calls/s; "
+        f"pure read functions: {direct_calls / direct_s:,.0f} calls/s"
+    )
+    print(
+        f"ratio: copy-on-write replay is {naive_ms / cow_ms:.1f}x faster per task than the deepcopy baseline "
+        f"({copied_ms / cow_ms:.1f}x faster than the JSON copy)"
+    )
+    print(
+        f"ratio: checked, audited reads run at {(read_calls / read_s) / (direct_calls / direct_s):.2f}x "
+        f"the speed of the pure functions"
+    )
     if args.simulate:
         print(f"simulate {args.simulate}: {figures['simulate']}")
     return 0

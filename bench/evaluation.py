@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/evaluation.py [--model PATH] [--tasks 16] [--shadow 256] [--shadow-only]
 
-Policy under test: the tiny Qwen2 policy of training.bootstrap (built here, offline, unless --model
+Policy under test: the tiny Qwen2 policy of training.tiny.bootstrap (built here, offline, unless --model
 names a checkpoint). A freshly initialised model never closes a tool call, so every conversation
 would end after one turn; to measure realistic multi-turn rollouts the main figures use a
 "teacher-forced" policy: each round the model really generates `max_new_tokens` for every live
@@ -12,6 +12,7 @@ rollouts (one turn each) are reported too.
 
 Prints ratios against the one-at-a-time baseline measured in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from evaluation.policy import HFPolicy, ScriptedPolicy  # noqa: E402
 from evaluation.rollout import run_rollouts  # noqa: E402
-from training.prompting import initial_messages  # noqa: E402
 from tests.helpers_eval import expert_policy, make_records  # noqa: E402
+from training.sandbox.prompting import initial_messages  # noqa: E402
 
 
 class TeacherForced:
@@ -64,9 +65,12 @@ class TeacherForced:
         if now - self._last_report >= self.progress_s:
             self._last_report = now
             # CPU seconds too: on a shared machine they say what the work costs, whatever the load.
-            print(f"  progress: {now - self._start:.0f} s wall, {time.process_time() - self._cpu_start:.0f} s CPU, "
-                  f"conversations started {len(self._seen)}, finished {len(self._seen) - len(live)}, "
-                  f"turns generated {self.generated}, load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"  progress: {now - self._start:.0f} s wall, {time.process_time() - self._cpu_start:.0f} s CPU, "
+                f"conversations started {len(self._seen)}, finished {len(self._seen) - len(live)}, "
+                f"turns generated {self.generated}, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
 
 
 def _timed(fn):
@@ -83,10 +87,14 @@ def main() -> None:
     parser.add_argument("--target", type=int, default=5000, help="shadow size to report (extrapolated if larger)")
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (1: on a shared 2-core machine more threads thrash)")
-    parser.add_argument("--no-prefix-cache", action="store_true",
-                        help="prefill every turn's whole transcript (to measure what the cache saves)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1: on a shared 2-core machine more threads thrash)"
+    )
+    parser.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="prefill every turn's whole transcript (to measure what the cache saves)",
+    )
     parser.add_argument("--shadow-only", action="store_true", help="skip the batched vs one-at-a-time part")
     parser.add_argument("--progress", type=float, default=60.0, help="seconds between progress lines of the shadow run")
     args = parser.parse_args()
@@ -100,17 +108,23 @@ def main() -> None:
         if args.model:
             path = args.model
         else:
-            from training.bootstrap import TinyModelSpec, build_tiny_policy
+            from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
 
             build_s, path = _timed(lambda: build_tiny_policy(Path(tmp) / "tiny", records, TinyModelSpec()))
             print(f"built tiny policy in {build_s:.1f} s")
-        hf = HFPolicy(str(path), max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                      prefix_cache=not args.no_prefix_cache)
+        hf = HFPolicy(
+            str(path),
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            prefix_cache=not args.no_prefix_cache,
+        )
     params = sum(p.numel() for p in hf.model.parameters())
     prompt_tokens = len(hf.tokenizer(hf.render(initial_messages(records[0])))["input_ids"])
-    print(f"{time.strftime('%H:%M:%S')} machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}, torch threads "
-          f"{torch.get_num_threads()}; model {params / 1e6:.2f}M parameters; opening prompt {prompt_tokens} tokens")
+    print(
+        f"{time.strftime('%H:%M:%S')} machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}, torch threads "
+        f"{torch.get_num_threads()}; model {params / 1e6:.2f}M parameters; opening prompt {prompt_tokens} tokens"
+    )
 
     hf.model.generate(**hf.tokenizer(["warm up"], return_tensors="pt"), max_new_tokens=2)  # first-call costs
     seq_per_conversation = None if args.shadow_only else _compare(hf, records, args.tasks)
@@ -126,19 +140,23 @@ def _compare(hf: HFPolicy, records: list, n_tasks: int) -> float:
     turns = sum(t.turns for t in bat)
     same = [(t.success, t.messages) for t in seq] == [(t.success, t.messages) for t in bat]
     print(f"\n[teacher-forced, {len(tasks)} tasks, {turns} turns, success {sum(t.success for t in bat)}/{len(bat)}]")
-    print(f"one-at-a-time: {seq_s:.2f} s   batched: {bat_s:.2f} s   speed-up x{seq_s / bat_s:.2f}   "
-          f"identical trials: {same}")
+    print(
+        f"one-at-a-time: {seq_s:.2f} s   batched: {bat_s:.2f} s   speed-up x{seq_s / bat_s:.2f}   "
+        f"identical trials: {same}"
+    )
 
     own_seq_s, own_seq = _timed(lambda: [t for r in tasks for t in run_rollouts(hf, [r], k=1, seed=0)])
     own_bat_s, own = _timed(lambda: run_rollouts(hf, tasks, k=1, seed=0))
     own_same = [t.messages for t in own_seq] == [t.messages for t in own]
-    print(f"[model's own rollouts, {sum(t.turns for t in own)} turns] one-at-a-time {own_seq_s:.2f} s, "
-          f"batched {own_bat_s:.2f} s, speed-up x{own_seq_s / own_bat_s:.2f}   identical trials: {own_same}")
+    print(
+        f"[model's own rollouts, {sum(t.turns for t in own)} turns] one-at-a-time {own_seq_s:.2f} s, "
+        f"batched {own_bat_s:.2f} s, speed-up x{own_seq_s / own_bat_s:.2f}   identical trials: {own_same}"
+    )
     return seq_s / len(tasks)
 
 
 def _shadow(hf: HFPolicy, records: list, args: argparse.Namespace, seq_per_conversation: float | None) -> None:
-    shadow = records[:args.shadow]
+    shadow = records[: args.shadow]
     policy = TeacherForced(hf, expert_policy(records), progress_s=args.progress)
     prefilled_before = hf.prefilled_tokens
     cpu_start = time.process_time()
@@ -147,17 +165,23 @@ def _shadow(hf: HFPolicy, records: list, args: argparse.Namespace, seq_per_conve
     per = shadow_s / len(shadow)
     shadow_turns = sum(t.turns for t in shadow_trials)
     ended = Counter(t.ended_by for t in shadow_trials)
-    print(f"\n[shadow evaluation] ran {len(shadow)} conversations ({shadow_turns} turns, ended by {dict(ended)}, "
-          f"success {sum(t.success for t in shadow_trials)}/{len(shadow)}) batched in "
-          f"{shadow_s:.1f} s = {per * 1000:.0f} ms/conversation; "
-          f"{hf.prefilled_tokens - prefilled_before} prompt tokens prefilled; "
-          f"{cpu_s:.0f} s CPU = {cpu_s / len(shadow) * 1000:.0f} ms CPU/conversation")
+    print(
+        f"\n[shadow evaluation] ran {len(shadow)} conversations ({shadow_turns} turns, ended by {dict(ended)}, "
+        f"success {sum(t.success for t in shadow_trials)}/{len(shadow)}) batched in "
+        f"{shadow_s:.1f} s = {per * 1000:.0f} ms/conversation; "
+        f"{hf.prefilled_tokens - prefilled_before} prompt tokens prefilled; "
+        f"{cpu_s:.0f} s CPU = {cpu_s / len(shadow) * 1000:.0f} ms CPU/conversation"
+    )
     if args.target > len(shadow):
-        print(f"  extrapolated to {args.target}: {per * args.target / 60:.1f} min per policy, "
-              f"{2 * per * args.target / 60:.1f} min for candidate + champion (linear: fixed batch size)")
+        print(
+            f"  extrapolated to {args.target}: {per * args.target / 60:.1f} min per policy, "
+            f"{2 * per * args.target / 60:.1f} min for candidate + champion (linear: fixed batch size)"
+        )
     if seq_per_conversation:
-        print(f"  one-at-a-time would take about {seq_per_conversation * max(args.target, len(shadow)) / 60:.1f} "
-              f"min per policy")
+        print(
+            f"  one-at-a-time would take about {seq_per_conversation * max(args.target, len(shadow)) / 60:.1f} "
+            f"min per policy"
+        )
 
 
 if __name__ == "__main__":

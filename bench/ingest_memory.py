@@ -12,6 +12,7 @@ the same new file in a fresh Python process. There the high-water mark is reset 
 before it (imports plus an opened store) is reported too, and so the ingestion's own share.
 Prints a table and the ratio of the largest store's figures to the smallest's (target ~1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
-NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)  # after every simulated day: nothing is "future"
+NOW = datetime(2030, 1, 1, tzinfo=UTC)  # after every simulated day: nothing is "future"
 
 # Run in a fresh interpreter: RSS before, and the high-water mark of the ingestion alone.
 _MEASURE = """
@@ -57,7 +58,7 @@ print(json.dumps({"base_kib": base, "peak_kib": peak, "seconds": seconds, "accep
 
 def template_records(n: int, seed: int) -> list[dict]:
     """`n` contract-valid records of simulated traffic (the product's own generator)."""
-    from training.traffic import simulate
+    from training.traffic.simulate import simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         simulate(days=1, per_day=n, seed=seed, out_dir=tmp, start=date(2026, 1, 5), n_users=60)
@@ -98,8 +99,13 @@ def build_snapshots(work: Path, sizes: list[int], rows_per_file: int) -> dict[in
 def measure(snapshot: Path, new_file: Path, work: Path) -> dict:
     db = work / "measure.duckdb"
     shutil.copy(snapshot, db)
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(db), str(new_file), NOW.isoformat()],
-                          cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(db), str(new_file), NOW.isoformat()],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     db.unlink()
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -121,26 +127,39 @@ def main() -> None:
         for size in sizes:
             runs = [measure(snapshots[size], new_file, work) for _ in range(args.repeats)]
             assert all(r["accepted"] == args.new_file_rows for r in runs), runs
-            rows.append({"files": size, "stored_rows": size * args.rows_per_file,
-                         "store_mib": snapshots[size].stat().st_size / 2**20,
-                         "base_mib": statistics.median(r["base_kib"] for r in runs) / 1024,
-                         "peak_mib": statistics.median(r["peak_kib"] for r in runs) / 1024,
-                         "ingest_mib": statistics.median(r["peak_kib"] - r["base_kib"] for r in runs) / 1024,
-                         "seconds": statistics.median(r["seconds"] for r in runs)})
+            rows.append(
+                {
+                    "files": size,
+                    "stored_rows": size * args.rows_per_file,
+                    "store_mib": snapshots[size].stat().st_size / 2**20,
+                    "base_mib": statistics.median(r["base_kib"] for r in runs) / 1024,
+                    "peak_mib": statistics.median(r["peak_kib"] for r in runs) / 1024,
+                    "ingest_mib": statistics.median(r["peak_kib"] - r["base_kib"] for r in runs) / 1024,
+                    "seconds": statistics.median(r["seconds"] for r in runs),
+                }
+            )
 
-    print(f"# {platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"{datetime.now(timezone.utc):%Y-%m-%d}; new file {args.new_file_rows} rows, "
-          f"old files {args.rows_per_file} rows each, median of {args.repeats} fresh processes")
-    print("| files already ingested | rows stored | store MiB | RSS before MiB | peak RSS MiB "
-          "| peak - before MiB | ingest s |")
+    print(
+        f"# {platform.processor() or platform.machine()}, python {platform.python_version()}, "
+        f"{datetime.now(UTC):%Y-%m-%d}; new file {args.new_file_rows} rows, "
+        f"old files {args.rows_per_file} rows each, median of {args.repeats} fresh processes"
+    )
+    print(
+        "| files already ingested | rows stored | store MiB | RSS before MiB | peak RSS MiB "
+        "| peak - before MiB | ingest s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['files']} | {r['stored_rows']} | {r['store_mib']:.1f} | {r['base_mib']:.1f} | "
-              f"{r['peak_mib']:.1f} | {r['ingest_mib']:.1f} | {r['seconds']:.2f} |")
+        print(
+            f"| {r['files']} | {r['stored_rows']} | {r['store_mib']:.1f} | {r['base_mib']:.1f} | "
+            f"{r['peak_mib']:.1f} | {r['ingest_mib']:.1f} | {r['seconds']:.2f} |"
+        )
     small, large = rows[0], rows[-1]
-    print(f"\npeak RSS ratio {large['files']} vs {small['files']} files: {large['peak_mib'] / small['peak_mib']:.3f}; "
-          f"ingestion's own share ratio: {large['ingest_mib'] / max(small['ingest_mib'], 1e-9):.3f}; "
-          f"time ratio: {large['seconds'] / small['seconds']:.3f}")
+    print(
+        f"\npeak RSS ratio {large['files']} vs {small['files']} files: {large['peak_mib'] / small['peak_mib']:.3f}; "
+        f"ingestion's own share ratio: {large['ingest_mib'] / max(small['ingest_mib'], 1e-9):.3f}; "
+        f"time ratio: {large['seconds'] / small['seconds']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ mean loss so the two can be seen to learn the same thing.
 
     .venv/bin/python bench/sft_step.py [--steps 40] [--batch 16] [--threads 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ def timed_run(trainer_cls, base: Path, rows: list[dict], out: Path, steps: int, 
     from transformers import TrainerCallback
     from trl import SFTConfig
 
-    from training.bootstrap import load_policy
+    from training.checkpoints import load_policy
     from training.sft import tokenized_rows
 
     model, tokenizer = load_policy(base)
@@ -42,12 +43,28 @@ def timed_run(trainer_cls, base: Path, rows: list[dict], out: Path, steps: int, 
         def on_step_end(self, args, state, control, **kwargs):
             stamps.append(time.perf_counter())
 
-    args = SFTConfig(output_dir=str(out), max_steps=steps, per_device_train_batch_size=batch, learning_rate=1e-3,
-                     lr_scheduler_type="constant", seed=0, use_cpu=True, report_to="none", save_strategy="no",
-                     logging_steps=steps, disable_tqdm=True, dataloader_pin_memory=False,
-                     gradient_checkpointing=False)
-    trainer = trainer_cls(model=model, args=args, train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
-                          processing_class=tokenizer, callbacks=[Clock()])
+    args = SFTConfig(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=batch,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        seed=0,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=steps,
+        disable_tqdm=True,
+        dataloader_pin_memory=False,
+        gradient_checkpointing=False,
+    )
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
     output = trainer.train()
     per_step = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
     return {"seconds_per_step": round(per_step, 3), "train_loss": round(float(output.training_loss), 4)}
@@ -62,13 +79,13 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
+    from learning import level1_tasks
     from trl import SFTTrainer
 
-    from learning import level1_tasks
-    from training.bootstrap import TinyModelSpec, build_tiny_policy
     from training.curriculum import tools_for_levels
-    from training.level1 import level1_demonstration
     from training.sft import _trainer_class, sft_rows
+    from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
+    from training.tiny.level1 import level1_demonstration
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench-sft-step-"))
@@ -79,10 +96,21 @@ def main() -> int:
     rows = sft_rows(expert, tools=tools_for_levels({"1": 1.0}), relabelled=args.steps * args.batch)
     stock = timed_run(SFTTrainer, base, rows, work / "stock", args.steps, args.batch)
     ours = timed_run(_trainer_class(), base, rows, work / "ours", args.steps, args.batch)
-    print(json.dumps({"stock_trl": stock, "labelled_positions": ours, "rows": len(rows),
-                      "batch": args.batch, "threads": args.threads}))
-    print(f"sft_step_stock={stock['seconds_per_step']}s sft_step_ours={ours['seconds_per_step']}s "
-          f"speedup={stock['seconds_per_step'] / ours['seconds_per_step']:.2f}x")
+    print(
+        json.dumps(
+            {
+                "stock_trl": stock,
+                "labelled_positions": ours,
+                "rows": len(rows),
+                "batch": args.batch,
+                "threads": args.threads,
+            }
+        )
+    )
+    print(
+        f"sft_step_stock={stock['seconds_per_step']}s sft_step_ours={ours['seconds_per_step']}s "
+        f"speedup={stock['seconds_per_step'] / ours['seconds_per_step']:.2f}x"
+    )
     return 0
 
 

@@ -13,6 +13,7 @@ available), and (c) ingesting the held-back day into the full store against inge
 empty one. Prints ratios, CPU seconds of the ingest (the machine may be shared: rows per
 CPU-second is the figure contention moves least), load averages and peak RSS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -32,11 +33,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dataplane.ingest import ingest_paths  # noqa: E402
-from dataplane.store import open_store  # noqa: E402
-from dataplane.window import cut_window, week_id  # noqa: E402
+from dataplane.ingest import ingest_paths
+from dataplane.store import open_store
+from dataplane.window import cut_window, week_id
 
-START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+START = datetime(2024, 1, 1, tzinfo=UTC)
 ROWS_PER_DAY = 27_400  # ~10 million a year
 INTENTS = ["order_status", "cancel_order", "return_items", "exchange_items", "modify_order_items", "other"]
 OUTCOMES = ["completed", "completed", "completed", "failed", "escalated"]
@@ -80,28 +81,33 @@ def day_table(day: int, first: int, count: int) -> pa.Table:
     ids = range(first, first + count)
     ended = [base + timedelta(seconds=int(k * step)) for k in range(count)]
     customers = [f"user_{i % 50_000}" for i in ids]
-    user_turn = ['[{"role":"user","content":"where is order #W%07d, call 415-555-%04d"},'
-                 '{"role":"assistant","content":"","tool_calls":[{"name":"get_order_details",'
-                 '"arguments":{"order_id":"#W%07d"}}]},{"role":"tool","name":"get_order_details","content":"ok"},'
-                 '{"role":"assistant","content":"It ships soon."}]' % (i % 10**7, i % 10**4, i % 10**7) for i in ids]
-    return pa.table({
-        "interaction_id": [f"int-{i:010d}" for i in ids],
-        "started_at": [(t - timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ") for t in ended],
-        "ended_at": [t.strftime("%Y-%m-%dT%H:%M:%SZ") for t in ended],
-        "policy_version": ["retail-agent/12"] * count,
-        "customer_id": customers,
-        "intent": [INTENTS[i % len(INTENTS)] for i in ids],
-        "initial_state": ['{"users":{"%s":{}},"orders":{},"products":{}}' % c for c in customers],
-        "user_scenario": ['{"instruction":"Ask about your order.","known_info":{},"persona":"terse"}'] * count,
-        "messages": user_turn,
-        "outcome": [OUTCOMES[i % len(OUTCOMES)] for i in ids],
-        "escalation_was_necessary": [True if i % 5 == 4 else None for i in ids],
-        "actions_taken": [i % 7 for i in ids],
-        "customer_sentiment_delta": [((i % 21) - 10) / 10 for i in ids],
-        "gold": ['{"actions":[],"outputs":["soon"]}' if i % 3 == 0 else None for i in ids],
-        "human_label": [None] * count,
-        "schema_version": [1] * count,
-    })
+    user_turn = [
+        '[{"role":"user","content":"where is order #W%07d, call 415-555-%04d"},'
+        '{"role":"assistant","content":"","tool_calls":[{"name":"get_order_details",'
+        '"arguments":{"order_id":"#W%07d"}}]},{"role":"tool","name":"get_order_details","content":"ok"},'
+        '{"role":"assistant","content":"It ships soon."}]' % (i % 10**7, i % 10**4, i % 10**7)
+        for i in ids
+    ]
+    return pa.table(
+        {
+            "interaction_id": [f"int-{i:010d}" for i in ids],
+            "started_at": [(t - timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ") for t in ended],
+            "ended_at": [t.strftime("%Y-%m-%dT%H:%M:%SZ") for t in ended],
+            "policy_version": ["retail-agent/12"] * count,
+            "customer_id": customers,
+            "intent": [INTENTS[i % len(INTENTS)] for i in ids],
+            "initial_state": ['{"users":{"%s":{}},"orders":{},"products":{}}' % c for c in customers],
+            "user_scenario": ['{"instruction":"Ask about your order.","known_info":{},"persona":"terse"}'] * count,
+            "messages": user_turn,
+            "outcome": [OUTCOMES[i % len(OUTCOMES)] for i in ids],
+            "escalation_was_necessary": [True if i % 5 == 4 else None for i in ids],
+            "actions_taken": [i % 7 for i in ids],
+            "customer_sentiment_delta": [((i % 21) - 10) / 10 for i in ids],
+            "gold": ['{"actions":[],"outputs":["soon"]}' if i % 3 == 0 else None for i in ids],
+            "human_label": [None] * count,
+            "schema_version": [1] * count,
+        }
+    )
 
 
 def build_log(root: Path, rows: int) -> list[Path]:
@@ -130,14 +136,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--window", type=int, default=10_000)
-    parser.add_argument("--phases", type=int, default=10, help="ingest the history in this many calls, "
-                        "reporting each (the store is reopened per call)")
-    parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder, removed after; "
-                        "the folder of an interrupted run resumes it (ingestion skips the files already stored, "
-                        "so (a) then covers the rest)")
+    parser.add_argument(
+        "--phases",
+        type=int,
+        default=10,
+        help="ingest the history in this many calls, reporting each (the store is reopened per call)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="default: a temporary folder, removed after; "
+        "the folder of an interrupted run resumes it (ingestion skips the files already stored, "
+        "so (a) then covers the rest)",
+    )
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-window-"))
-    now = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
     try:
         gen_s, files = timed(lambda: build_log(work / "landing", args.rows))
         history, new_day = files[:-1], files[-1]
@@ -147,48 +162,69 @@ def main() -> None:
         db = work / "interactions.duckdb"
         ingest_s, ingest_cpu, summary = ingest_history(db, history, now, args.phases)
         assert summary.read == summary.accepted + summary.duplicates + summary.quarantined
-        say(f"(a) ingest: {summary.accepted:,} rows in {ingest_s:.1f}s = {summary.accepted / ingest_s:,.0f} rows/s "
+        say(
+            f"(a) ingest: {summary.accepted:,} rows in {ingest_s:.1f}s = {summary.accepted / ingest_s:,.0f} rows/s "
             f"(CPU {ingest_cpu:.1f}s = {summary.accepted / ingest_cpu:,.0f} rows per CPU-second; quarantined "
-            f"{summary.quarantined}); store {db.stat().st_size / 2**20:,.0f} MiB; peak RSS so far {peak_rss_mib():,.0f} MiB")
+            f"{summary.quarantined}); store {db.stat().st_size / 2**20:,.0f} MiB; peak RSS so far {peak_rss_mib():,.0f} MiB"
+        )
 
-        week_end = datetime.combine(pd.Timestamp(new_day.parent.name[4:]).date(), datetime.min.time(), timezone.utc)
+        week_end = datetime.combine(pd.Timestamp(new_day.parent.name[4:]).date(), datetime.min.time(), UTC)
         con = open_store(db)
         cut_s, topn_s, info, top = first_cuts(con, week_end, args.window)
         recut_s, again = timed(lambda: cut_window(con, week_end, size=args.window), repeat=5)
         con.close()
         assert again == info and [r[0] for r in top[::-1]][:3] == _first_ids(db, info.week)
-        say(f"(b) window of {info.rows:,}: first cut_window of a week {cut_s * 1000:.0f} ms, bare top-N "
+        say(
+            f"(b) window of {info.rows:,}: first cut_window of a week {cut_s * 1000:.0f} ms, bare top-N "
             f"{topn_s * 1000:.0f} ms (ratio {cut_s / topn_s:.2f}x); re-cut of the unchanged week "
-            f"{recut_s * 1000:.0f} ms ({recut_s / topn_s:.2f}x)")
+            f"{recut_s * 1000:.0f} ms ({recut_s / topn_s:.2f}x)"
+        )
 
         rss_before_pandas = peak_rss_mib()
         baselines = {}
         for name, columns in (("the window's", PANDAS_COLUMNS), ("all", None)):
             baselines[name] = pandas_baseline(work / "landing", columns, week_end, args.window, args.rows, top[0][0])
             if baselines[name] is not None:
-                say(f"(b) pandas read ({name} columns) + filter + sort + tail: {baselines[name]:.1f}s "
-                    f"(cut_window {baselines[name] / cut_s:,.0f}x faster); peak RSS {peak_rss_mib():,.0f} MiB")
+                say(
+                    f"(b) pandas read ({name} columns) + filter + sort + tail: {baselines[name]:.1f}s "
+                    f"(cut_window {baselines[name] / cut_s:,.0f}x faster); peak RSS {peak_rss_mib():,.0f} MiB"
+                )
 
         full_s, full = timed(lambda: ingest_paths(db, [new_day], now=now))
         empty_s, empty = timed(lambda: ingest_paths(work / "empty.duckdb", [new_day], now=now))
-        say(f"(c) one new day ({full.accepted:,} rows): into the full store {full_s:.2f}s, "
-            f"into an empty store {empty_s:.2f}s (ratio {full_s / empty_s:.2f})")
+        say(
+            f"(c) one new day ({full.accepted:,} rows): into the full store {full_s:.2f}s, "
+            f"into an empty store {empty_s:.2f}s (ratio {full_s / empty_s:.2f})"
+        )
         say(f"peak RSS: {rss_before_pandas:,.0f} MiB before the pandas baselines, {peak_rss_mib():,.0f} MiB overall")
-        print(json.dumps({"rows": args.rows, "ingest_rows_per_s": round(summary.accepted / ingest_s),
-                          "ingest_rows_per_cpu_s": round(summary.accepted / ingest_cpu),
-                          "cut_ms": round(cut_s * 1000, 1), "recut_ms": round(recut_s * 1000, 1),
-                          "topn_ms": round(topn_s * 1000, 1),
-                          "pandas_columns_s": _round(baselines["the window's"]), "pandas_all_s": _round(baselines["all"]),
-                          "incremental_full_s": round(full_s, 3), "incremental_empty_s": round(empty_s, 3),
-                          "peak_rss_before_pandas_mib": round(rss_before_pandas),
-                          "peak_rss_mib": round(peak_rss_mib())}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "rows": args.rows,
+                    "ingest_rows_per_s": round(summary.accepted / ingest_s),
+                    "ingest_rows_per_cpu_s": round(summary.accepted / ingest_cpu),
+                    "cut_ms": round(cut_s * 1000, 1),
+                    "recut_ms": round(recut_s * 1000, 1),
+                    "topn_ms": round(topn_s * 1000, 1),
+                    "pandas_columns_s": _round(baselines["the window's"]),
+                    "pandas_all_s": _round(baselines["all"]),
+                    "incremental_full_s": round(full_s, 3),
+                    "incremental_empty_s": round(empty_s, 3),
+                    "peak_rss_before_pandas_mib": round(rss_before_pandas),
+                    "peak_rss_mib": round(peak_rss_mib()),
+                }
+            ),
+            flush=True,
+        )
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-TOPN_SQL = ("SELECT interaction_id, content_hash FROM interactions WHERE ended_at < ? "
-            "ORDER BY ended_at DESC, interaction_id DESC LIMIT ?")
+TOPN_SQL = (
+    "SELECT interaction_id, content_hash FROM interactions WHERE ended_at < ? "
+    "ORDER BY ended_at DESC, interaction_id DESC LIMIT ?"
+)
 
 
 def first_cuts(con, week_end: datetime, size: int, repeat: int = 5):
@@ -221,7 +257,7 @@ def ingest_history(db: Path, history: list[Path], now: datetime, phases: int):
     step = -(-len(history) // max(1, phases))
     for start in range(0, len(history), step):
         cpu0 = cpu_s()
-        part_s, part = timed(lambda: ingest_paths(db, history[start:start + step], now=now))
+        part_s, part = timed(lambda: ingest_paths(db, history[start : start + step], now=now))
         part_cpu = cpu_s() - cpu0
         total_s, total_cpu = total_s + part_s, total_cpu + part_cpu
         if summary is None:
@@ -229,14 +265,17 @@ def ingest_history(db: Path, history: list[Path], now: datetime, phases: int):
         else:
             for item in part.per_file:
                 summary.add(item)
-        say(f"    ingested files {start + 1}-{start + len(part.per_file)} of {len(history)}: "
+        say(
+            f"    ingested files {start + 1}-{start + len(part.per_file)} of {len(history)}: "
             f"{part.accepted:,} rows in {part_s:.1f}s = {part.accepted / part_s:,.0f} rows/s, "
-            f"{part.accepted / part_cpu:,.0f} rows per CPU-second (stored so far {summary.accepted:,}; peak RSS {peak_rss_mib():,.0f} MiB)")
+            f"{part.accepted / part_cpu:,.0f} rows per CPU-second (stored so far {summary.accepted:,}; peak RSS {peak_rss_mib():,.0f} MiB)"
+        )
     return total_s, total_cpu, summary
 
 
-def pandas_baseline(landing: Path, columns: list[str] | None, week_end: datetime, size: int, rows: int,
-                    expected_last: str) -> float | None:
+def pandas_baseline(
+    landing: Path, columns: list[str] | None, week_end: datetime, size: int, rows: int, expected_last: str
+) -> float | None:
     """Seconds to read the log with pandas, keep rows before `week_end`, sort and take the tail.
 
     Refused (None) when the whole log would not fit in the memory available now: the machine is
@@ -245,14 +284,17 @@ def pandas_baseline(landing: Path, columns: list[str] | None, week_end: datetime
     need = rows * (PANDAS_BYTES_PER_ROW if columns is None else PANDAS_BYTES_PER_ROW // 4)
     available = mem_available_bytes()
     if need * 1.25 + 2 * 2**30 > available:
-        say(f"(b) pandas baseline ({'all' if columns is None else 'some'} columns) skipped: needs about "
-            f"{need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available")
+        say(
+            f"(b) pandas baseline ({'all' if columns is None else 'some'} columns) skipped: needs about "
+            f"{need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB available"
+        )
         return None
 
     def tail():
         frame = pd.read_parquet(landing, columns=columns)
         frame = frame[frame["ended_at"] < week_end.strftime("%Y-%m-%dT%H:%M:%SZ")]
         return frame.sort_values(["ended_at", "interaction_id"]).tail(size)
+
     seconds, result = timed(tail)
     assert list(result["interaction_id"])[-1] == expected_last
     del result
@@ -266,8 +308,12 @@ def _round(value: float | None) -> float | None:
 def _first_ids(db: Path, week: str) -> list[str]:
     con = open_store(db, read_only=True)
     try:
-        return [r[0] for r in con.execute(
-            "SELECT interaction_id FROM windows WHERE week = ? ORDER BY position LIMIT 3", [week]).fetchall()]
+        return [
+            r[0]
+            for r in con.execute(
+                "SELECT interaction_id FROM windows WHERE week = ? ORDER BY position LIMIT 3", [week]
+            ).fetchall()
+        ]
     finally:
         con.close()
 

@@ -1,24 +1,34 @@
-"""The interaction record contract, schema_version 1 (DESIGN section 3).
+"""The interaction record contract, schema_version 1 (docs/ARCHITECTURE.md, "The interaction record").
 
 `validate_record` checks every field and returns a normalised copy (optional nullable fields
 filled with None, empty `tool_calls` dropped, tool-call arguments given as JSON text decoded), so
 that the same interaction always hashes to the same content whatever producer wrote it. Every
 violation raises `ContractError` with a short rule name and a detail naming the field.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import re
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 SCHEMA_VERSION = 1
-INTENTS = frozenset({
-    "order_status", "cancel_order", "return_items", "exchange_items", "modify_order_items",
-    "modify_order_address", "modify_order_payment", "modify_user_address", "other",
-})
+INTENTS = frozenset(
+    {
+        "order_status",
+        "cancel_order",
+        "return_items",
+        "exchange_items",
+        "modify_order_items",
+        "modify_order_address",
+        "modify_order_payment",
+        "modify_user_address",
+        "other",
+    }
+)
 OUTCOMES = frozenset({"completed", "failed", "escalated"})
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 FUTURE_TOLERANCE = timedelta(minutes=5)
@@ -26,13 +36,22 @@ FUTURE_TOLERANCE = timedelta(minutes=5)
 ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 # RFC 3339 date-time with a mandatory offset; fromisoformat alone would accept dates, week
 # dates and naive times.
-RFC3339_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+RFC3339_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 REQUIRED_FIELDS = (
-    "interaction_id", "started_at", "ended_at", "policy_version", "customer_id", "intent",
-    "initial_state", "user_scenario", "messages", "outcome", "actions_taken",
-    "customer_sentiment_delta", "schema_version",
+    "interaction_id",
+    "started_at",
+    "ended_at",
+    "policy_version",
+    "customer_id",
+    "intent",
+    "initial_state",
+    "user_scenario",
+    "messages",
+    "outcome",
+    "actions_taken",
+    "customer_sentiment_delta",
+    "schema_version",
 )
 NULLABLE_FIELDS = ("escalation_was_necessary", "gold", "human_label")
 ALL_FIELDS = frozenset(REQUIRED_FIELDS + NULLABLE_FIELDS)
@@ -84,6 +103,7 @@ def _require_type(value: Any, types: type | tuple[type, ...], field: str) -> Non
 # The hot path below tests `type(x) is T` first (what json.loads and Arrow produce) and only falls
 # back to `_require_type`, which accepts subclasses and builds the error, when that fails; field
 # names are formatted only on that slow path.
+
 
 def _check_id(value: Any, field: str) -> None:
     if type(value) is not str:
@@ -222,7 +242,7 @@ def validate_record(obj: Any, now: datetime | None = None) -> dict:
     if not isinstance(obj, dict):
         raise ContractError("wrong_type", f"record must be a JSON object, got {type(obj).__name__}", obj)
     try:
-        return _validate(obj, now or datetime.now(timezone.utc))
+        return _validate(obj, now or datetime.now(UTC))
     except ContractError as err:
         err.record = obj
         raise

@@ -1,8 +1,9 @@
-"""The home folder: every embedded store lives under one root (DESIGN section 7).
+"""The home folder: every embedded store lives under one root, so one variable (RETRAIN_HOME) moves them all.
 
 Default `.retrain/` in the repository root; `RETRAIN_HOME` moves it. Paths handed in by
 configuration are resolved inside the home and may not escape it.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ class Home:
     root: Path
 
     @classmethod
-    def from_env(cls, override: str | os.PathLike | None = None) -> "Home":
+    def from_env(cls, override: str | os.PathLike | None = None) -> Home:
         raw = override or os.environ.get("RETRAIN_HOME") or (REPO_ROOT / ".retrain")
         return cls(Path(raw).expanduser().resolve())
 
@@ -64,8 +65,15 @@ class Home:
     def incidents(self) -> Path:
         return self.root / "incidents"
 
-    def ensure(self) -> "Home":
-        for path in (self.root, self.landing, self.models, self.gx_root, self.dagster_home,
-                     self.incidents, self.mlflow_artifacts):
+    def ensure(self) -> Home:
+        for path in (
+            self.root,
+            self.landing,
+            self.models,
+            self.gx_root,
+            self.dagster_home,
+            self.incidents,
+            self.mlflow_artifacts,
+        ):
             path.mkdir(parents=True, exist_ok=True)
         return self

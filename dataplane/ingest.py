@@ -5,6 +5,7 @@ ingested (same path, size and sha256) is skipped. Every record read ends up in e
 accepted, duplicates or quarantined; a file that cannot be read as a whole counts as one record
 read and one quarantined (rule corrupt_file, invalid_utf8, line_too_long or empty_file).
 """
+
 from __future__ import annotations
 
 import gc
@@ -14,7 +15,7 @@ import re
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -91,8 +92,9 @@ def collect_files(paths: list[str | os.PathLike]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def ingest_paths(db_path: str | os.PathLike, paths: list[str | os.PathLike],
-                 now: datetime | None = None) -> IngestSummary:
+def ingest_paths(
+    db_path: str | os.PathLike, paths: list[str | os.PathLike], now: datetime | None = None
+) -> IngestSummary:
     """Ingest every landing file under `paths` into the store at `db_path`."""
     files = collect_files(paths)
     summary = IngestSummary()
@@ -116,11 +118,12 @@ def file_sha256(path: Path) -> str:
 def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None = None) -> FileSummary:
     """Ingest one file in one transaction (or skip it when this exact file is already in)."""
     size, sha = path.stat().st_size, file_sha256(path)
-    known = con.execute("SELECT 1 FROM ingested_files WHERE path = ? AND size = ? AND sha256 = ?",
-                        [str(path), size, sha]).fetchone()
+    known = con.execute(
+        "SELECT 1 FROM ingested_files WHERE path = ? AND size = ? AND sha256 = ?", [str(path), size, sha]
+    ).fetchone()
     if known:
         return FileSummary(str(path), "skipped")
-    stamp = now or datetime.now(timezone.utc)
+    stamp = now or datetime.now(UTC)
     con.execute("BEGIN TRANSACTION")
     try:
         with _cyclic_gc_paused():
@@ -137,8 +140,18 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
         raise
     con.execute(
         "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [str(path), size, sha, result.status, result.read, result.accepted, result.duplicates,
-         result.quarantined, stamp])
+        [
+            str(path),
+            size,
+            sha,
+            result.status,
+            result.read,
+            result.accepted,
+            result.duplicates,
+            result.quarantined,
+            stamp,
+        ],
+    )
     con.execute("COMMIT")
     return result
 
@@ -181,8 +194,14 @@ def _cyclic_gc_paused():
 class _FileIngest:
     """The per-record pass over one file, flushing accepted rows in chunks of CHUNK_ROWS."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime,
-                 look_up_stored: bool = True):
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        path: Path,
+        now: datetime | None,
+        stamp: datetime,
+        look_up_stored: bool = True,
+    ):
         self.con, self.path, self.now = con, path, now
         self.summary = FileSummary(str(path), "ingested")
         self.rules: Counter[str] = Counter()
@@ -242,8 +261,11 @@ class _FileIngest:
             self._judge(item, rid, self.seen[rid], stored_hash, "already stored with different content")
             self.seen[rid] = stored_hash  # the stored record is the copy every later one must match
         for rid, copies in self.pending.items():
-            why = "already stored with different content" if rid in outcome.not_inserted else \
-                "seen before in this file with different content"
+            why = (
+                "already stored with different content"
+                if rid in outcome.not_inserted
+                else "seen before in this file with different content"
+            )
             for item, digest in copies:
                 self._judge(item, rid, digest, self.seen[rid], why)
         self.pending.clear()

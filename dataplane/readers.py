@@ -6,15 +6,17 @@ rest of the file untrustworthy (broken gzip or Parquet, invalid UTF-8, a line ov
 empty file) raises `FileCorruptError`; the caller then quarantines the whole file. Memory stays
 bounded: JSONL is read a line at a time, Parquet a batch at a time.
 """
+
 from __future__ import annotations
 
 import gzip
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -75,19 +77,25 @@ def _read_jsonl(path: Path) -> Iterator[RawRecord]:
             try:
                 line = handle.readline(MAX_LINE_BYTES + 1)
             except (OSError, EOFError, zlib.error) as err:  # gzip damage surfaces while reading
-                raise FileCorruptError("corrupt_file", f"{path.name}: unreadable after line {line_no}: {err}",
-                                       line_no + 1) from err
+                raise FileCorruptError(
+                    "corrupt_file", f"{path.name}: unreadable after line {line_no}: {err}", line_no + 1
+                ) from err
             if not line:
                 break
             line_no += 1
             if len(line) > MAX_LINE_BYTES:
-                raise FileCorruptError("line_too_long", f"line {line_no} is over {MAX_LINE_BYTES} bytes",
-                                       line_no, line[:RAW_KEEP].decode("utf-8", "replace"))
+                raise FileCorruptError(
+                    "line_too_long",
+                    f"line {line_no} is over {MAX_LINE_BYTES} bytes",
+                    line_no,
+                    line[:RAW_KEEP].decode("utf-8", "replace"),
+                )
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise FileCorruptError("invalid_utf8", f"line {line_no}: {err}", line_no,
-                                       line[:RAW_KEEP].decode("utf-8", "replace")) from err
+                raise FileCorruptError(
+                    "invalid_utf8", f"line {line_no}: {err}", line_no, line[:RAW_KEEP].decode("utf-8", "replace")
+                ) from err
             text = text.rstrip("\r\n")
             if not text.strip():
                 continue  # blank lines carry no record
@@ -120,8 +128,9 @@ def _read_parquet(path: Path) -> Iterator[RawRecord]:
         except StopIteration:
             break
         except (pa.ArrowException, OSError) as err:
-            raise FileCorruptError("corrupt_file", f"{path.name}: unreadable after row {row_no}: {err}",
-                                   row_no + 1) from err
+            raise FileCorruptError(
+                "corrupt_file", f"{path.name}: unreadable after row {row_no}: {err}", row_no + 1
+            ) from err
         decode = _RowDecoder(batch.schema)
         for row in batch.to_pylist():
             row_no += 1

@@ -1,4 +1,4 @@
-"""PII scrubbing of free text before anything is stored (DESIGN section 3).
+"""PII scrubbing of free text before anything is stored.
 
 Masks card numbers, phone numbers and national ids with [CARD], [PHONE], [NATIONAL_ID]. The
 patterns are deliberately shaped so the retail world's own identifiers survive: the agent must
@@ -8,6 +8,7 @@ digits; zip codes 5; prices carry a two-digit decimal part. So: a card is 13-19 
 or 4-digit groups with one consistent separator (Amex 4-6-5), and must pass Luhn; a phone number
 always has separators between its groups; a national id has its own group shape.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,7 +24,8 @@ _CARD_RE = re.compile(
     r"\d{13,19}"
     r"|\d{4}(?P<s1>[ -])\d{4}(?P=s1)\d{4}(?P=s1)\d{1,7}"
     r"|\d{4}(?P<s2>[ -])\d{6}(?P=s2)\d{4,5}"
-    r")" + _RIGHT)
+    r")" + _RIGHT
+)
 _NATIONAL_ID_RES = (
     re.compile(_LEFT + r"\d{3}(?P<s>[ -])\d{2}(?P=s)\d{4}" + _RIGHT),  # US SSN
     re.compile(r"\b[A-CEGHJ-PR-TW-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"),  # UK National Insurance
@@ -95,6 +97,7 @@ def _scrub(text: str, found: list[str] | None) -> str:
             if token in _KINDS:
                 found.append(_KINDS[token])
             return token
+
         text = pattern.sub(counting, text)
     return text
 

@@ -4,6 +4,7 @@ The split depends on nothing but the customer id and the salt, so a customer hel
 is held out in every week: a held-out customer can never reach training. Python's `hash()` is
 salted per process and would break that, hence sha256.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,9 +20,10 @@ def _check_fractions(fractions: tuple[float, float, float]) -> None:
         raise ValueError(f"fractions must be {len(SPLITS)} non-negative numbers summing to 1, got {fractions}")
 
 
-def split_of(customer_id: str, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
-             salt: str = DEFAULT_SALT) -> str:
-    """"train", "calibration" or "shadow" for this customer, stable across runs and machines."""
+def split_of(
+    customer_id: str, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS, salt: str = DEFAULT_SALT
+) -> str:
+    """ "train", "calibration" or "shadow" for this customer, stable across runs and machines."""
     _check_fractions(fractions)
     digest = hashlib.sha256(f"{salt}\x00{customer_id}".encode()).digest()
     point = int.from_bytes(digest[:8], "big") / 2**64  # uniform in [0, 1)
@@ -33,8 +35,9 @@ def split_of(customer_id: str, fractions: tuple[float, float, float] = DEFAULT_F
     return SPLITS[-1]  # float rounding at the top edge
 
 
-def split_window(records: list[dict], fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
-                 salt: str = DEFAULT_SALT) -> dict[str, list[dict]]:
+def split_window(
+    records: list[dict], fractions: tuple[float, float, float] = DEFAULT_FRACTIONS, salt: str = DEFAULT_SALT
+) -> dict[str, list[dict]]:
     """Records grouped by their customer's split, window order kept; every split key present."""
     out: dict[str, list[dict]] = {name: [] for name in SPLITS}
     memo: dict[str, str] = {}

@@ -9,6 +9,7 @@ DuckDB's zone maps skip the row groups that cannot hold them, and plain-insertin
 MERGE that hash-joins against a full scan of every stored id: about 0.3 s per statement at 10
 million rows, whatever the chunk's size.)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -126,8 +127,8 @@ def load_records(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict]:
     if not ids:
         return []
     rows = con.execute(
-        "SELECT interaction_id, record FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
-        [list(ids)]).fetchall()
+        "SELECT interaction_id, record FROM interactions WHERE interaction_id IN (SELECT unnest(?))", [list(ids)]
+    ).fetchall()
     by_id = {rid: text for rid, text in rows}
     missing = [i for i in ids if i not in by_id]
     if missing:
@@ -136,13 +137,32 @@ def load_records(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict]:
 
 
 _INTERACTION_COLUMNS = (
-    "interaction_id", "started_at", "ended_at", "policy_version", "customer_id", "intent", "outcome",
-    "escalation_was_necessary", "actions_taken", "customer_sentiment_delta", "has_gold",
-    "human_task_success", "schema_version", "record", "content_hash")
-_ARROW_TYPES = {"started_at": pa.timestamp("us", tz="UTC"), "ended_at": pa.timestamp("us", tz="UTC"),
-                "escalation_was_necessary": pa.bool_(), "actions_taken": pa.int64(),
-                "customer_sentiment_delta": pa.float64(), "has_gold": pa.bool_(),
-                "human_task_success": pa.bool_(), "schema_version": pa.int32()}
+    "interaction_id",
+    "started_at",
+    "ended_at",
+    "policy_version",
+    "customer_id",
+    "intent",
+    "outcome",
+    "escalation_was_necessary",
+    "actions_taken",
+    "customer_sentiment_delta",
+    "has_gold",
+    "human_task_success",
+    "schema_version",
+    "record",
+    "content_hash",
+)
+_ARROW_TYPES = {
+    "started_at": pa.timestamp("us", tz="UTC"),
+    "ended_at": pa.timestamp("us", tz="UTC"),
+    "escalation_was_necessary": pa.bool_(),
+    "actions_taken": pa.int64(),
+    "customer_sentiment_delta": pa.float64(),
+    "has_gold": pa.bool_(),
+    "human_task_success": pa.bool_(),
+    "schema_version": pa.int32(),
+}
 
 
 # Built once: json.dumps would build the same encoder on every call.
@@ -157,6 +177,7 @@ def canonical_json(record: dict) -> str:
 @dataclass
 class PreparedRow:
     """A validated record scrubbed and serialised, ready for `interactions`."""
+
     values: tuple
 
     @property
@@ -173,13 +194,25 @@ def prepare_row(record: dict) -> PreparedRow:
     clean = scrub_record(record)
     text = canonical_json(clean)
     label = clean["human_label"]
-    return PreparedRow((
-        clean["interaction_id"], parse_timestamp(clean["started_at"], "started_at"),
-        parse_timestamp(clean["ended_at"], "ended_at"), clean["policy_version"], clean["customer_id"],
-        clean["intent"], clean["outcome"], clean["escalation_was_necessary"], clean["actions_taken"],
-        clean["customer_sentiment_delta"], clean["gold"] is not None,
-        None if label is None else label["task_success"], clean["schema_version"], text,
-        hashlib.sha256(text.encode()).hexdigest()))
+    return PreparedRow(
+        (
+            clean["interaction_id"],
+            parse_timestamp(clean["started_at"], "started_at"),
+            parse_timestamp(clean["ended_at"], "ended_at"),
+            clean["policy_version"],
+            clean["customer_id"],
+            clean["intent"],
+            clean["outcome"],
+            clean["escalation_was_necessary"],
+            clean["actions_taken"],
+            clean["customer_sentiment_delta"],
+            clean["gold"] is not None,
+            None if label is None else label["task_success"],
+            clean["schema_version"],
+            text,
+            hashlib.sha256(text.encode()).hexdigest(),
+        )
+    )
 
 
 @dataclass
@@ -191,6 +224,7 @@ class FlushResult:
 @dataclass
 class RowBatch:
     """Accepted rows of one file awaiting a bulk insert; `flush` reports which ids were new."""
+
     source_file: str
     ingested_at: datetime
     rows: list[PreparedRow] = field(default_factory=list)
@@ -218,8 +252,11 @@ class RowBatch:
             table = table.filter(pc.invert(pc.is_in(table.column("interaction_id"), pa.array(list(stored)))))
         insert_interactions(con, table, self.source_file, self.ingested_at)
         inserted = table.column("interaction_id").to_pylist()
-        not_inserted = {r.interaction_id: (tag, stored[r.interaction_id])
-                        for r, tag in zip(self.rows, self.tags) if r.interaction_id in stored}
+        not_inserted = {
+            r.interaction_id: (tag, stored[r.interaction_id])
+            for r, tag in zip(self.rows, self.tags)
+            if r.interaction_id in stored
+        }
         self.rows, self.tags, self.ids_in_batch = [], [], set()
         return FlushResult(inserted, not_inserted)
 
@@ -227,18 +264,26 @@ class RowBatch:
 def rows_table(rows: list[PreparedRow]) -> pa.Table:
     """Prepared rows as an Arrow table with the `interactions` columns up to content_hash."""
     columns = list(zip(*(r.values for r in rows)))
-    return pa.table({name: pa.array(col, type=_ARROW_TYPES.get(name, pa.string()))
-                     for name, col in zip(_INTERACTION_COLUMNS, columns)})
+    return pa.table(
+        {
+            name: pa.array(col, type=_ARROW_TYPES.get(name, pa.string()))
+            for name, col in zip(_INTERACTION_COLUMNS, columns)
+        }
+    )
 
 
 # The BETWEEN on the looked-up ids' own range is implied by the IN; it is there because DuckDB
 # prunes row groups with it (zone maps on interaction_id), so when ids grow with time, as
 # sequential or time-ordered ids do, only the newest row groups are read. Random ids get no
 # pruning: then a lookup reads every stored id, as ON CONFLICT did.
-_STORED_IDS = ("SELECT interaction_id FROM interactions WHERE interaction_id BETWEEN ? AND ? "
-               "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)")
-_STORED_HASHES = ("SELECT interaction_id, content_hash FROM interactions WHERE interaction_id BETWEEN ? AND ? "
-                  "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)")
+_STORED_IDS = (
+    "SELECT interaction_id FROM interactions WHERE interaction_id BETWEEN ? AND ? "
+    "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)"
+)
+_STORED_HASHES = (
+    "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id BETWEEN ? AND ? "
+    "AND interaction_id IN (SELECT interaction_id FROM _lookup_ids)"
+)
 
 
 def _stored_hashes(con: duckdb.DuckDBPyConnection, ids: pa.ChunkedArray) -> dict[str, str]:
@@ -264,14 +309,17 @@ def _lookup(con: duckdb.DuckDBPyConnection, query: str, ids: pa.Array | pa.Chunk
         con.unregister("_lookup_ids")
 
 
-def insert_interactions(con: duckdb.DuckDBPyConnection, table: pa.Table, source_file: str,
-                         ingested_at: datetime) -> None:
+def insert_interactions(
+    con: duckdb.DuckDBPyConnection, table: pa.Table, source_file: str, ingested_at: datetime
+) -> None:
     """Plain INSERT of rows with new ids (the primary key still rejects a stored one, with an error)."""
     if table.num_rows == 0:
         return
     con.register("_incoming", table)
-    con.execute("INSERT INTO interactions SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming",
-                [source_file, ingested_at]).fetchall()
+    con.execute(
+        "INSERT INTO interactions SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming",
+        [source_file, ingested_at],
+    ).fetchall()
     # Not in a `finally`: after a failed INSERT the transaction is aborted and refuses even this,
     # which would hide the real error; the caller rolls back, and the next register replaces it.
     con.unregister("_incoming")
@@ -280,19 +328,35 @@ def insert_interactions(con: duckdb.DuckDBPyConnection, table: pa.Table, source_
 @dataclass
 class QuarantineRows:
     """Quarantine rows of one file, written in the file's transaction."""
+
     source_file: str
     quarantined_at: datetime
     rows: list[tuple] = field(default_factory=list)
 
-    def add(self, line_no: int | None, rule: str, detail: str, raw: str | None,
-            interaction_id: str | None, file_level: bool = False) -> None:
+    def add(
+        self,
+        line_no: int | None,
+        rule: str,
+        detail: str,
+        raw: str | None,
+        interaction_id: str | None,
+        file_level: bool = False,
+    ) -> None:
         # A rejected line is stored as read, so its free text is masked here: PII must not reach
         # any table, and the raw line, the rule's detail (which may quote a value) and an id
         # recovered from an invalid record are all free text.
-        self.rows.append((self.source_file, line_no, rule, scrub_text(detail),
-                          None if raw is None else scrub_text(raw),
-                          None if interaction_id is None else scrub_text(interaction_id), file_level,
-                          self.quarantined_at))
+        self.rows.append(
+            (
+                self.source_file,
+                line_no,
+                rule,
+                scrub_text(detail),
+                None if raw is None else scrub_text(raw),
+                None if interaction_id is None else scrub_text(interaction_id),
+                file_level,
+                self.quarantined_at,
+            )
+        )
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         if self.rows:

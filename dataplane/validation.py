@@ -2,12 +2,13 @@
 
 A file-backed GX context lives under `home.gx_root`, so every run leaves its results JSON and Data
 Docs HTML there. Each expectation carries `meta["name"]`, the stable name the Dagster checks
-report. The escalation rule (DESIGN section 5: "escalated +2 if necessary else -1") reads
+report. The escalation rule (the outcome reward pays "escalated +2 if necessary else -1") reads
 `escalation_was_necessary` only for escalated outcomes, so a flag on any other outcome is
 inconsistent data: the flag must be null unless the outcome is `escalated`.
 The PII rule counts with `scrub.find_pii`, the very detector ingestion masks with (a plain regex
 could not apply the Luhn check), so results never echo the PII itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,12 +26,17 @@ from dataplane.home import Home
 from dataplane.scrub import find_pii
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-import great_expectations as gx  # noqa: E402  (after the analytics switch; ~3-7 s, imported once)
-import great_expectations.expectations as gxe  # noqa: E402
+import great_expectations as gx
+import great_expectations.expectations as gxe
 
 SUITE_NAME = "interaction_window"
-ESCALATION_PAIRS = [("completed", "null"), ("failed", "null"), ("escalated", "null"),
-                    ("escalated", "true"), ("escalated", "false")]
+ESCALATION_PAIRS = [
+    ("completed", "null"),
+    ("failed", "null"),
+    ("escalated", "null"),
+    ("escalated", "true"),
+    ("escalated", "false"),
+]
 SAMPLE_IDS = 5
 
 
@@ -60,15 +66,23 @@ def build_suite(min_gold_share: float, min_rows: int) -> gx.ExpectationSuite:
         ("ended_at_rfc3339", gxe.ExpectColumnValuesToMatchRegex(column="ended_at_text", regex=rfc3339)),
         ("started_at_parseable", gxe.ExpectColumnValuesToNotBeNull(column="started_at")),
         ("ended_at_parseable", gxe.ExpectColumnValuesToNotBeNull(column="ended_at")),
-        ("started_not_after_ended", gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="ended_at", column_B="started_at", or_equal=True)),
+        (
+            "started_not_after_ended",
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ended_at", column_B="started_at", or_equal=True),
+        ),
         ("outcome_in_set", gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=sorted(OUTCOMES))),
         ("intent_in_set", gxe.ExpectColumnValuesToBeInSet(column="intent", value_set=sorted(INTENTS))),
-        ("sentiment_in_range", gxe.ExpectColumnValuesToBeBetween(
-            column="customer_sentiment_delta", min_value=-1.0, max_value=1.0)),
+        (
+            "sentiment_in_range",
+            gxe.ExpectColumnValuesToBeBetween(column="customer_sentiment_delta", min_value=-1.0, max_value=1.0),
+        ),
         ("actions_non_negative", gxe.ExpectColumnValuesToBeBetween(column="actions_taken", min_value=0)),
-        ("escalation_consistent_with_outcome", gxe.ExpectColumnPairValuesToBeInSet(
-            column_A="outcome", column_B="escalation_flag", value_pairs_set=ESCALATION_PAIRS)),
+        (
+            "escalation_consistent_with_outcome",
+            gxe.ExpectColumnPairValuesToBeInSet(
+                column_A="outcome", column_B="escalation_flag", value_pairs_set=ESCALATION_PAIRS
+            ),
+        ),
         ("min_gold_share", gxe.ExpectColumnMeanToBeBetween(column="has_gold", min_value=min_gold_share)),
         ("no_pii", gxe.ExpectColumnValuesToBeBetween(column="pii_matches", min_value=0, max_value=0)),
     ]
@@ -123,8 +137,9 @@ def _summarise(result) -> dict[str, Any]:
     }
 
 
-def validate_window(frame: pd.DataFrame, home: Home, min_gold_share: float = 0.2, min_rows: int = 1,
-                    name: str = "window") -> ValidationReport:
+def validate_window(
+    frame: pd.DataFrame, home: Home, min_gold_share: float = 0.2, min_rows: int = 1, name: str = "window"
+) -> ValidationReport:
     """Run the suite on `frame`; save results JSON and rebuild Data Docs under `home.gx_root`.
 
     `name` (e.g. the week id) names the saved results file `results/<name>.json`.
@@ -136,25 +151,33 @@ def validate_window(frame: pd.DataFrame, home: Home, min_gold_share: float = 0.2
     context = _context(home)
     suite = context.suites.add_or_update(build_suite(min_gold_share, min_rows))
     definition = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=f"{SUITE_NAME}_validation", data=_batch_definition(context), suite=suite))
-    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
-        name=f"{SUITE_NAME}_checkpoint", validation_definitions=[definition],
-        actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
-        result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["interaction_id"],
-                       "partial_unexpected_count": SAMPLE_IDS}))
+        gx.ValidationDefinition(name=f"{SUITE_NAME}_validation", data=_batch_definition(context), suite=suite)
+    )
+    checkpoint = context.checkpoints.add_or_update(
+        gx.Checkpoint(
+            name=f"{SUITE_NAME}_checkpoint",
+            validation_definitions=[definition],
+            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
+            result_format={
+                "result_format": "COMPLETE",
+                "unexpected_index_column_names": ["interaction_id"],
+                "partial_unexpected_count": SAMPLE_IDS,
+            },
+        )
+    )
     run = checkpoint.run(batch_parameters={"dataframe": data})
     outcome = next(iter(run.run_results.values()))
     order = {n: i for i, n in enumerate(e.meta["name"] for e in suite.expectations)}
     results = sorted((_summarise(r) for r in outcome.results), key=lambda r: order[r["expectation"]])
-    report = ValidationReport(success=bool(outcome.success), results=results,
-                              failed=[r["expectation"] for r in results if not r["success"]])
+    report = ValidationReport(
+        success=bool(outcome.success), results=results, failed=[r["expectation"] for r in results if not r["success"]]
+    )
     target = home.gx_root / "results" / f"{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     report.results_path = str(target)
     sites = context.get_docs_sites_urls()
     report.docs_path = sites[0]["site_url"] if sites else None
-    target.write_text(json.dumps({"report": report.to_dict(), "gx": outcome.to_json_dict()},
-                                 indent=1, default=str))
+    target.write_text(json.dumps({"report": report.to_dict(), "gx": outcome.to_json_dict()}, indent=1, default=str))
     return report
 
 

@@ -5,6 +5,7 @@ yields the same rows and the same content hash (sha256 over the ordered (id, con
 A week is named by the ISO week that contains the last instant before `week_end`
 (`week_end` = Monday 00:00 UTC -> the ISO week that just ended, e.g. "2024-W23").
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -84,8 +85,10 @@ def arrow_window_hash(ids: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.C
 
 
 # DESC + LIMIT is DuckDB's top-N: rows are stored in time order, so it reads little of the table.
-_NEWEST = ("SELECT interaction_id, content_hash, ended_at, outcome, intent FROM interactions "
-           "WHERE ended_at < ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?")
+_NEWEST = (
+    "SELECT interaction_id, content_hash, ended_at, outcome, intent FROM interactions "
+    "WHERE ended_at < ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?"
+)
 
 
 def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = DEFAULT_SIZE) -> WindowInfo:
@@ -106,16 +109,18 @@ def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = D
     _store_window(con, week, week_end, digest, top)
     ended = top.column("ended_at")
     return WindowInfo(
-        week=week, week_end=week_end.isoformat(), rows=n,
+        week=week,
+        week_end=week_end.isoformat(),
+        rows=n,
         ended_at_min=ended[0].as_py().isoformat() if n else None,
         ended_at_max=ended[n - 1].as_py().isoformat() if n else None,
         content_hash=digest,
         outcome_mix=_mix(top.column("outcome")),
-        intent_mix=_mix(top.column("intent")))
+        intent_mix=_mix(top.column("intent")),
+    )
 
 
-def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime, digest: str,
-                  top: pa.Table) -> bool:
+def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime, digest: str, top: pa.Table) -> bool:
     """Replace the stored rows of `week` by `top` unless they are already these; True if written.
 
     The check runs inside the write's transaction, so no other writer can change the week between
@@ -125,22 +130,30 @@ def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime,
     try:
         stored = con.execute(
             "SELECT count(*), min(window_hash), max(window_hash), min(week_end), max(week_end) "
-            "FROM windows WHERE week = ?", [week]).fetchall()[0]
+            "FROM windows WHERE week = ?",
+            [week],
+        ).fetchall()[0]
         if _same_window(stored, top.num_rows, digest, week_end):
             con.execute("COMMIT")  # nothing was written: a read-only commit
             return False
         if stored[0]:
             con.execute("DELETE FROM windows WHERE week = ?", [week])
         if top.num_rows:
-            rows = pa.table({"position": pa.array(np.arange(top.num_rows, dtype=np.int32)),
-                             "interaction_id": top.column("interaction_id"),
-                             "content_hash": top.column("content_hash")})
+            rows = pa.table(
+                {
+                    "position": pa.array(np.arange(top.num_rows, dtype=np.int32)),
+                    "interaction_id": top.column("interaction_id"),
+                    "content_hash": top.column("content_hash"),
+                }
+            )
             con.register("_window_rows", rows)
             try:
                 # The per-week constants come in as parameters rather than as 10,000-row columns.
-                con.execute("INSERT INTO windows (week, position, interaction_id, content_hash, window_hash, week_end) "
-                            "SELECT ?, position, interaction_id, content_hash, ?, ? FROM _window_rows",
-                            [week, digest, week_end])
+                con.execute(
+                    "INSERT INTO windows (week, position, interaction_id, content_hash, window_hash, week_end) "
+                    "SELECT ?, position, interaction_id, content_hash, ?, ? FROM _window_rows",
+                    [week, digest, week_end],
+                )
             finally:
                 con.unregister("_window_rows")
         con.execute("COMMIT")
@@ -159,8 +172,7 @@ def _same_window(stored: tuple, rows: int, digest: str, week_end: datetime) -> b
     count, hash_lo, hash_hi, end_lo, end_hi = stored
     if count == 0:
         return rows == 0
-    return (count == rows and hash_lo == hash_hi == digest
-            and end_lo == end_hi and end_lo == week_end)
+    return count == rows and hash_lo == hash_hi == digest and end_lo == end_hi and end_lo == week_end
 
 
 def _mix(column: pa.ChunkedArray) -> dict[str, int]:
@@ -170,22 +182,39 @@ def _mix(column: pa.ChunkedArray) -> dict[str, int]:
 
 def window_ids(con: duckdb.DuckDBPyConnection, week: str | datetime) -> list[str]:
     """Interaction ids of a stored window, in window order."""
-    return [r[0] for r in con.execute(
-        "SELECT interaction_id FROM windows WHERE week = ? ORDER BY position", [_week(week)]).fetchall()]
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT interaction_id FROM windows WHERE week = ? ORDER BY position", [_week(week)]
+        ).fetchall()
+    ]
 
 
 def window_records(con: duckdb.DuckDBPyConnection, week: str | datetime) -> list[dict]:
     """Full scrubbed records of a stored window, in window order (empty if never cut)."""
     rows = con.execute(
         "SELECT i.record FROM windows w JOIN interactions i ON i.interaction_id = w.interaction_id "
-        "WHERE w.week = ? ORDER BY w.position", [_week(week)]).fetchall()
+        "WHERE w.week = ? ORDER BY w.position",
+        [_week(week)],
+    ).fetchall()
     return [json.loads(r[0]) for r in rows]
 
 
 FRAME_COLUMNS = (
-    "interaction_id", "customer_id", "started_at", "ended_at", "started_at_text", "ended_at_text",
-    "intent", "outcome", "escalation_flag", "actions_taken", "customer_sentiment_delta", "has_gold",
-    "text")
+    "interaction_id",
+    "customer_id",
+    "started_at",
+    "ended_at",
+    "started_at_text",
+    "ended_at_text",
+    "intent",
+    "outcome",
+    "escalation_flag",
+    "actions_taken",
+    "customer_sentiment_delta",
+    "has_gold",
+    "text",
+)
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
@@ -195,23 +224,32 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     the suite to count, rather than as an exception. `text` joins every message content and the
     scenario instruction for the PII scan; `escalation_flag` is "true"/"false"/"null".
     """
+
     def flag(value) -> str:
         return "null" if value is None else str(bool(value)).lower()
 
-    frame = pd.DataFrame({
-        "interaction_id": [r.get("interaction_id") for r in records],
-        "customer_id": [r.get("customer_id") for r in records],
-        "started_at_text": [r.get("started_at") for r in records],
-        "ended_at_text": [r.get("ended_at") for r in records],
-        "intent": [r.get("intent") for r in records],
-        "outcome": [r.get("outcome") for r in records],
-        "escalation_flag": [flag(r.get("escalation_was_necessary")) for r in records],
-        "actions_taken": [r.get("actions_taken") for r in records],
-        "customer_sentiment_delta": [r.get("customer_sentiment_delta") for r in records],
-        "has_gold": [int(r.get("gold") is not None) for r in records],
-        "text": ["\n".join([m.get("content", "") for m in r.get("messages", [])]
-                           + [r.get("user_scenario", {}).get("instruction", "")]) for r in records],
-    }, columns=[c for c in FRAME_COLUMNS if c not in ("started_at", "ended_at")])
+    frame = pd.DataFrame(
+        {
+            "interaction_id": [r.get("interaction_id") for r in records],
+            "customer_id": [r.get("customer_id") for r in records],
+            "started_at_text": [r.get("started_at") for r in records],
+            "ended_at_text": [r.get("ended_at") for r in records],
+            "intent": [r.get("intent") for r in records],
+            "outcome": [r.get("outcome") for r in records],
+            "escalation_flag": [flag(r.get("escalation_was_necessary")) for r in records],
+            "actions_taken": [r.get("actions_taken") for r in records],
+            "customer_sentiment_delta": [r.get("customer_sentiment_delta") for r in records],
+            "has_gold": [int(r.get("gold") is not None) for r in records],
+            "text": [
+                "\n".join(
+                    [m.get("content", "") for m in r.get("messages", [])]
+                    + [r.get("user_scenario", {}).get("instruction", "")]
+                )
+                for r in records
+            ],
+        },
+        columns=[c for c in FRAME_COLUMNS if c not in ("started_at", "ended_at")],
+    )
     for name in ("started_at", "ended_at"):
         frame[name] = pd.to_datetime(frame[f"{name}_text"], utc=True, errors="coerce", format="ISO8601")
     return frame[list(FRAME_COLUMNS)]

@@ -13,6 +13,7 @@ Needs Debian's headless Chromium (`apt-get install -y chromium`). Steps:
 Chromium runs with a fresh profile and background networking off, and only ever loads
 127.0.0.1 pages.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,27 +29,55 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 WEEK = "2026-11-16"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars", "--window-size=1600,1000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1600,1000",
+]
 
 # Stage sizes shrunk so the week runs in minutes on a CPU; the gates are permissive so the
 # screenshot shows a registered champion (the real policy lives in the asset configs' defaults).
-TINY_RUN_CONFIG = {"ops": {
-    "policy_base": {"config": {"sft_steps": 6, "sft_batch_size": 4, "probe_prompts": 2,
-                               "min_tool_call_rate": 0.0, "level": 1}},
-    "grpo_candidate": {"config": {"max_steps": 2, "save_steps": 1, "dataset_size": 8,
-                                  "max_completion_length": 96, "levels": {"1": 1.0},
-                                  # a two-step GRPO on equal rewards has zero advantage; the entropy
-                                  # bonus makes the weights move so `weights_changed` passes
-                                  "grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}},
-    "calibration_report": {"config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32,
-                                      "level": 1}},
-    "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-    "promotion_gate": {"config": {"min_human_labels": 2, "calibration_min_margin": -1.0, "shadow_margin": -1.0,
-                                  "max_tool_drift": 1.0, "min_reward_alignment": 0.0,
-                                  "violation_tolerance": 1.0, "hacking_flat_tolerance": -1.0}},
-}}
+TINY_RUN_CONFIG = {
+    "ops": {
+        "policy_base": {
+            "config": {"sft_steps": 6, "sft_batch_size": 4, "probe_prompts": 2, "min_tool_call_rate": 0.0, "level": 1}
+        },
+        "grpo_candidate": {
+            "config": {
+                "max_steps": 2,
+                "save_steps": 1,
+                "dataset_size": 8,
+                "max_completion_length": 96,
+                "levels": {"1": 1.0},
+                # a two-step GRPO on equal rewards has zero advantage; the entropy
+                # bonus makes the weights move so `weights_changed` passes
+                "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
+            }
+        },
+        "calibration_report": {
+            "config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32, "level": 1}
+        },
+        "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
+        "promotion_gate": {
+            "config": {
+                "min_human_labels": 2,
+                "calibration_min_margin": -1.0,
+                "shadow_margin": -1.0,
+                "max_tool_drift": 1.0,
+                "min_reward_alignment": 0.0,
+                "violation_tolerance": 1.0,
+                "hacking_flat_tolerance": -1.0,
+            }
+        },
+    }
+}
 
 LATEST_RUN = """
 query { runsOrError(filter: {pipelineName: "weekly_retrain"}, limit: 1) {
@@ -63,11 +92,18 @@ def prepare_home(root: Path) -> str:
     os.environ["RETRAIN_HOME"] = str(root)
     from dataplane.home import Home
     from orchestration.runner import run_week
-    from training.traffic import simulate
+    from training.traffic.simulate import simulate
 
     home = Home.from_env().ensure()
-    simulate(days=14, per_day=30, seed=11, out_dir=str(home.landing), start=date.fromisoformat(WEEK),
-             label_share=0.6, n_users=80)
+    simulate(
+        days=14,
+        per_day=30,
+        seed=11,
+        out_dir=str(home.landing),
+        start=date.fromisoformat(WEEK),
+        label_share=0.6,
+        n_users=80,
+    )
     run = run_week(WEEK, run_config=json.loads(json.dumps(TINY_RUN_CONFIG)), home=home)
     print(f"week {run.week}: run {run.run_id} success={run.success} materialized={run.materialized}")
     return run.run_id
@@ -83,9 +119,19 @@ def hide_welcome_dialog(config: Path) -> None:
 def screenshot(chromium: str, url: str, target: Path, budget_ms: int) -> None:
     """One PNG of `url` after `budget_ms` of virtual time (the UI renders from GraphQL fetches)."""
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                        f"--virtual-time-budget={budget_ms}", f"--screenshot={target}", url],
-                       check=True, timeout=180, capture_output=True)
+        subprocess.run(
+            [
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--virtual-time-budget={budget_ms}",
+                f"--screenshot={target}",
+                url,
+            ],
+            check=True,
+            timeout=180,
+            capture_output=True,
+        )
     print(f"{target} ({target.stat().st_size // 1024} KiB) <- {url}")
 
 

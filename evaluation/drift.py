@@ -4,6 +4,7 @@ A candidate whose mix of tool calls moves far from the champion's is behaving di
 the success metrics may not show yet (e.g. it stopped authenticating, or talks instead of acting);
 the gate holds such a run for a person.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""The two held-out evaluation sets, stored in DuckDB (DESIGN section 6).
+"""The two held-out evaluation sets, stored in DuckDB.
 
 Calibration set: frozen and versioned. Built once from calibration-split interactions that carry
 gold actions and a human label; a stored version is never rewritten, and a new version appears only
@@ -18,20 +18,20 @@ may be first to touch a database.
 Neither set is ever trained on: splits are by customer, and `assert_disjoint_from_training` is the
 explicit check a training asset (and a test) runs.
 """
+
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 
 from dataplane.contract import parse_timestamp
 from dataplane.splits import split_of as default_split_of
-from dataplane.store import SCHEMA
-from dataplane.store import load_records
+from dataplane.store import SCHEMA, load_records
 
 DEFAULT_SHADOW_SIZE = 5_000
 
@@ -60,8 +60,9 @@ class TrainingLeakError(AssertionError):
     """Interactions of an evaluation set appear in a training set; `.overlap` lists them."""
 
     def __init__(self, set_name: str, overlap: Sequence[str]):
-        super().__init__(f"{len(overlap)} interaction(s) of {set_name} are in the training data, "
-                         f"e.g. {list(overlap)[:5]}")
+        super().__init__(
+            f"{len(overlap)} interaction(s) of {set_name} are in the training data, e.g. {list(overlap)[:5]}"
+        )
         self.set_name = set_name
         self.overlap = tuple(overlap)
 
@@ -132,13 +133,14 @@ def calibration_eligible(records: Iterable[dict], split_of: SplitFn = default_sp
 def _set_hash(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> str:
     """sha256 over (position, id, content_hash): the set changes if any member's content does."""
     rows = con.execute(
-        "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))",
-        [list(ids)]).fetchall()
+        "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))", [list(ids)]
+    ).fetchall()
     hashes = dict(rows)
     missing = [i for i in ids if i not in hashes]
     if missing:
-        raise EvalSetError("not_in_store", f"{len(missing)} record(s) are not in `interactions`, "
-                           f"e.g. {missing[:3]}", missing[0])
+        raise EvalSetError(
+            "not_in_store", f"{len(missing)} record(s) are not in `interactions`, e.g. {missing[:3]}", missing[0]
+        )
     digest = hashlib.sha256()
     for position, rid in enumerate(ids):
         digest.update(f"{position}\t{rid}\t{hashes[rid]}\n".encode())
@@ -148,7 +150,8 @@ def _set_hash(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> str:
 def _load_calibration(con: duckdb.DuckDBPyConnection, version: str) -> CalibrationSet | None:
     rows = con.execute(
         "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE version = ? ORDER BY position",
-        [version]).fetchall()
+        [version],
+    ).fetchall()
     if not rows:
         return None
     return CalibrationSet(version, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
@@ -158,7 +161,8 @@ def calibration_versions(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Every stored version, oldest first."""
     ensure_tables(con)
     rows = con.execute(
-        "SELECT version, min(created_at) AS t FROM calibration_sets GROUP BY version ORDER BY t, version").fetchall()
+        "SELECT version, min(created_at) AS t FROM calibration_sets GROUP BY version ORDER BY t, version"
+    ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -212,19 +216,23 @@ def freeze_calibration_set(
         stored = _load_calibration(con, version)
         assert stored is not None
         if stored.set_hash != _set_hash(con, ids):
-            raise EvalSetError("frozen_version_exists",
-                               f"calibration version {version!r} is frozen with different content; "
-                               "freeze a new version instead")
+            raise EvalSetError(
+                "frozen_version_exists",
+                f"calibration version {version!r} is frozen with different content; freeze a new version instead",
+            )
         return stored
     if existing and not force_new:
-        raise EvalSetError("new_version_needs_force",
-                           f"calibration versions {existing} exist; a new version {version!r} needs force_new=True")
+        raise EvalSetError(
+            "new_version_needs_force",
+            f"calibration versions {existing} exist; a new version {version!r} needs force_new=True",
+        )
     name = version or _next_version(existing)
     set_hash = _set_hash(con, ids)
-    created_at = now or datetime.now(timezone.utc)
+    created_at = now or datetime.now(UTC)
     con.executemany(
         "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-        [[name, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
+        [[name, i, rid, set_hash, created_at] for i, rid in enumerate(ids)],
+    )
     stored = _load_calibration(con, name)
     assert stored is not None
     return CalibrationSet(stored.version, stored.interaction_ids, stored.set_hash, stored.created_at, created=True)
@@ -250,8 +258,9 @@ def _ended_at(record: dict[str, Any]) -> datetime:
     return value if isinstance(value, datetime) else parse_timestamp(value, "ended_at")
 
 
-def select_shadow(records: Iterable[dict], size: int = DEFAULT_SHADOW_SIZE,
-                  split_of: SplitFn = default_split_of) -> list[dict]:
+def select_shadow(
+    records: Iterable[dict], size: int = DEFAULT_SHADOW_SIZE, split_of: SplitFn = default_split_of
+) -> list[dict]:
     """Up to `size` most recent shadow-split records with gold; ties broken by interaction id."""
     if size < 1:
         raise ValueError(f"shadow set size must be positive, got {size}")
@@ -263,8 +272,8 @@ def select_shadow(records: Iterable[dict], size: int = DEFAULT_SHADOW_SIZE,
 
 def _load_shadow(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
     rows = con.execute(
-        "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position",
-        [week]).fetchall()
+        "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position", [week]
+    ).fetchall()
     if not rows:
         return None
     return ShadowSet(week, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
@@ -299,10 +308,11 @@ def build_shadow_set(
         raise EvalSetError("empty_set", f"week {week}: no shadow-split records with gold")
     ids = [r["interaction_id"] for r in chosen]
     set_hash = _set_hash(con, ids)
-    created_at = now or datetime.now(timezone.utc)
+    created_at = now or datetime.now(UTC)
     con.executemany(
         "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-        [[week, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
+        [[week, i, rid, set_hash, created_at] for i, rid in enumerate(ids)],
+    )
     loaded = _load_shadow(con, week)
     assert loaded is not None
     return ShadowSet(week, loaded.interaction_ids, loaded.set_hash, loaded.created_at, created=True)
@@ -317,6 +327,9 @@ def assert_disjoint_from_training(train_ids: Iterable[str], *sets: CalibrationSe
     for eval_set in sets:
         overlap = sorted(train.intersection(eval_set.interaction_ids))
         if overlap:
-            label = (f"calibration set {eval_set.version}" if isinstance(eval_set, CalibrationSet)
-                     else f"shadow set of {eval_set.week}")
+            label = (
+                f"calibration set {eval_set.version}"
+                if isinstance(eval_set, CalibrationSet)
+                else f"shadow set of {eval_set.week}"
+            )
             raise TrainingLeakError(label, overlap)

@@ -1,6 +1,6 @@
 """Why a trial failed, read from its audit log, transcript and gold; and week-over-week jumps.
 
-Modes (DESIGN section 6), checked in this priority order, the first that applies being a failed
+Modes, checked in this priority order, the first that applies being a failed
 trial's primary mode:
 
 - `policy_violation`: a write attempted without the owner authenticated, without a successful read
@@ -16,6 +16,7 @@ trial's primary mode:
 - `gave_up`: ended without attempting a gold write or without telling a gold output;
 - `other`: failed for none of these reasons (e.g. right calls, wrong order).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,15 +24,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from training.episode import WRITE_TOOLS, AuditEntry, Episode
 from training.rewards.core import gold_actions, mentions, normalise_text, successful_auth_users
 from training.rewards.process import looping as repeated_calls
+from training.sandbox.episode import WRITE_TOOLS, AuditEntry, Episode
 
 if TYPE_CHECKING:
     from evaluation.rollout import Trial
 
-MODES = ("policy_violation", "unnecessary_escalation", "hallucinated_fact", "wrong_tool",
-         "wrong_arguments", "looping", "gave_up", "other")
+MODES = (
+    "policy_violation",
+    "unnecessary_escalation",
+    "hallucinated_fact",
+    "wrong_tool",
+    "wrong_arguments",
+    "looping",
+    "gave_up",
+    "other",
+)
 JUMP_THRESHOLD = 0.10
 
 _NEEDS_STATUS = {
@@ -48,10 +57,20 @@ _STATUS_AFTER = {
     "return_delivered_order_items": "return requested",
     "exchange_delivered_order_items": "exchange requested",
 }
-_STATUSES = ("pending (item modified)", "return requested", "exchange requested", "pending",
-             "processed", "delivered", "cancelled")
-_STATUS_CLAIM = re.compile(r"\b(?:is|was|has been|now|status(?: is)?:?)\s+(?:still\s+|already\s+)?("
-                           + "|".join(re.escape(s) for s in _STATUSES) + r")")
+_STATUSES = (
+    "pending (item modified)",
+    "return requested",
+    "exchange requested",
+    "pending",
+    "processed",
+    "delivered",
+    "cancelled",
+)
+_STATUS_CLAIM = re.compile(
+    r"\b(?:is|was|has been|now|status(?: is)?:?)\s+(?:still\s+|already\s+)?("
+    + "|".join(re.escape(s) for s in _STATUSES)
+    + r")"
+)
 _FACT_TOKEN = re.compile(r"[#a-z_]*\d[a-z0-9_]*(?:\.\d+)?")
 
 
@@ -83,8 +102,7 @@ def episode_violations(episode: Episode) -> list[Violation]:
     """Every policy violation in an episode, in audit-log order (the same rules as the process
     reward terms: attempting the write is the violation, whether or not it succeeded)."""
     found: list[Violation] = []
-    status = {oid: o.get("status") for oid, o in episode.initial_state.get("orders", {}).items()
-              if isinstance(o, dict)}
+    status = {oid: o.get("status") for oid, o in episode.initial_state.get("orders", {}).items() if isinstance(o, dict)}
     log = episode.audit_log
     for index, entry in enumerate(log):
         if entry.tool not in WRITE_TOOLS:
@@ -104,19 +122,19 @@ def episode_violations(episode: Episode) -> list[Violation]:
     return found
 
 
-def policy_violations(trial: "Trial") -> list[Violation]:
+def policy_violations(trial: Trial) -> list[Violation]:
     """Policy violations of a trial, successful or not (the violation gate counts these)."""
     return episode_violations(trial.episode)
 
 
-def _known_text(trial: "Trial") -> str:
+def _known_text(trial: Trial) -> str:
     """Everything the agent could legitimately know: tool results and the customer's words."""
     parts = [e.result for e in trial.episode.audit_log]
     parts += [str(m.get("content") or "") for m in trial.messages if m.get("role") in ("user", "tool")]
     return normalise_text("\n".join(parts))
 
 
-def hallucinated_facts(trial: "Trial") -> list[str]:
+def hallucinated_facts(trial: Trial) -> list[str]:
     """Numbers, ids and order statuses told to the customer that appear in no tool result or
     customer message. Single-digit numbers are ignored: they are counts in ordinary prose."""
     known = _known_text(trial)
@@ -138,7 +156,7 @@ def _canonical(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {k: sorted(map(str, v)) if isinstance(v, list) else v for k, v in arguments.items()}
 
 
-def failure_modes(trial: "Trial") -> list[str]:
+def failure_modes(trial: Trial) -> list[str]:
     """All modes that apply to a failed trial, in priority order; [] for a successful trial."""
     if trial.success:
         return []
@@ -167,13 +185,13 @@ def failure_modes(trial: "Trial") -> list[str]:
     return modes or ["other"]
 
 
-def primary_failure_mode(trial: "Trial") -> str | None:
+def primary_failure_mode(trial: Trial) -> str | None:
     """The highest-priority mode of a failed trial; None for a successful one."""
     modes = failure_modes(trial)
     return modes[0] if modes else None
 
 
-def failure_mode_shares(trials: Sequence["Trial"]) -> dict[str, float]:
+def failure_mode_shares(trials: Sequence[Trial]) -> dict[str, float]:
     """Share of ALL trials whose primary failure mode is each mode (every mode listed, 0.0 when
     absent). The shares sum to the failure rate; a share is a rate, so weeks of different sizes
     compare directly."""
@@ -200,8 +218,9 @@ class ModeJump:
         return self.current - self.previous
 
 
-def compare_weeks(previous: Mapping[str, float], current: Mapping[str, float],
-                  threshold: float = JUMP_THRESHOLD) -> list[ModeJump]:
+def compare_weeks(
+    previous: Mapping[str, float], current: Mapping[str, float], threshold: float = JUMP_THRESHOLD
+) -> list[ModeJump]:
     """Failure modes whose share jumped by more than `threshold` since last week.
 
     "More than 10%" means an absolute rise of more than 10 percentage points in the share of all
@@ -213,4 +232,3 @@ def compare_weeks(previous: Mapping[str, float], current: Mapping[str, float],
     jumps = [ModeJump(m, float(previous.get(m, 0.0)), float(current.get(m, 0.0))) for m in modes]
     # Rounded: 0.4 - 0.3 is 0.10000000000000003 in floats, which must not count as above 0.10.
     return [j for j in jumps if round(j.jump, 12) > threshold]
-

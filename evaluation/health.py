@@ -1,4 +1,4 @@
-"""The champion-health circuit breaker's judgement (issue 6): is the model in production still sound?
+"""The champion-health circuit breaker's judgement: is the model in production still sound?
 
 The promotion gate trusted the champion because of its shadow evaluation. Once it serves real
 traffic, the interactions it served are judged by the same verifiable rules: each one is replayed
@@ -13,12 +13,14 @@ the shadow estimate, or when the share of interactions with a violation rises mo
 With fewer than `min_interactions` judged interactions nothing is concluded: the verdict is
 healthy, with reason "insufficient data", because rolling back on noise is itself an outage.
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from evaluation.failure_modes import episode_violations
 from evaluation.replay import ReplayError, recorded_episode
@@ -66,7 +68,12 @@ class HealthVerdict:
 
 
 def _share(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
         raise HealthConfigError(f"{name}={value!r} must be a number in [0, 1]")
     return float(value)
 
@@ -77,10 +84,16 @@ def _note(evidence: dict[str, list[str]], finding: str, interaction_id: Any) -> 
         ids.append(str(interaction_id))
 
 
-def assess_champion_health(records: Iterable[Mapping[str, Any]], shadow_success_estimate: float,
-                           margin: float = 0.10, min_interactions: int = 30,
-                           violation_baseline: float | None = None, violation_spike: float = 0.10,
-                           *, champion: str | None = None) -> HealthVerdict:
+def assess_champion_health(
+    records: Iterable[Mapping[str, Any]],
+    shadow_success_estimate: float,
+    margin: float = 0.10,
+    min_interactions: int = 30,
+    violation_baseline: float | None = None,
+    violation_spike: float = 0.10,
+    *,
+    champion: str | None = None,
+) -> HealthVerdict:
     """Judge newly ingested interactions served by the champion against its shadow estimate.
 
     `champion` is the `policy_version` the champion serves under; records of other versions are
@@ -128,24 +141,41 @@ def assess_champion_health(records: Iterable[Mapping[str, Any]], shadow_success_
     tripped, reasons = [], []
     if verified_n >= min_interactions and observed is not None and observed < expected - margin:
         tripped.append("low_success")
-        reasons.append(f"verified success {observed:.3f} is more than {margin:.2f} below the shadow "
-                       f"estimate {expected:.3f} ({verified_n} interactions with gold)")
+        reasons.append(
+            f"verified success {observed:.3f} is more than {margin:.2f} below the shadow "
+            f"estimate {expected:.3f} ({verified_n} interactions with gold)"
+        )
     reference = 0.0 if baseline is None else baseline
     if n >= min_interactions and rate is not None and rate > reference + spike:
         tripped.append("violation_spike")
-        reasons.append(f"policy violations in {rate:.3f} of {n} interactions, more than {spike:.2f} above "
-                       f"the baseline {reference:.3f}")
+        reasons.append(
+            f"policy violations in {rate:.3f} of {n} interactions, more than {spike:.2f} above "
+            f"the baseline {reference:.3f}"
+        )
     if tripped:
         reason = "; ".join(reasons)
     elif n < min_interactions:
         reason = f"{INSUFFICIENT_DATA}: {n} champion interactions, {min_interactions} needed"
     elif verified_n < min_interactions:
-        reason = (f"{INSUFFICIENT_DATA} for the success check ({verified_n} with gold, {min_interactions} "
-                  f"needed); violations within bounds")
+        reason = (
+            f"{INSUFFICIENT_DATA} for the success check ({verified_n} with gold, {min_interactions} "
+            f"needed); violations within bounds"
+        )
     else:
         reason = "verified success and policy violations within bounds"
     return HealthVerdict(
-        healthy=not tripped, reason=reason, n=n, observed_success=observed, expected_success=expected,
-        margin=margin, violation_rate=rate, baseline=baseline, violation_spike=spike, n_verified=verified_n,
-        champion=champion, tripped=tuple(tripped), evidence=dict(evidence), skipped=skipped,
+        healthy=not tripped,
+        reason=reason,
+        n=n,
+        observed_success=observed,
+        expected_success=expected,
+        margin=margin,
+        violation_rate=rate,
+        baseline=baseline,
+        violation_spike=spike,
+        n_verified=verified_n,
+        champion=champion,
+        tripped=tuple(tripped),
+        evidence=dict(evidence),
+        skipped=skipped,
     )

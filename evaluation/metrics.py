@@ -4,6 +4,7 @@ Everything here is a pure function of `Trial`s (their episodes and flags), so th
 out of a calibration run, a shadow replay or a test. `summarize` gives them stable flat names for
 MLflow, so weeks and candidate/champion compare side by side.
 """
+
 from __future__ import annotations
 
 import math

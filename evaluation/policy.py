@@ -5,9 +5,10 @@ one call. Batching is the interface, not an optimisation bolted on: a model gene
 conversation's next turn in one batched decode, which is what makes a 5,000-conversation
 shadow evaluation affordable.
 
-Messages use the chat format of `training.prompting`: `{"role": "assistant", "content": str,
+Messages use the chat format of `training.sandbox.prompting`: `{"role": "assistant", "content": str,
 "tool_calls": [{"name": str, "arguments": dict}]}`.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
-from training.prompting import parse_tool_calls, tool_schemas
+from training.sandbox.prompting import parse_tool_calls, tool_schemas
 
 Message = dict[str, Any]
 
@@ -93,8 +94,12 @@ class ScriptedPolicy:
         self.calls = 0  # number of act() invocations, for batching tests and benchmarks
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Sequence[Any]], name: str = "scripted",
-                   final: str = "Thank you, is there anything else I can help with?") -> "ScriptedPolicy":
+    def from_table(
+        cls,
+        table: Mapping[str, Sequence[Any]],
+        name: str = "scripted",
+        final: str = "Thank you, is there anything else I can help with?",
+    ) -> ScriptedPolicy:
         """Per-task steps keyed by task id (a record's `interaction_id` or `task_id`)."""
         steps = {key: [_as_message(s) for s in value] for key, value in table.items()}
 
@@ -210,18 +215,28 @@ class HFPolicy:
     to turn, so a turn prefills only the tokens that are new since the last one.
 
     `model_or_path` is a loaded model (then `tokenizer` is required) or a local folder / hub id
-    loaded through `training.bootstrap.load_policy` (which keeps a locally trained tokenizer).
+    loaded through `training.checkpoints.load_policy` (which keeps a locally trained tokenizer).
     `batch_size` rows decode together (None: all of a call's conversations at once); it is also
     the `max_live` hint rollouts use to keep that many conversations in flight.
     """
 
-    def __init__(self, model_or_path: Any, tokenizer: Any = None, *, name: str | None = None,
-                 max_new_tokens: int = 256, temperature: float = 0.0, seed: int = 0,
-                 batch_size: int | None = DEFAULT_BATCH_SIZE, sort_by_length: bool = True,
-                 prefix_cache: bool = True, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 tools: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        model_or_path: Any,
+        tokenizer: Any = None,
+        *,
+        name: str | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int = 0,
+        batch_size: int | None = DEFAULT_BATCH_SIZE,
+        sort_by_length: bool = True,
+        prefix_cache: bool = True,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        tools: tuple[str, ...] | None = None,
+    ):
         if isinstance(model_or_path, (str, os.PathLike)):
-            from training.bootstrap import load_policy
+            from training.checkpoints import load_policy
 
             model, loaded_tokenizer = load_policy(model_or_path)
             tokenizer = tokenizer or loaded_tokenizer
@@ -264,7 +279,8 @@ class HFPolicy:
     def render(self, conversation: Sequence[Message]) -> str:
         """The prompt text for one conversation (chat template + tool schemas + generation cue)."""
         return self.tokenizer.apply_chat_template(
-            list(conversation), tools=list(tool_schemas(self.tools)), add_generation_prompt=True, tokenize=False)
+            list(conversation), tools=list(tool_schemas(self.tools)), add_generation_prompt=True, tokenize=False
+        )
 
     def act(self, conversations: list[list[Message]]) -> list[Message]:
         return [self._to_message(text) for text in self.complete(conversations)]
@@ -284,12 +300,11 @@ class HFPolicy:
         texts: dict[int, str | None] = {}
         size = self.batch_size or len(order) or 1
         for start in range(0, len(order), size):
-            chunk = order[start:start + size]
+            chunk = order[start : start + size]
             fits = [i for i in chunk if not self._too_long(encoded[i])]
             texts.update({i: None for i in chunk if i not in fits})
             if fits:
-                texts.update(zip(fits, self._generate([encoded[i] for i in fits],
-                                                      [conversations[i] for i in fits])))
+                texts.update(zip(fits, self._generate([encoded[i] for i in fits], [conversations[i] for i in fits])))
         return [texts[i] for i in range(len(prompts))]
 
     def _too_long(self, ids: list[int]) -> bool:
@@ -332,16 +347,18 @@ class HFPolicy:
             return layers
         cache = DynamicCache(ddp_cache_data=layers or None)
         positions = torch.arange(reused, len(ids) - 1).unsqueeze(0)
-        self.model(input_ids=torch.tensor([todo]), position_ids=positions, cache=cache, use_cache=True,
-                   logits_to_keep=1)
+        self.model(
+            input_ids=torch.tensor([todo]), position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
         self.prefilled_tokens += len(todo)
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         if self.prefix_cache and not own:
             self.cache.lend(ids[:-1], layers)
         return layers
 
-    def _keep_caches(self, owners: list[Any], batch: list[list[int]], generated: list[list[int]],
-                     cache: Any, width: int) -> None:
+    def _keep_caches(
+        self, owners: list[Any], batch: list[list[int]], generated: list[list[int]], cache: Any, width: int
+    ) -> None:
         """Store each row's own slice of the batch cache: its prompt and the tokens it generated
         up to its stop token (the rest of the row is padding fed after it finished)."""
         for row, (owner, ids, new) in enumerate(zip(owners, batch, generated)):
@@ -349,9 +366,13 @@ class HFPolicy:
             # The last generated token was never fed back, so it has no key/value yet.
             kept = min(len(new) - 1, stop + 1)
             pad = width - len(ids)
-            layers = [(layer.keys[row:row + 1, :, pad:pad + len(ids) + kept].clone(),
-                       layer.values[row:row + 1, :, pad:pad + len(ids) + kept].clone())
-                      for layer in cache.layers]
+            layers = [
+                (
+                    layer.keys[row : row + 1, :, pad : pad + len(ids) + kept].clone(),
+                    layer.values[row : row + 1, :, pad : pad + len(ids) + kept].clone(),
+                )
+                for layer in cache.layers
+            ]
             self.cache.store(owner, ids + new[:kept], layers)
 
     def _decode(self, ids: list[int]) -> str:
@@ -380,13 +401,13 @@ def _left_padded_cache(prefixes: list[list[tuple[Any, Any]]], width: int, room: 
 
     template = next(p for p in prefixes if p)
     layers = []
-    for index, (keys, values) in enumerate(template):
+    for index, (keys, _values) in enumerate(template):
         layer = _preallocated_layer((len(prefixes), keys.shape[1], width + room, keys.shape[3]), keys)
         for row, prefix in enumerate(prefixes):
             if prefix:
                 length = prefix[index][0].shape[2]
-                layer.buffers[0][row, :, width - length:width] = prefix[index][0][0]
-                layer.buffers[1][row, :, width - length:width] = prefix[index][1][0]
+                layer.buffers[0][row, :, width - length : width] = prefix[index][0][0]
+                layer.buffers[1][row, :, width - length : width] = prefix[index][1][0]
         layer.grow_to(width)
         layers.append(layer)
     cache = DynamicCache()
@@ -415,8 +436,9 @@ def _preallocated_layer_class() -> type:
             if length > self.buffers[0].shape[2]:
                 # Out of room (never with the room asked for): double, copying once.
                 extra = max(length, 2 * self.buffers[0].shape[2]) - self.buffers[0].shape[2]
-                self.buffers = tuple(torch.cat([b, b.new_zeros(*b.shape[:2], extra, b.shape[3])], dim=2)
-                                     for b in self.buffers)
+                self.buffers = tuple(
+                    torch.cat([b, b.new_zeros(*b.shape[:2], extra, b.shape[3])], dim=2) for b in self.buffers
+                )
             self.length = length
             self.keys = self.buffers[0][:, :, :length]
             self.values = self.buffers[1][:, :, :length]
@@ -424,8 +446,8 @@ def _preallocated_layer_class() -> type:
         def update(self, key_states, value_states, *args, **kwargs):
             start = self.length
             self.grow_to(start + key_states.shape[2])
-            self.buffers[0][:, :, start:self.length] = key_states
-            self.buffers[1][:, :, start:self.length] = value_states
+            self.buffers[0][:, :, start : self.length] = key_states
+            self.buffers[1][:, :, start : self.length] = value_states
             return self.keys, self.values
 
         def crop(self, tokens_to_remove: int) -> None:

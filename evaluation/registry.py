@@ -16,6 +16,7 @@ steps. The other order would be unsafe: with champion moved first, a crash befor
 would lose the old champion's number, and a retry (seeing champion already at the new version)
 could never recover it, so `rollback` would restore the wrong model.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,10 @@ class RegistryError(RuntimeError):
 
     @staticmethod
     def _message(step: str, uri: str, cause: BaseException | str) -> str:
-        return (f"MLflow registry at {uri} failed during '{step}': {cause}. "
-                "Re-run to retry: registration is idempotent per week.")
+        return (
+            f"MLflow registry at {uri} failed during '{step}': {cause}. "
+            "Re-run to retry: registration is idempotent per week."
+        )
 
 
 class _Refusal(RegistryError):
@@ -180,19 +183,26 @@ def _tag_value(value: Any) -> str:
 
 def _version_tags(week: str, lineage: Mapping[str, Any], report: GateReport) -> dict[str, str]:
     tags = {str(k): _tag_value(v) for k, v in lineage.items()}
-    tags.update({WEEK_TAG: week, "gate_decision": report.decision, "gate_report_digest": report.digest(),
-                 "baseline_kind": report.baseline_kind})
+    tags.update(
+        {
+            WEEK_TAG: week,
+            "gate_decision": report.decision,
+            "gate_report_digest": report.digest(),
+            "baseline_kind": report.baseline_kind,
+        }
+    )
     if report.approved_by:
         tags["approved_by"] = report.approved_by
     return tags
 
 
 def _description(week: str, lineage: Mapping[str, Any], report: GateReport) -> str:
-    gates = "; ".join(f"{g.name}={'n/a' if g.value is None else f'{g.value:.4g}'} ({g.verdict})"
-                      for g in report.gates)
+    gates = "; ".join(f"{g.name}={'n/a' if g.value is None else f'{g.value:.4g}'} ({g.verdict})" for g in report.gates)
     approval = f" Approved by {report.approved_by}." if report.approved_by else ""
-    return (f"GRPO candidate of week {week}, promoted over the {report.baseline_kind}. "
-            f"Window {lineage.get('window_hash', 'unknown')}.{approval} Gates: {gates}.")
+    return (
+        f"GRPO candidate of week {week}, promoted over the {report.baseline_kind}. "
+        f"Window {lineage.get('window_hash', 'unknown')}.{approval} Gates: {gates}."
+    )
 
 
 def _ensure_registered_model(client: MlflowClient, name: str) -> None:
@@ -242,8 +252,9 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str)
         with mlflow_step(uri, "read champion"):
             champion_week = client.get_model_version(name, str(current)).tags.get(WEEK_TAG)
         if champion_week and _week_order(champion_week, week) == 1:
-            raise StaleCandidateError("stale candidate", uri,
-                                      f"champion v{current} is from week {champion_week}, later than {week}")
+            raise StaleCandidateError(
+                "stale candidate", uri, f"champion v{current} is from week {champion_week}, later than {week}"
+            )
         with mlflow_step(uri, f"set alias {PREVIOUS}"):
             client.set_registered_model_alias(name, PREVIOUS, str(current))
             client.set_model_version_tag(name, str(version), REPLACED_TAG, str(current))
@@ -256,9 +267,17 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str)
         client.set_model_version_tag(name, str(version), PROMOTED_TAG, "true")
 
 
-def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any],
-                       gate_report: GateReport | Mapping[str, Any], *, name: str = DEFAULT_MODEL_NAME,
-                       run_id: str | None = None, artifact_location: str | None = None) -> int:
+def register_candidate(
+    tracking_uri: str,
+    model_dir: str | Path,
+    week: str,
+    lineage: Mapping[str, Any],
+    gate_report: GateReport | Mapping[str, Any],
+    *,
+    name: str = DEFAULT_MODEL_NAME,
+    run_id: str | None = None,
+    artifact_location: str | None = None,
+) -> int:
     """Register the week's promoted candidate and make it `champion`; returns the version number.
 
     Idempotent per week: a second call returns the same version (finishing alias moves a crash
@@ -287,8 +306,13 @@ def register_candidate(tracking_uri: str, model_dir: str | Path, week: str, line
             client.log_artifacts(run, str(path), MODEL_ARTIFACT_PATH)
             source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{MODEL_ARTIFACT_PATH}"
         with mlflow_step(tracking_uri, "create model version"):
-            mv = client.create_model_version(name, source, run_id=run, tags=_version_tags(week, lineage, report),
-                                             description=_description(week, lineage, report))
+            mv = client.create_model_version(
+                name,
+                source,
+                run_id=run,
+                tags=_version_tags(week, lineage, report),
+                description=_description(week, lineage, report),
+            )
         version = int(mv.version)
     _promote(client, name, version, week, tracking_uri)
     return version
@@ -298,13 +322,20 @@ def _base_versions(client: MlflowClient, name: str) -> list:
     return client.search_model_versions(f"name = '{name}' and tags.{ROLE_TAG} = '{BASE_ROLE}'")
 
 
-def register_base_champion(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any], *,
-                           name: str = DEFAULT_MODEL_NAME, run_id: str | None = None,
-                           artifact_location: str | None = None) -> int | None:
+def register_base_champion(
+    tracking_uri: str,
+    model_dir: str | Path,
+    week: str,
+    lineage: Mapping[str, Any],
+    *,
+    name: str = DEFAULT_MODEL_NAME,
+    run_id: str | None = None,
+    artifact_location: str | None = None,
+) -> int | None:
     """Make the base model the first `champion` when the registry has none; its version, else None.
 
     Week one has no champion to gate against, so the candidate is gated against the base model
-    it was trained from (DESIGN section 6). Whatever that decides, the base model is what serves
+    it was trained from. Whatever that decides, the base model is what serves
     until a candidate beats it, so it is registered as the first champion: next week's candidate
     then has a champion to beat, the health sensor a shadow estimate to hold it to (`lineage`
     should carry `shadow_success` and `violation_rate`), and a promoted candidate a
@@ -330,8 +361,12 @@ def register_base_champion(tracking_uri: str, model_dir: str | Path, week: str, 
             source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{BASE_ARTIFACT_PATH}"
         with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(
-                name, source, run_id=run, tags=tags,
-                description=f"Base model, first champion (no candidate promoted yet; registered in week {week}).")
+                name,
+                source,
+                run_id=run,
+                tags=tags,
+                description=f"Base model, first champion (no candidate promoted yet; registered in week {week}).",
+            )
         version = int(mv.version)
     _promote(client, name, version, week, tracking_uri)
     return version
@@ -376,8 +411,15 @@ def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> Champion
     with mlflow_step(tracking_uri, "read champion"):
         mv = client.get_model_version(name, str(aliases[CHAMPION]))
     previous = aliases.get(PREVIOUS)
-    return ChampionInfo(name, int(mv.version), mv.tags.get(WEEK_TAG), mv.source, mv.run_id, dict(mv.tags),
-                        None if previous is None else int(previous))
+    return ChampionInfo(
+        name,
+        int(mv.version),
+        mv.tags.get(WEEK_TAG),
+        mv.source,
+        mv.run_id,
+        dict(mv.tags),
+        None if previous is None else int(previous),
+    )
 
 
 def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAULT_MODEL_NAME) -> Path | None:
@@ -388,8 +430,11 @@ def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAUL
     if info is None:
         return None
     with mlflow_step(tracking_uri, "download champion"):
-        return Path(mlflow.artifacts.download_artifacts(artifact_uri=info.source, dst_path=str(dst_dir),
-                                                        tracking_uri=tracking_uri))
+        return Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=info.source, dst_path=str(dst_dir), tracking_uri=tracking_uri
+            )
+        )
 
 
 def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResult:
@@ -403,7 +448,9 @@ def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResul
     client = mlflow_client(tracking_uri)
     aliases = _aliases(client, name, tracking_uri) or {}
     if PREVIOUS not in aliases:
-        raise NoPreviousChampionError("nothing to roll back to", tracking_uri, f"model {name!r} has no {PREVIOUS} alias")
+        raise NoPreviousChampionError(
+            "nothing to roll back to", tracking_uri, f"model {name!r} has no {PREVIOUS} alias"
+        )
     target, current = int(aliases[PREVIOUS]), aliases.get(CHAMPION)
     with mlflow_step(tracking_uri, f"set alias {CHAMPION}"):
         if current is None or int(current) != target:
@@ -416,5 +463,6 @@ def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResul
             client.set_registered_model_alias(name, PREVIOUS, older)
         else:
             client.delete_registered_model_alias(name, PREVIOUS)
-    return RollbackResult(name, target if current is None else int(current), target,
-                          None if older is None else int(older))
+    return RollbackResult(
+        name, target if current is None else int(current), target, None if older is None else int(older)
+    )

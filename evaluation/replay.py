@@ -1,6 +1,6 @@
 """What a recorded production conversation did, rebuilt in a fresh environment; reward alignment.
 
-A record (DESIGN section 3) keeps the transcript, not the environment's audit log. To judge it
+A record (`dataplane.contract`) keeps the transcript, not the environment's audit log. To judge it
 with the same code that judges rollouts (`training.rewards`), `replay_record` re-runs the
 assistant's tool calls in order through a new `RetailEnvironment` built from the record's
 `initial_state`, `gold` and escalation flag. The customer is not simulated again: a
@@ -8,27 +8,39 @@ assistant's tool calls in order through a new `RetailEnvironment` built from the
 unfolds exactly as it did. Whatever the agent wrote as plain assistant text counts as told to
 the customer too (a model may talk without the `send_message_to_customer` tool).
 
-    >>> from training.environment import RetailEnvironment
+    >>> from training.sandbox.environment import RetailEnvironment
     >>> customer = RecordedCustomer("Hi", ["My email is a@b.c"])
     >>> env = RetailEnvironment()
     >>> env.reset(initial_state={"users": {}, "orders": {}, "products": {}}, simulator=customer)
     >>> env.send_message_to_customer(message="Who are you?"), customer.finished
     ('My email is a@b.c', True)
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from evaluation.stats import agreement_rate, roc_auc
-from training.environment import EnvironmentSetupError, RetailEnvironment, call_tool
-from training.episode import MESSAGE_TOOL, Episode
 from training.rewards import GoldError, RewardWeights, total_reward, verified_success
-from training.world import WorldError
+from training.sandbox.environment import EnvironmentSetupError, RetailEnvironment, call_tool
+from training.sandbox.episode import MESSAGE_TOOL, Episode
+from training.sandbox.world import WorldError
 
-__all__ = ["RecordedCustomer", "RecordExhaustedError", "ReplayError", "Divergence", "ReplayedConversation",
-           "replay_record", "recorded_episode", "proxy_reward", "record_verified_success", "reward_alignment"]
+__all__ = [
+    "RecordedCustomer",
+    "RecordExhaustedError",
+    "ReplayError",
+    "Divergence",
+    "ReplayedConversation",
+    "replay_record",
+    "recorded_episode",
+    "proxy_reward",
+    "record_verified_success",
+    "reward_alignment",
+]
 
 
 class ReplayError(ValueError):
@@ -64,8 +76,9 @@ class RecordedCustomer:
 
     def reply(self, agent_message: str) -> str:
         if self._next >= len(self._replies):
-            raise RecordExhaustedError(f"all {len(self._replies)} recorded replies were used; "
-                                       f"no reply to {agent_message[:80]!r}")
+            raise RecordExhaustedError(
+                f"all {len(self._replies)} recorded replies were used; no reply to {agent_message[:80]!r}"
+            )
         self._next += 1
         return self._replies[self._next - 1]
 
@@ -144,19 +157,30 @@ def _calls(messages: list[Any], interaction_id: Any) -> list[_Call]:
         if not isinstance(requested, list):
             raise ReplayError(interaction_id, "bad_tool_calls", f"messages[{index}].tool_calls is not a list")
         results = []
-        for follower in messages[index + 1:]:
+        for follower in messages[index + 1 :]:
             if not isinstance(follower, Mapping) or follower.get("role") != "tool" or len(results) == len(requested):
                 break
             results.append(follower)
         for number, call in enumerate(requested):
             if not isinstance(call, Mapping):
-                raise ReplayError(interaction_id, "bad_tool_calls", f"messages[{index}].tool_calls[{number}] is not an object")
+                raise ReplayError(
+                    interaction_id, "bad_tool_calls", f"messages[{index}].tool_calls[{number}] is not an object"
+                )
             result = results[number] if number < len(results) else None
             if result is not None and result.get("name") not in (None, call.get("name")):
-                raise ReplayError(interaction_id, "tool_result_mismatch",
-                                  f"messages[{index}] calls {call.get('name')!r} but its result is from {result.get('name')!r}")
-            calls.append(_Call(index, call.get("name"), _arguments(call.get("arguments")),
-                               None if result is None else str(result.get("content", ""))))
+                raise ReplayError(
+                    interaction_id,
+                    "tool_result_mismatch",
+                    f"messages[{index}] calls {call.get('name')!r} but its result is from {result.get('name')!r}",
+                )
+            calls.append(
+                _Call(
+                    index,
+                    call.get("name"),
+                    _arguments(call.get("arguments")),
+                    None if result is None else str(result.get("content", "")),
+                )
+            )
     return calls
 
 
@@ -164,8 +188,11 @@ def _customer(record: Mapping[str, Any], messages: list[Any], calls: list[_Call]
     opening = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
     # Refused sends (the customer had left, bad arguments, after a transfer) never reached the
     # customer, so they are not replies; the environment refuses them again on its own.
-    replies = [c.recorded if c.recorded is not None else "" for c in calls
-               if c.name == MESSAGE_TOOL and not (c.recorded or "").startswith("Error:")]
+    replies = [
+        c.recorded if c.recorded is not None else ""
+        for c in calls
+        if c.name == MESSAGE_TOOL and not (c.recorded or "").startswith("Error:")
+    ]
     sentiment = record.get("customer_sentiment_delta") or 0.0
     return RecordedCustomer(opening, replies, float(sentiment))
 
@@ -182,9 +209,13 @@ def replay_record(record: Mapping[str, Any]) -> ReplayedConversation:
     calls = _calls(messages, interaction_id)
     env = RetailEnvironment()
     try:
-        env.reset(initial_state=record.get("initial_state"), gold=record.get("gold"),
-                  escalation_was_necessary=record.get("escalation_was_necessary"),
-                  customer_id=record.get("customer_id"), simulator=_customer(record, messages, calls))
+        env.reset(
+            initial_state=record.get("initial_state"),
+            gold=record.get("gold"),
+            escalation_was_necessary=record.get("escalation_was_necessary"),
+            customer_id=record.get("customer_id"),
+            simulator=_customer(record, messages, calls),
+        )
     except (EnvironmentSetupError, WorldError) as exc:
         raise ReplayError(interaction_id, "bad_initial_state", str(exc)) from exc
     by_position: dict[int, list[_Call]] = {}
@@ -205,8 +236,9 @@ def replay_record(record: Mapping[str, Any]) -> ReplayedConversation:
             if call.recorded is not None and call.recorded != result:
                 divergences.append(Divergence(index, str(call.name), call.recorded, result))
     episode = replace(env.episode, told=told)
-    return ReplayedConversation(interaction_id, episode, len(calls), divergences,
-                                sum(c.recorded is None for c in calls))
+    return ReplayedConversation(
+        interaction_id, episode, len(calls), divergences, sum(c.recorded is None for c in calls)
+    )
 
 
 def recorded_episode(record: Mapping[str, Any]) -> Episode:
@@ -226,8 +258,9 @@ def record_verified_success(record: Mapping[str, Any]) -> bool | None:
     return verified_success(recorded_episode(record))
 
 
-def reward_alignment(records: Iterable[Mapping[str, Any]],
-                     weights: RewardWeights | Mapping[str, Any] | None = None) -> dict[str, Any]:
+def reward_alignment(
+    records: Iterable[Mapping[str, Any]], weights: RewardWeights | Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """How well the proxy reward and verified success agree with human `task_success` labels.
 
     Over records with a human label: `auc` of proxy reward vs the label (None, with
@@ -256,8 +289,9 @@ def reward_alignment(records: Iterable[Mapping[str, Any]],
         rewards.append(reward)
         labels.append(label["task_success"])
         if success is None:
-            skipped.append({"interaction_id": rid, "scope": "agreement",
-                            "reason": "no gold: verified success undefined"})
+            skipped.append(
+                {"interaction_id": rid, "scope": "agreement", "reason": "no gold: verified success undefined"}
+            )
         else:
             verified.append(success)
             verified_labels.append(label["task_success"])

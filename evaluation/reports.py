@@ -5,17 +5,20 @@ exactly what the gates and the run log need — paired success flags, violation 
 counts, metric summaries, failure-mode shares, a few sample transcripts — never the episodes'
 world states, which would make a 5,000-conversation shadow report hundreds of megabytes.
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from evaluation.drift import total_variation
 from evaluation.failure_modes import failure_mode_shares, policy_violations, primary_failure_mode
 from evaluation.gates import PolicyOutcomes
 from evaluation.metrics import summarize
-from evaluation.rollout import Trial
+from evaluation.policy import HFPolicy
+from evaluation.rollout import Trial, run_rollouts
 from evaluation.stats import mcnemar_exact, paired_bootstrap_ci
 
 SAMPLES_PER_POLICY = 3
@@ -39,11 +42,18 @@ def policy_report(trials: Sequence[Trial]) -> dict[str, Any]:
 
 
 def _sample(trial: Trial) -> dict[str, Any]:
-    transcript = "\n".join(f"{m.get('role')}: {m.get('content') or ''} "
-                           f"{' '.join(c['name'] for c in m.get('tool_calls') or [])}".rstrip()
-                           for m in trial.messages if m.get("role") != "system")
-    return {"record_id": trial.record_id, "trial": trial.trial, "success": trial.success,
-            "failure_mode": primary_failure_mode(trial) or "", "transcript": transcript[:4000]}
+    transcript = "\n".join(
+        f"{m.get('role')}: {m.get('content') or ''} {' '.join(c['name'] for c in m.get('tool_calls') or [])}".rstrip()
+        for m in trial.messages
+        if m.get("role") != "system"
+    )
+    return {
+        "record_id": trial.record_id,
+        "trial": trial.trial,
+        "success": trial.success,
+        "failure_mode": primary_failure_mode(trial) or "",
+        "transcript": transcript[:4000],
+    }
 
 
 def _shares(counts: Mapping[str, int]) -> dict[str, float]:
@@ -59,7 +69,8 @@ def compare(candidate: Sequence[Trial], baseline: Sequence[Trial], seed: int = 0
     test = mcnemar_exact(cand["success"], base["success"])
     ci = paired_bootstrap_ci(cand["success"], base["success"], seed=seed)
     return {
-        "candidate": cand, "baseline": base,
+        "candidate": cand,
+        "baseline": base,
         "paired": {"mcnemar": asdict(test), "bootstrap_ci": asdict(ci), "pairs": len(cand["keys"])},
         "tool_call_tv": total_variation(_shares(cand["tool_counts"]), _shares(base["tool_counts"])),
     }
@@ -67,30 +78,39 @@ def compare(candidate: Sequence[Trial], baseline: Sequence[Trial], seed: int = 0
 
 def outcomes(calibration: Mapping[str, Any], shadow: Mapping[str, Any]) -> tuple[PolicyOutcomes, PolicyOutcomes]:
     """(candidate, baseline) gate inputs; violations and tool mixes pool both evaluation sets."""
+
     def one(side: str) -> PolicyOutcomes:
         cal, sha = calibration[side], shadow[side]
         counts = Counter(cal["tool_counts"]) + Counter(sha["tool_counts"])
-        return PolicyOutcomes(cal["success"], sha["success"],
-                              (cal["violations"] + sha["violations"]) / (cal["trials"] + sha["trials"]),
-                              _shares(counts))
+        return PolicyOutcomes(
+            cal["success"],
+            sha["success"],
+            (cal["violations"] + sha["violations"]) / (cal["trials"] + sha["trials"]),
+            _shares(counts),
+        )
 
     return one("candidate"), one("baseline")
 
 
-def evaluate_pair(candidate_path: str, baseline_path: str, records: Sequence[Mapping[str, Any]], *, k: int = 1,
-                  seed: int = 0, max_turns: int = 12, compact: bool = True, max_new_tokens: int = 128,
-                  batch_size: int | None = None, tools: tuple[str, ...] | None = None) -> dict[str, Any]:
+def evaluate_pair(
+    candidate_path: str,
+    baseline_path: str,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    k: int = 1,
+    seed: int = 0,
+    max_turns: int = 12,
+    compact: bool = True,
+    max_new_tokens: int = 128,
+    batch_size: int | None = None,
+    tools: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
     """Roll both policies out on `records` with the same customers (seeds) and the same tool list
     (`tools`, None: all) and compare them."""
-    from evaluation.policy import HFPolicy
-    from evaluation.rollout import run_rollouts
-
     if not records:
         raise ValueError("no records to evaluate on")
     trials = {}
     for side, path in (("candidate", candidate_path), ("baseline", baseline_path)):
-        policy = HFPolicy(path, name=side, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                          tools=tools)
-        trials[side] = run_rollouts(policy, records, k=k, seed=seed, max_turns=max_turns, compact=compact,
-                                    tools=tools)
+        policy = HFPolicy(path, name=side, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, tools=tools)
+        trials[side] = run_rollouts(policy, records, k=k, seed=seed, max_turns=max_turns, compact=compact, tools=tools)
     return compare(trials["candidate"], trials["baseline"], seed=seed)

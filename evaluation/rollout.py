@@ -11,6 +11,7 @@ through the environment's allow-list and their results appended as tool messages
 calls, when the environment is done (transfer to a human, or the customer left), or at `max_turns`
 assistant turns.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evaluation.policy import Conversation, Message, Policy
-from training.episode import Episode
+from training.rewards import score_episode, verified_success
+from training.sandbox.environment import call_tool, environment_class
+from training.sandbox.episode import Episode
+from training.sandbox.prompting import initial_messages
 
 DEFAULT_MAX_TURNS = 30
 ENDINGS = ("answer", "done", "max_turns", "context_full")
@@ -102,11 +106,9 @@ class _Live:
     ended_by: str | None = None
 
 
-def _start(record: Mapping[str, Any], trial: int, seed: int, compact: bool,
-           tools: tuple[str, ...] | None = None) -> _Live:
-    from training.environment import environment_class
-    from training.prompting import initial_messages
-
+def _start(
+    record: Mapping[str, Any], trial: int, seed: int, compact: bool, tools: tuple[str, ...] | None = None
+) -> _Live:
     record_id = record_id_of(record)
     if record.get("initial_state") in (None, "", {}):
         raise RolloutError("missing_initial_state", "record has no initial_state", record_id)
@@ -121,20 +123,28 @@ def _start(record: Mapping[str, Any], trial: int, seed: int, compact: bool,
         compact=compact,
     )
     opening = initial_messages(dict(record), seed=run_seed)
-    return _Live(record_id, trial, run_seed, env, Conversation(opening, task_id=record_id, trial=trial),
-                 intent=record.get("intent"))
+    return _Live(
+        record_id,
+        trial,
+        run_seed,
+        env,
+        Conversation(opening, task_id=record_id, trial=trial),
+        intent=record.get("intent"),
+    )
 
 
 def _step(live: _Live, message: Message, max_turns: int) -> None:
     """Apply one assistant message: record it, run its tool calls, decide whether it ended."""
-    from training.environment import call_tool
-
     if not isinstance(message, Mapping) or message.get("role", "assistant") != "assistant":
         raise RolloutError("bad_policy_message", f"policy returned {message!r:.200}", live.record_id)
     calls = list(message.get("tool_calls") or ())
-    live.conversation.append({"role": "assistant", "content": str(message.get("content") or ""),
-                              "tool_calls": [{"name": c["name"], "arguments": c.get("arguments") or {}}
-                                             for c in calls]})
+    live.conversation.append(
+        {
+            "role": "assistant",
+            "content": str(message.get("content") or ""),
+            "tool_calls": [{"name": c["name"], "arguments": c.get("arguments") or {}} for c in calls],
+        }
+    )
     live.turns += 1
     if message.get("stop_reason") == "context_full":
         live.ended_by = "context_full"
@@ -156,23 +166,36 @@ def _step(live: _Live, message: Message, max_turns: int) -> None:
 
 
 def _finish(live: _Live, reward_weights: Any) -> Trial:
-    from training.rewards import score_episode, verified_success
-
     episode = live.env.episode
     terms = score_episode(episode, reward_weights)
     return Trial(
-        record_id=live.record_id, trial=live.trial, seed=live.seed, episode=episode,
-        success=bool(verified_success(episode)), messages=list(live.conversation),
-        turns=live.turns, tool_calls=live.tool_calls, tool_errors=live.tool_errors,
-        ended_by=live.ended_by or "max_turns", reward=float(sum(terms.values())),
-        reward_terms=dict(terms), intent=live.intent,
+        record_id=live.record_id,
+        trial=live.trial,
+        seed=live.seed,
+        episode=episode,
+        success=bool(verified_success(episode)),
+        messages=list(live.conversation),
+        turns=live.turns,
+        tool_calls=live.tool_calls,
+        tool_errors=live.tool_errors,
+        ended_by=live.ended_by or "max_turns",
+        reward=float(sum(terms.values())),
+        reward_terms=dict(terms),
+        intent=live.intent,
     )
 
 
-def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 1, seed: int = 0,
-                 max_turns: int = DEFAULT_MAX_TURNS, compact: bool = False,
-                 reward_weights: Any = None, max_live: int | None = None,
-                 tools: tuple[str, ...] | None = None) -> list[Trial]:
+def run_rollouts(
+    policy: Policy,
+    records: Iterable[Mapping[str, Any]],
+    k: int = 1,
+    seed: int = 0,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    compact: bool = False,
+    reward_weights: Any = None,
+    max_live: int | None = None,
+    tools: tuple[str, ...] | None = None,
+) -> list[Trial]:
     """Roll `policy` out on every record `k` times; trials come back in (record, trial) order.
 
     `reward_weights` (a `training.rewards.RewardWeights` or mapping, default the playbook) prices
@@ -205,9 +228,11 @@ def run_rollouts(policy: Policy, records: Iterable[Mapping[str, Any]], k: int = 
             active.append(waiting.popleft())
         replies = policy.act([live.conversation for live in active])
         if len(replies) != len(active):
-            raise RolloutError("bad_policy_batch",
-                               f"policy {getattr(policy, 'name', policy)!r} returned {len(replies)} "
-                               f"messages for {len(active)} conversations")
+            raise RolloutError(
+                "bad_policy_batch",
+                f"policy {getattr(policy, 'name', policy)!r} returned {len(replies)} "
+                f"messages for {len(active)} conversations",
+            )
         for live, message in zip(active, replies):
             _step(live, message, max_turns)
         active = [live for live in active if live.ended_by is None]

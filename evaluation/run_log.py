@@ -11,6 +11,7 @@ and checked with `dataplane.scrub.find_pii`: a leak raises instead of being logg
 plots under `plots/`. Plots use matplotlib's object API (`Figure`), so no pyplot global state and
 no display backend is touched.
 """
+
 from __future__ import annotations
 
 import json
@@ -179,20 +180,28 @@ def figures(run: WeekRun) -> dict[str, Figure]:
 
 
 def _window_input(run: WeekRun) -> DatasetInput:
-    source = CodeDatasetSource({"store": "interactions.duckdb", "table": "windows", "week": run.week,
-                                "window_hash": run.window_hash})
+    source = CodeDatasetSource(
+        {"store": "interactions.duckdb", "table": "windows", "week": run.week, "window_hash": run.window_hash}
+    )
     # The registry's dataset digest column holds 36 characters; the full hash is in the source.
     with warnings.catch_warnings():
         # Schema inference hints about integer columns concern model signatures, not a window.
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
-        dataset = mlflow.data.from_pandas(run.window_frame, source=source, name=f"window-{run.week}",
-                                          digest=run.window_hash[:32])._to_mlflow_entity()
+        dataset = mlflow.data.from_pandas(
+            run.window_frame, source=source, name=f"window-{run.week}", digest=run.window_hash[:32]
+        )._to_mlflow_entity()
     return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "window")])
 
 
-def open_week_run(tracking_uri: str, week: str, dagster_run_id: str, *,
-                  experiment_name: str = DEFAULT_EXPERIMENT, artifact_location: str | None = None,
-                  tags: Mapping[str, str] | None = None) -> str:
+def open_week_run(
+    tracking_uri: str,
+    week: str,
+    dagster_run_id: str,
+    *,
+    experiment_name: str = DEFAULT_EXPERIMENT,
+    artifact_location: str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> str:
     """The MLflow run of one Dagster run of `week`: found by its tags, else created (RUNNING).
 
     Training logs its curve into it and the evaluation assets finish it with `log_week_run`, so a
@@ -205,25 +214,40 @@ def open_week_run(tracking_uri: str, week: str, dagster_run_id: str, *,
     with mlflow_step(tracking_uri, "open week run"):
         exp = ensure_experiment(client, experiment_name, artifact_location)
         found = client.search_runs(
-            [exp], f"tags.{WEEK_TAG} = '{week}' and tags.{DAGSTER_RUN_TAG} = '{dagster_run_id}'",
-            order_by=["attributes.start_time DESC"], max_results=1)
+            [exp],
+            f"tags.{WEEK_TAG} = '{week}' and tags.{DAGSTER_RUN_TAG} = '{dagster_run_id}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
         if found:
             return found[0].info.run_id
         all_tags = {WEEK_TAG: week, DAGSTER_RUN_TAG: dagster_run_id, ROLE_TAG: "evaluation", **(tags or {})}
         return client.create_run(exp, tags=all_tags, run_name=f"week-{week}").info.run_id
 
 
-def log_week_run(tracking_uri: str, run: WeekRun, *, experiment_name: str = DEFAULT_EXPERIMENT,
-                 artifact_location: str | None = None, run_id: str | None = None) -> str:
+def log_week_run(
+    tracking_uri: str,
+    run: WeekRun,
+    *,
+    experiment_name: str = DEFAULT_EXPERIMENT,
+    artifact_location: str | None = None,
+    run_id: str | None = None,
+) -> str:
     """Log the week's run and return its id. The run ends FAILED (and the error propagates) if
     anything cannot be logged, so a half-logged run is never mistaken for a complete one.
 
     With `run_id` (from `open_week_run`) the numbers go into that run; otherwise a new one."""
     samples = scrubbed_samples(run.samples)  # before anything is written
     client = mlflow_client(tracking_uri)
-    tags = {WEEK_TAG: run.week, ROLE_TAG: "evaluation", "window_hash": run.window_hash,
-            "gate_decision": run.gate_report.decision, "baseline_kind": run.gate_report.baseline_kind,
-            "gate_report_digest": run.gate_report.digest(), **run.tags}
+    tags = {
+        WEEK_TAG: run.week,
+        ROLE_TAG: "evaluation",
+        "window_hash": run.window_hash,
+        "gate_decision": run.gate_report.decision,
+        "baseline_kind": run.gate_report.baseline_kind,
+        "gate_report_digest": run.gate_report.digest(),
+        **run.tags,
+    }
     with mlflow_step(tracking_uri, "create run"):
         if run_id is None:
             exp = ensure_experiment(client, experiment_name, artifact_location)
@@ -238,7 +262,7 @@ def log_week_run(tracking_uri: str, run: WeekRun, *, experiment_name: str = DEFA
             metrics = [Metric(k, v, now, 0) for k, v in sorted(flatten_metrics(run).items())]
             metrics += [Metric("train/reward", float(r), now, i) for i, r in enumerate(run.reward_curve)]
             for start in range(0, max(len(params), len(metrics)), 100):
-                client.log_batch(run_id, metrics=metrics[start:start + 100], params=params[start:start + 100])
+                client.log_batch(run_id, metrics=metrics[start : start + 100], params=params[start : start + 100])
             client.log_inputs(run_id, datasets=[_window_input(run)])
             client.log_dict(run_id, run.gate_report.to_dict(), "gate_report.json")
             if run.validation is not None:
@@ -265,7 +289,8 @@ def find_week_runs(tracking_uri: str, week: str, experiment_name: str = DEFAULT_
         runs = client.search_runs(
             [exp.experiment_id],
             f"tags.{WEEK_TAG} = '{week}' and tags.{ROLE_TAG} = 'evaluation' and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"])
+            order_by=["attributes.start_time DESC"],
+        )
     return [r.info.run_id for r in runs]
 
 

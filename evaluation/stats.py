@@ -5,6 +5,7 @@ outcomes pair up per conversation. Paired tests use that: McNemar looks only at 
 where the two disagree, and the paired bootstrap resamples conversations, not outcomes, so the
 correlation between the two arms is kept.
 """
+
 from __future__ import annotations
 
 import math

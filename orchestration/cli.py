@@ -3,12 +3,23 @@
 Each subcommand is a thin call into a plain function; errors print one clear line on stderr and
 exit non-zero (2 for bad input such as a missing path or a malformed week, 1 for a failed run).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+
+from assets.partitions import WeekError
+from dataplane.home import Home
+from dataplane.ingest import InputPathError, ingest_paths
+from evaluation.gates import ApprovalError
+from evaluation.registry import RegistryError
+from orchestration.demo import run_demo
+from orchestration.runner import NoDecisionError, RetrainBusyError, approve_week, rollback_champion, run_week
+from training.traffic.simulate import simulate
+from training.traffic.tasks_import import import_tasks
 
 
 class CliError(Exception):
@@ -20,9 +31,6 @@ class CliError(Exception):
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from dataplane.home import Home
-    from dataplane.ingest import InputPathError, ingest_paths
-
     home = Home.from_env().ensure()
     try:
         summary = ingest_paths(str(home.duckdb_path), args.paths)
@@ -32,25 +40,32 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(counts, indent=2, sort_keys=True, default=str))
     else:
-        print(f"files {counts['files']}  read {counts['read']}  accepted {counts['accepted']}  "
-              f"duplicates {counts['duplicates']}  quarantined {counts['quarantined']}")
+        print(
+            f"files {counts['files']}  read {counts['read']}  accepted {counts['accepted']}  "
+            f"duplicates {counts['duplicates']}  quarantined {counts['quarantined']}"
+        )
         for rule, n in sorted(counts.get("quarantined_by_rule", {}).items()):
             print(f"  quarantined {rule}: {n}")
     return 0
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from training.traffic import simulate
-
     drift = {}
     if args.drift_day is not None:
         drift["intent_mix_from_day"] = args.drift_day
     if args.degrade_day is not None:
         drift["degraded_agent_from_day"] = args.degrade_day
     try:
-        summary = simulate(days=args.days, per_day=args.per_day, seed=args.seed, out_dir=args.out,
-                           start=args.start, world=args.world, drift=drift or None,
-                           policy_version=args.policy_version)
+        summary = simulate(
+            days=args.days,
+            per_day=args.per_day,
+            seed=args.seed,
+            out_dir=args.out,
+            start=args.start,
+            world=args.world,
+            drift=drift or None,
+            policy_version=args.policy_version,
+        )
     except (ValueError, FileNotFoundError) as err:
         raise CliError(str(err)) from err
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))
@@ -58,8 +73,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_import_tasks(args: argparse.Namespace) -> int:
-    from training.tasks_import import import_tasks
-
     try:
         summary = import_tasks(args.file, args.world, args.out)
     except (ValueError, FileNotFoundError) as err:
@@ -69,32 +82,24 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from orchestration.partitions import WeekError
-    from orchestration.runner import RetrainBusyError, run_week
-
     try:
         result = run_week(args.week, config_file=args.config)
     except (WeekError, FileNotFoundError, json.JSONDecodeError) as err:
         raise CliError(str(err)) from err
     except RetrainBusyError as err:
         raise CliError(str(err), code=1) from err
-    print(f"week {result.week}: {'succeeded' if result.success else 'did not complete'} "
-          f"(dagster run {result.run_id}); materialized: {', '.join(result.materialized) or 'nothing'}")
+    print(
+        f"week {result.week}: {'succeeded' if result.success else 'did not complete'} "
+        f"(dagster run {result.run_id}); materialized: {', '.join(result.materialized) or 'nothing'}"
+    )
     return 0 if result.success else 1
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from orchestration.demo import run_demo
-
     return run_demo(weeks=args.weeks, per_day=args.per_day, fresh=args.fresh)
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
-    from evaluation.gates import ApprovalError
-    from evaluation.registry import RegistryError
-    from orchestration.partitions import WeekError
-    from orchestration.runner import NoDecisionError, approve_week
-
     try:
         print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
     except (WeekError, NoDecisionError, ApprovalError) as err:
@@ -105,9 +110,6 @@ def _cmd_approve(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
-    from evaluation.registry import RegistryError
-    from orchestration.runner import rollback_champion
-
     try:
         print(json.dumps(rollback_champion(), indent=2, default=str))
     except RegistryError as err:  # includes "no previous_champion to roll back to"

@@ -1,13 +1,14 @@
 """The Dagster definitions: assembly only (assets, checks, job, schedule, sensors, resources)."""
+
 import dagster as dg
 
-from assets import data, evaluation, registry, training
-from orchestration.progress import progress_logger
+from assets import data, evaluation, promotion, training
+from assets.resources import default_resources
 from orchestration.jobs import weekly_retrain, weekly_retrain_schedule
-from orchestration.resources import default_resources
+from orchestration.progress import progress_logger
 from orchestration.sensors import champion_health, retrain_failure_incident
 
-_modules = [data, training, evaluation, registry]
+_modules = [data, training, evaluation, promotion]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(_modules),

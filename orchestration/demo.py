@@ -7,6 +7,7 @@ top of whatever is champion and is gated against it), and prints a summary and t
 UIs on that data. The run config below shrinks every stage to demo size; the asset defaults are the
 production ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,11 @@ import shutil
 import time
 from datetime import date, timedelta
 
+from assets.partitions import week_key
 from dataplane.home import Home
-from orchestration.partitions import week_key
+from evaluation.registry import champion_info, find_base_version, find_week_version
+from orchestration.runner import run_week
+from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
 
@@ -25,15 +29,25 @@ DEMO_SEED = 7
 # rate is reported, and the gates then judge the candidate on the held-out sets as always.
 DEMO_RUN_CONFIG = {
     "ops": {
-        "policy_base": {"config": {"sft_steps": 40, "sft_batch_size": 8, "probe_prompts": 8,
-                                   "min_tool_call_rate": 0.0, "level": 1}},
-        "grpo_candidate": {"config": {"max_steps": 10, "save_steps": 5, "dataset_size": 40,
-                                      "num_generations": 4, "per_device_train_batch_size": 8,
-                                      "max_completion_length": 160, "temperature": 0.8,
-                                      "levels": {"1": 1.0},
-                                      "grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}},
-        "calibration_report": {"config": {"trials": 2, "max_tasks": 12, "max_turns": 6, "max_new_tokens": 48,
-                                          "level": 1}},
+        "policy_base": {
+            "config": {"sft_steps": 40, "sft_batch_size": 8, "probe_prompts": 8, "min_tool_call_rate": 0.0, "level": 1}
+        },
+        "grpo_candidate": {
+            "config": {
+                "max_steps": 10,
+                "save_steps": 5,
+                "dataset_size": 40,
+                "num_generations": 4,
+                "per_device_train_batch_size": 8,
+                "max_completion_length": 160,
+                "temperature": 0.8,
+                "levels": {"1": 1.0},
+                "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
+            }
+        },
+        "calibration_report": {
+            "config": {"trials": 2, "max_tasks": 12, "max_turns": 6, "max_new_tokens": 48, "level": 1}
+        },
         "shadow_report": {"config": {"shadow_size": 16, "max_turns": 6, "max_new_tokens": 48, "level": 1}},
         "promotion_gate": {"config": {"min_human_labels": 10}},
     }
@@ -49,14 +63,18 @@ def _summary_rows(week: str, home: Home) -> list[str]:
     report, lineage = data["report"], data["lineage"]
     cal = json.loads((folder / "calibration_report.json").read_text())
     sha = json.loads((folder / "shadow_report.json").read_text())
-    rows = [f"  week {week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
-            f"validation {lineage['validation']}, baseline = {report['baseline_kind']}",
-            f"    {'metric':32s} {'candidate':>10s} {'baseline':>10s}"]
+    rows = [
+        f"  week {week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
+        f"validation {lineage['validation']}, baseline = {report['baseline_kind']}",
+        f"    {'metric':32s} {'candidate':>10s} {'baseline':>10s}",
+    ]
     for label, rep in (("calibration", cal), ("shadow", sha)):
         for metric in ("success_rate", "pass_hat_2", "policy_violation_rate", "actions_per_task"):
             if metric in rep["candidate"]["summary"]:
-                rows.append(f"    {label + ' ' + metric:32s} {rep['candidate']['summary'][metric]:10.3f} "
-                            f"{rep['baseline']['summary'][metric]:10.3f}")
+                rows.append(
+                    f"    {label + ' ' + metric:32s} {rep['candidate']['summary'][metric]:10.3f} "
+                    f"{rep['baseline']['summary'][metric]:10.3f}"
+                )
     rows.append(f"    {'gate':32s} {'value':>10s} {'verdict':>10s}")
     for gate in report["gates"]:
         value = "n/a" if gate["value"] is None else f"{gate['value']:.3f}"
@@ -69,16 +87,14 @@ def _champion_line(champion) -> str:
     if champion is None:
         return "none yet"
     if champion.tags.get("role") == "base":
-        return (f"retail-agent v{champion.version}, the base model (first champion, registered in week "
-                f"{champion.tags.get('base_of_week')}; no candidate has beaten it yet)")
+        return (
+            f"retail-agent v{champion.version}, the base model (first champion, registered in week "
+            f"{champion.tags.get('base_of_week')}; no candidate has beaten it yet)"
+        )
     return f"retail-agent v{champion.version} (candidate of week {champion.week})"
 
 
 def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date | None = None) -> int:
-    from evaluation.registry import champion_info, find_base_version, find_week_version
-    from orchestration.runner import run_week
-    from training.traffic import simulate
-
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.
     for name in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
@@ -91,10 +107,15 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     first_day = this_monday - timedelta(weeks=weeks)
     print(f"agent-retrain demo: home {home.root}")
     print(f"simulating {weeks} weeks x 7 days x {per_day} interactions from {first_day} ...", flush=True)
-    sim = simulate(days=7 * weeks, per_day=per_day, seed=DEMO_SEED, out_dir=str(home.landing / "demo"),
-                   start=first_day, label_share=0.5)
-    print(f"  {len(sim['files'])} day files, "
-          f"outcomes {sim['outcomes']}")
+    sim = simulate(
+        days=7 * weeks,
+        per_day=per_day,
+        seed=DEMO_SEED,
+        out_dir=str(home.landing / "demo"),
+        start=first_day,
+        label_share=0.5,
+    )
+    print(f"  {len(sim['files'])} day files, outcomes {sim['outcomes']}")
     results = []
     for offset in (2, 1):
         week = (this_monday - timedelta(weeks=offset)).isoformat()
@@ -107,8 +128,10 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
         if base is not None and base[1] == result.week:
             print(f"    first champion: the base model, registered as version {base[0]} (no champion existed)")
         version = find_week_version(home.mlflow_uri, result.week)
-        print(f"    registered: {'version ' + str(version) if version else 'no (a gate did not pass)'}"
-              f"   dagster run {result.run_id}")
+        print(
+            f"    registered: {'version ' + str(version) if version else 'no (a gate did not pass)'}"
+            f"   dagster run {result.run_id}"
+        )
     champion = champion_info(home.mlflow_uri)
     print(f"\nchampion: {_champion_line(champion)}")
     print(f"demo finished in {time.monotonic() - started:.0f} s\n")

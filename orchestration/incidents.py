@@ -3,13 +3,14 @@
 A webhook failure is reported in the incident file itself (never raised from a sensor, which must
 keep running), so nothing about the incident is lost when the receiver is down.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,12 @@ import requests
 from dataplane.home import Home
 
 
-def record_incident(home: Home, kind: str, summary: str, evidence: dict[str, Any],
-                    webhook_url: str | None = None, timeout: float = 5.0) -> Path:
+def record_incident(
+    home: Home, kind: str, summary: str, evidence: dict[str, Any], webhook_url: str | None = None, timeout: float = 5.0
+) -> Path:
     """Write one incident and post it to `webhook_url` (or $RETRAIN_WEBHOOK_URL)."""
     home.incidents.mkdir(parents=True, exist_ok=True)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     incident = {
         "id": f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}",
         "kind": kind,
@@ -35,8 +37,11 @@ def record_incident(home: Home, kind: str, summary: str, evidence: dict[str, Any
         started = time.monotonic()
         try:
             response = requests.post(url, json=incident, timeout=timeout)
-            incident["webhook"] = {"url": url, "status": response.status_code,
-                                   "seconds": round(time.monotonic() - started, 3)}
+            incident["webhook"] = {
+                "url": url,
+                "status": response.status_code,
+                "seconds": round(time.monotonic() - started, 3),
+            }
         except requests.RequestException as err:
             incident["webhook"] = {"url": url, "error": f"{type(err).__name__}: {err}"}
     path = home.incidents / f"{incident['id']}-{kind}.json"

@@ -4,6 +4,7 @@
 CLI show up in the UI. The run queue allows one weekly retrain at a time (runs carry the
 `agent-retrain/pipeline` tag), and the `retrain` pool admits one training/registration step.
 """
+
 from __future__ import annotations
 
 import os

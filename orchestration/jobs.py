@@ -1,9 +1,10 @@
 """The weekly job over every asset, and its schedule (Mondays 03:00 UTC, the week that just ended)."""
+
 from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.partitions import weekly_partitions
+from assets.partitions import weekly_partitions
 
 # One retrain at a time: every run of this job carries this tag, and the instance's run queue
 # (dagster.yaml written by orchestration.instance) limits the tag to one run in progress.
@@ -18,5 +19,9 @@ weekly_retrain = dg.define_asset_job(
 )
 
 weekly_retrain_schedule = dg.build_schedule_from_partitioned_job(
-    weekly_retrain, name="weekly_retrain_schedule", hour_of_day=3, minute_of_hour=0, day_of_week=1,
+    weekly_retrain,
+    name="weekly_retrain_schedule",
+    hour_of_day=3,
+    minute_of_hour=0,
+    day_of_week=1,
 )  # the partitions are in UTC, so is the schedule

@@ -4,6 +4,7 @@
 person watching a CPU run sees where it is (ingest, SFT, GRPO step k of n, evaluation) without
 the event firehose. The Dagster UI keeps the full event log either way.
 """
+
 from __future__ import annotations
 
 import logging
@@ -11,6 +12,7 @@ import sys
 import time
 
 import dagster as dg
+
 
 def _root_cause(event) -> str:
     """The innermost error message of a failed step (what a person needs to act on)."""
@@ -36,7 +38,7 @@ class _ProgressHandler(logging.Handler):
         # (handleError reports it on stderr) rather than an exception into Dagster's step.
         try:
             self._show(record)
-        except Exception:  # noqa: BLE001 (logging.Handler contract)
+        except Exception:
             self.handleError(record)
 
     def _show(self, record: logging.LogRecord) -> None:

@@ -1,17 +1,22 @@
 """Running a week from the command line, on the same Dagster instance the UI shows."""
+
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from assets.partitions import WeekError, week_key, weekly_partitions
 from dataplane.home import Home
+from evaluation.gates import GateReport, approve
+from evaluation.registry import DEFAULT_MODEL_NAME, register_candidate, rollback
+from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
-from orchestration.partitions import WeekError, week_key, weekly_partitions
 
 
 class RetrainBusyError(RuntimeError):
@@ -30,15 +35,16 @@ class WeekRun:
 def run_lock(home: Home) -> Iterator[None]:
     """One retrain per home folder at a time; a second one is refused at once, not queued silently."""
     path = home.root / "retrain.lock"
-    handle = open(path, "a+")
+    handle = open(path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
             handle.seek(0)
             holder = handle.read().strip() or "unknown"
-            raise RetrainBusyError(f"another retrain is running on {home.root} ({holder}); "
-                                   "wait for it to finish") from err
+            raise RetrainBusyError(
+                f"another retrain is running on {home.root} ({holder}); wait for it to finish"
+            ) from err
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
@@ -67,15 +73,18 @@ def load_run_config(path: str | None) -> dict[str, Any]:
     return json.loads(text)
 
 
-def run_week(week: str, config_file: str | None = None, run_config: dict | None = None,
-             home: Home | None = None, terse: bool = True) -> WeekRun:
+def run_week(
+    week: str,
+    config_file: str | None = None,
+    run_config: dict | None = None,
+    home: Home | None = None,
+    terse: bool = True,
+) -> WeekRun:
     """Materialise every asset of `weekly_retrain` for one week, in this process.
 
     `terse` swaps Dagster's debug console logger for one progress line per step (the full event
     log is still in the instance, so the UI shows everything)."""
     import dagster as dg
-
-    from orchestration.definitions import defs
 
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
@@ -85,18 +94,17 @@ def run_week(week: str, config_file: str | None = None, run_config: dict | None 
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
         job = defs.resolve_job_def("weekly_retrain")
-        result = job.execute_in_process(partition_key=key, instance=instance, run_config=config,
-                                        raise_on_error=False)
+        result = job.execute_in_process(partition_key=key, instance=instance, run_config=config, raise_on_error=False)
     done = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
     return WeekRun(week=key, run_id=result.run_id, success=result.success, materialized=done)
 
 
 def mlflow_target(home: Home) -> tuple[str, str]:
     """(tracking URI, registered model name): the same settings the Dagster resource reads."""
-    from evaluation.registry import DEFAULT_MODEL_NAME
-
-    return (os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_uri,
-            os.environ.get("RETRAIN_MODEL_NAME", DEFAULT_MODEL_NAME))
+    return (
+        os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_uri,
+        os.environ.get("RETRAIN_MODEL_NAME", DEFAULT_MODEL_NAME),
+    )
 
 
 class NoDecisionError(FileNotFoundError):
@@ -108,28 +116,32 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
 
     Only a 'hold' (the drift gate) can be approved; a failed gate stays a rejection.
     """
-    from evaluation.gates import GateReport, approve
-    from evaluation.registry import register_candidate
-
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
     path = home.root / "runs" / key / "promotion_request.json"
     if not path.exists():
-        raise NoDecisionError(f"week {key} has no promotion decision at {path}: run it first (retrain run --week {key})")
+        raise NoDecisionError(
+            f"week {key} has no promotion decision at {path}: run it first (retrain run --week {key})"
+        )
     request = json.loads(path.read_text())
     approved = approve(GateReport.from_dict(request["report"]), approver)
     lineage = {**request["lineage"], "approved_by": approver}
     uri, name = mlflow_target(home)
-    version = register_candidate(uri, request["model_path"], key, lineage, approved, name=name,
-                                 run_id=request["lineage"].get("run_id"),
-                                 artifact_location=home.mlflow_artifacts.as_uri())
+    version = register_candidate(
+        uri,
+        request["model_path"],
+        key,
+        lineage,
+        approved,
+        name=name,
+        run_id=request["lineage"].get("run_id"),
+        artifact_location=home.mlflow_artifacts.as_uri(),
+    )
     return {"week": key, "version": version, "approved_by": approver}
 
 
 def rollback_champion(home: Home | None = None) -> dict[str, Any]:
     """Make `previous_champion` the champion again (one step back per call)."""
     from dataclasses import asdict
-
-    from evaluation.registry import rollback
 
     return asdict(rollback(*mlflow_target((home or Home.from_env()).ensure())))

@@ -1,4 +1,5 @@
 """Fixtures shared by every test layer. Area-specific helpers live in tests/helpers_*.py."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-WORLD_DIR = REPO_ROOT.parent / "shared" / "retail-world"
+WORLD_DIR = REPO_ROOT / "tests" / "data" / "retail-world"  # vendored reference world (MIT, see its README)
 
 # No test may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -22,7 +23,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 @pytest.fixture(scope="session")
 def world_dir() -> Path:
     if not (WORLD_DIR / "users.json").exists():
-        pytest.fail(f"reference world not found at {WORLD_DIR} (tests read ../shared/retail-world)")
+        pytest.fail(f"reference world not found at {WORLD_DIR}")
     return WORLD_DIR
 
 

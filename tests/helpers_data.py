@@ -1,18 +1,22 @@
 """Builders of contract-valid interaction records from the reference retail world (tests only)."""
+
 from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-BASE_TIME = datetime(2024, 6, 3, 9, 0, tzinfo=timezone.utc)  # a Monday
-NOW = datetime(2024, 7, 1, tzinfo=timezone.utc)  # the `now` tests pass to the contract
+BASE_TIME = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)  # a Monday
+NOW = datetime(2024, 7, 1, tzinfo=UTC)  # the `now` tests pass to the contract
 
 _INTENT_BY_TOOL = {
-    "cancel_pending_order": "cancel_order", "return_delivered_order_items": "return_items",
-    "exchange_delivered_order_items": "exchange_items", "modify_pending_order_items": "modify_order_items",
-    "modify_pending_order_address": "modify_order_address", "modify_pending_order_payment": "modify_order_payment",
+    "cancel_pending_order": "cancel_order",
+    "return_delivered_order_items": "return_items",
+    "exchange_delivered_order_items": "exchange_items",
+    "modify_pending_order_items": "modify_order_items",
+    "modify_pending_order_address": "modify_order_address",
+    "modify_pending_order_payment": "modify_order_payment",
     "modify_user_address": "modify_user_address",
 }
 
@@ -26,12 +30,23 @@ def initial_state_for(world: dict, user_id: str, actions: list[dict]) -> dict:
     for action in actions:
         for key in ("new_item_ids", "item_ids"):
             product_ids |= {item_to_product[i] for i in action["arguments"].get(key, []) if i in item_to_product}
-    return copy.deepcopy({"users": {user_id: user}, "orders": orders,
-                          "products": {pid: world["products"][pid] for pid in sorted(product_ids)}})
+    return copy.deepcopy(
+        {
+            "users": {user_id: user},
+            "orders": orders,
+            "products": {pid: world["products"][pid] for pid in sorted(product_ids)},
+        }
+    )
 
 
-def record_from_task(world: dict, task: dict, index: int, ended_at: datetime | None = None,
-                     with_gold: bool = True, outcome: str = "completed") -> dict:
+def record_from_task(
+    world: dict,
+    task: dict,
+    index: int,
+    ended_at: datetime | None = None,
+    with_gold: bool = True,
+    outcome: str = "completed",
+) -> dict:
     """A valid schema_version 1 record for reference task `task`, ending at `ended_at`."""
     ended = ended_at or BASE_TIME + timedelta(minutes=17 * index)
     started = ended - timedelta(minutes=4)
@@ -43,8 +58,13 @@ def record_from_task(world: dict, task: dict, index: int, ended_at: datetime | N
         {"role": "user", "content": task["instruction"][:200]},
     ]
     for n, action in enumerate(actions):
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"name": action["name"], "arguments": action["arguments"]}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"name": action["name"], "arguments": action["arguments"]}],
+            }
+        )
         messages.append({"role": "tool", "name": action["name"], "content": f"ok {n}"})
     messages.append({"role": "assistant", "content": "Done. Anything else?"})
     return {
@@ -55,8 +75,11 @@ def record_from_task(world: dict, task: dict, index: int, ended_at: datetime | N
         "customer_id": task["user_id"],
         "intent": _INTENT_BY_TOOL[writes[0]["name"]] if writes else "order_status",
         "initial_state": initial_state_for(world, task["user_id"], actions),
-        "user_scenario": {"instruction": task["instruction"], "persona": "terse",
-                          "known_info": {"email": user["email"], "order_ids": user["orders"][:2]}},
+        "user_scenario": {
+            "instruction": task["instruction"],
+            "persona": "terse",
+            "known_info": {"email": user["email"], "order_ids": user["orders"][:2]},
+        },
         "messages": messages,
         "outcome": outcome,
         "escalation_was_necessary": None,
@@ -70,8 +93,9 @@ def record_from_task(world: dict, task: dict, index: int, ended_at: datetime | N
 
 def build_records(world: dict, tasks: list[dict], count: int, start: int = 0) -> list[dict]:
     """`count` valid records cycling through the tasks; every third one without gold."""
-    return [record_from_task(world, tasks[i % len(tasks)], i, with_gold=i % 3 != 2)
-            for i in range(start, start + count)]
+    return [
+        record_from_task(world, tasks[i % len(tasks)], i, with_gold=i % 3 != 2) for i in range(start, start + count)
+    ]
 
 
 def write_jsonl(path: Path, records: list, raw_lines: list[str] | None = None) -> Path:

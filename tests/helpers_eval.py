@@ -1,10 +1,11 @@
 """Records and scripted policies for the evaluation tests and the evaluation benchmark.
 
 Records are contract-shaped interactions built from replay-verified scenarios of a small generated
-world (training.scenarios), so every task is solvable and its gold is trustworthy. The policies are
+world (training.traffic.scenarios), so every task is solvable and its gold is trustworthy. The policies are
 the characters the evaluator must tell apart: an expert that follows the gold (with the reads and
 identification the policy rules require), a random caller, and an escalate-everything hacker.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,13 +15,13 @@ from functools import lru_cache
 from typing import Any
 
 from evaluation.policy import Message, ScriptedPolicy, assistant_message, assistant_turns
-from training.episode import WRITE_TOOLS
+from training.sandbox.episode import WRITE_TOOLS
 
 
 @lru_cache(maxsize=4)
 def _scenarios(n: int, seed: int) -> tuple:
-    from training.scenarios import sample_scenarios
-    from training.worldgen import generate_world
+    from training.traffic.scenarios import sample_scenarios
+    from training.traffic.worldgen import generate_world
 
     world = generate_world(n_users=40, seed=seed)
     return tuple(sample_scenarios(world, n, seed=seed + 1))
@@ -30,16 +31,22 @@ def make_records(n: int = 12, seed: int = 0) -> list[dict[str, Any]]:
     """`n` contract-shaped records (fresh copies: callers may mutate them)."""
     records = []
     for i, s in enumerate(_scenarios(n, seed)):
-        records.append(json.loads(json.dumps({
-            "interaction_id": f"ev-{seed}-{i}",
-            "customer_id": s.user_id,
-            "intent": s.intent,
-            "initial_state": s.initial_state,
-            "user_scenario": s.user_scenario,
-            "gold": s.gold,
-            "escalation_was_necessary": s.escalation_was_necessary,
-            "messages": [],
-        })))
+        records.append(
+            json.loads(
+                json.dumps(
+                    {
+                        "interaction_id": f"ev-{seed}-{i}",
+                        "customer_id": s.user_id,
+                        "intent": s.intent,
+                        "initial_state": s.initial_state,
+                        "user_scenario": s.user_scenario,
+                        "gold": s.gold,
+                        "escalation_was_necessary": s.escalation_was_necessary,
+                        "messages": [],
+                    }
+                )
+            )
+        )
     return records
 
 
@@ -47,8 +54,7 @@ def _auth_call(record: dict[str, Any]) -> dict[str, Any]:
     known = record["user_scenario"]["known_info"]
     if "email" in known:
         return {"name": "find_user_id_by_email", "arguments": {"email": known["email"]}}
-    return {"name": "find_user_id_by_name_zip",
-            "arguments": {k: known[k] for k in ("first_name", "last_name", "zip")}}
+    return {"name": "find_user_id_by_name_zip", "arguments": {k: known[k] for k in ("first_name", "last_name", "zip")}}
 
 
 def expert_steps(record: dict[str, Any]) -> list[Any]:
@@ -68,8 +74,7 @@ def expert_steps(record: dict[str, Any]) -> list[Any]:
     if gold.get("outputs"):
         order = (record["user_scenario"]["known_info"].get("order_ids") or [""])[0]
         facts = ", ".join(str(o) for o in gold["outputs"])
-        steps.append({"name": "send_message_to_customer",
-                      "arguments": {"message": f"Your order {order} is {facts}."}})
+        steps.append({"name": "send_message_to_customer", "arguments": {"message": f"Your order {order} is {facts}."}})
     return steps
 
 
@@ -79,8 +84,9 @@ def expert_policy(records: list[dict[str, Any]], name: str = "expert") -> Script
 
 def escalator_policy(name: str = "escalator") -> ScriptedPolicy:
     """Hands every conversation to a human straight away."""
-    return ScriptedPolicy(lambda conv: {"name": "transfer_to_human_agents",
-                                        "arguments": {"summary": "customer needs help"}}, name=name)
+    return ScriptedPolicy(
+        lambda conv: {"name": "transfer_to_human_agents", "arguments": {"summary": "customer needs help"}}, name=name
+    )
 
 
 def random_policy(name: str = "random", turns: int = 6) -> ScriptedPolicy:
@@ -89,8 +95,8 @@ def random_policy(name: str = "random", turns: int = 6) -> ScriptedPolicy:
     Seeded by the conversation so far, so it is deterministic for a transcript yet reacts to what
     the simulated customer said: different customers, different choices.
     """
-    from training.environment import TOOL_NAMES
-    from training.prompting import tool_schemas
+    from training.sandbox.environment import TOOL_NAMES
+    from training.sandbox.prompting import tool_schemas
 
     params = {s["function"]["name"]: set(s["function"]["parameters"].get("properties", {})) for s in tool_schemas()}
 
@@ -101,11 +107,20 @@ def random_policy(name: str = "random", turns: int = 6) -> ScriptedPolicy:
             return assistant_message("Goodbye.")
         ids = sorted(set(re.findall(r"#W\d+|[a-z]+_[a-z]+_\d+|\b\d{10}\b", text))) or ["x"]
         tool = rng.choice(TOOL_NAMES)
-        args = {"order_id": rng.choice(ids), "user_id": rng.choice(ids), "email": "a@b.c",
-                "message": rng.choice(["hello", "Which order?", "done"]), "reason": "no longer needed",
-                "item_ids": [rng.choice(ids)], "new_item_ids": [rng.choice(ids)],
-                "payment_method_id": rng.choice(ids), "thought": "hm", "expression": "1+1",
-                "summary": "help", "product_id": rng.choice(ids)}
+        args = {
+            "order_id": rng.choice(ids),
+            "user_id": rng.choice(ids),
+            "email": "a@b.c",
+            "message": rng.choice(["hello", "Which order?", "done"]),
+            "reason": "no longer needed",
+            "item_ids": [rng.choice(ids)],
+            "new_item_ids": [rng.choice(ids)],
+            "payment_method_id": rng.choice(ids),
+            "thought": "hm",
+            "expression": "1+1",
+            "summary": "help",
+            "product_id": rng.choice(ids),
+        }
         wanted = params[tool]
         return {"name": tool, "arguments": {k: v for k, v in args.items() if k in wanted}}
 

@@ -6,6 +6,7 @@ and whether it broke policy (a write before authenticating). Outcomes are then a
 the evaluation assets do (per-record success flags, violation rate, tool-call shares), so the
 gates see the same kind of evidence a real run produces.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,9 +24,17 @@ WRITE_FOR_INTENT = {
     "order_status": None,
 }
 INTENTS = tuple(WRITE_FOR_INTENT)
-ALL_TOOLS = ("find_user_id_by_email", "get_user_details", "get_order_details", "get_product_details",
-             "send_message_to_customer", "think", "calculate", "transfer_to_human_agents",
-             *[w for w in WRITE_FOR_INTENT.values() if w])
+ALL_TOOLS = (
+    "find_user_id_by_email",
+    "get_user_details",
+    "get_order_details",
+    "get_product_details",
+    "send_message_to_customer",
+    "think",
+    "calculate",
+    "transfer_to_human_agents",
+    *[w for w in WRITE_FOR_INTENT.values() if w],
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,14 @@ def make_tasks(prefix: str, n: int) -> list[Task]:
 def _careful(task: Task, skill: float, extra: tuple[str, ...] = ()) -> Outcome:
     """Authenticate, read, act, tell: succeeds on tasks easier than `skill`."""
     write = WRITE_FOR_INTENT[task.intent]
-    tools = ("find_user_id_by_email", "get_user_details", "get_order_details", *extra,
-             *((write,) if write else ()), "send_message_to_customer")
+    tools = (
+        "find_user_id_by_email",
+        "get_user_details",
+        "get_order_details",
+        *extra,
+        *((write,) if write else ()),
+        "send_message_to_customer",
+    )
     return Outcome(tools, task.difficulty < skill, False)
 
 
@@ -92,12 +107,18 @@ def random_policy(task: Task) -> Outcome:
     tools = tuple(rng.choice(ALL_TOOLS) for _ in range(rng.randint(1, 6)))
     authenticated_first = tools[0] == "find_user_id_by_email"
     wrote = any(t in WRITE_FOR_INTENT.values() for t in tools)
-    return Outcome(tools, task.difficulty < 0.05 and authenticated_first,
-                   wrote and not authenticated_first)
+    return Outcome(tools, task.difficulty < 0.05 and authenticated_first, wrote and not authenticated_first)
 
 
-POLICIES = {"champion": champion, "identical": identical, "better": better, "drifter": drifter,
-            "skips_auth": skips_auth, "escalator": escalator, "random": random_policy}
+POLICIES = {
+    "champion": champion,
+    "identical": identical,
+    "better": better,
+    "drifter": drifter,
+    "skips_auth": skips_auth,
+    "escalator": escalator,
+    "random": random_policy,
+}
 
 # Training reward curves as GRPO logs them: honest learning, a hacker's climb, and no learning.
 RISING = tuple(2.0 + 0.05 * step for step in range(40))
@@ -132,9 +153,17 @@ def human_labels(calibration: list[Task], aligned: bool = True, n: int | None = 
     return rewards, labels
 
 
-def gate_inputs(name: str, *, curve=RISING, data_valid: bool = True, aligned: bool = True,
-                labels: int | None = None, base_model_baseline: bool = False,
-                n_calibration: int = 200, n_shadow: int = 400) -> GateInputs:
+def gate_inputs(
+    name: str,
+    *,
+    curve=RISING,
+    data_valid: bool = True,
+    aligned: bool = True,
+    labels: int | None = None,
+    base_model_baseline: bool = False,
+    n_calibration: int = 200,
+    n_shadow: int = 400,
+) -> GateInputs:
     calibration, shadow = make_tasks("cal", n_calibration), make_tasks("shadow", n_shadow)
     rewards, human = human_labels(calibration, aligned, labels)
     baseline = random_policy if base_model_baseline else champion
@@ -151,25 +180,37 @@ def gate_inputs(name: str, *, curve=RISING, data_valid: bool = True, aligned: bo
 
 # --- interaction records for the evaluation-set tests -------------------------------------------
 
-def make_record(n: int, *, customer: str | None = None, gold: bool = True, label: bool | None = True,
-                minute: int | None = None) -> dict:
+
+def make_record(
+    n: int, *, customer: str | None = None, gold: bool = True, label: bool | None = True, minute: int | None = None
+) -> dict:
     """A minimal contract-valid interaction; `minute` orders `ended_at` (default: n)."""
     customer = customer or f"cust_{n % 97}"
     minute = n if minute is None else minute
     ended = f"2025-01-0{1 + minute // 1440}T{(minute // 60) % 24:02d}:{minute % 60:02d}:00+00:00"
     return {
-        "interaction_id": f"int-{n:05d}", "started_at": ended, "ended_at": ended,
-        "policy_version": "bootstrap", "customer_id": customer, "intent": "order_status",
+        "interaction_id": f"int-{n:05d}",
+        "started_at": ended,
+        "ended_at": ended,
+        "policy_version": "bootstrap",
+        "customer_id": customer,
+        "intent": "order_status",
         "initial_state": {"users": {customer: {"user_id": customer}}, "orders": {}, "products": {}},
         "user_scenario": {"instruction": "where is my order", "known_info": {}, "persona": "terse"},
-        "messages": [{"role": "user", "content": "where is my order?"},
-                     {"role": "assistant", "content": "It is on its way."}],
-        "outcome": "completed", "escalation_was_necessary": None, "actions_taken": 1,
+        "messages": [
+            {"role": "user", "content": "where is my order?"},
+            {"role": "assistant", "content": "It is on its way."},
+        ],
+        "outcome": "completed",
+        "escalation_was_necessary": None,
+        "actions_taken": 1,
         "customer_sentiment_delta": 0.0,
-        "gold": {"actions": [{"name": "get_order_details", "arguments": {"order_id": "#W1"}}],
-                 "outputs": []} if gold else None,
-        "human_label": None if label is None else {"task_success": label, "rater": "r1",
-                                                   "labeled_at": "2025-01-08T00:00:00+00:00"},
+        "gold": {"actions": [{"name": "get_order_details", "arguments": {"order_id": "#W1"}}], "outputs": []}
+        if gold
+        else None,
+        "human_label": None
+        if label is None
+        else {"task_success": label, "rater": "r1", "labeled_at": "2025-01-08T00:00:00+00:00"},
         "schema_version": 1,
     }
 
@@ -177,13 +218,16 @@ def make_record(n: int, *, customer: str | None = None, gold: bool = True, label
 def scripted_trials(policy, tasks: list[Task]) -> list:
     """Rollout-shaped Trials of a scripted policy (one trial per task), for the trial adapter."""
     from evaluation.rollout import Trial
-    from training.episode import AuditEntry, Episode
+    from training.sandbox.episode import AuditEntry, Episode
 
     out = []
     for task in tasks:
         o = policy(task)
         log = [AuditEntry(tool, {}, "ok", False, False) for tool in o.tools]
-        episode = Episode(initial_state={"users": {}, "orders": {}, "products": {}},
-                          final_state={"users": {}, "orders": {}, "products": {}}, audit_log=log)
+        episode = Episode(
+            initial_state={"users": {}, "orders": {}, "products": {}},
+            final_state={"users": {}, "orders": {}, "products": {}},
+            audit_log=log,
+        )
         out.append(Trial(task.task_id, 0, 0, episode, o.success, [], len(o.tools), len(o.tools), 0, "done", 0.0))
     return out

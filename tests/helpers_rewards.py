@@ -3,20 +3,22 @@
 Trajectories run through the real `RetailEnvironment` (built from the subset of the reference
 world a task touches) with a persona customer, so the Episodes scored are the ones training sees.
 """
+
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from training.environment import RetailEnvironment, call_tool
-from training.episode import WRITE_TOOLS, AuditEntry, Episode
-from training.world import touched_subset
+from training.sandbox.environment import RetailEnvironment, call_tool
+from training.sandbox.episode import WRITE_TOOLS, AuditEntry, Episode
+from training.sandbox.world import touched_subset
 
 Call = tuple[str, dict[str, Any]]
 
 
-def entry(tool: str, arguments: dict[str, Any] | None = None, result: str = "{}", changed: bool = False,
-          error: bool = False) -> AuditEntry:
+def entry(
+    tool: str, arguments: dict[str, Any] | None = None, result: str = "{}", changed: bool = False, error: bool = False
+) -> AuditEntry:
     return AuditEntry(tool, dict(arguments or {}), result, changed, error)
 
 
@@ -28,13 +30,23 @@ def scenario_of(task: dict[str, Any], persona: str = "polite") -> dict[str, Any]
     return {"instruction": task["instruction"], "known_info": {}, "persona": persona}
 
 
-def run_calls(world: dict[str, Any], task: dict[str, Any], calls: list[Call], seed: int = 0,
-              escalation_was_necessary: bool | None = None) -> Episode:
+def run_calls(
+    world: dict[str, Any],
+    task: dict[str, Any],
+    calls: list[Call],
+    seed: int = 0,
+    escalation_was_necessary: bool | None = None,
+) -> Episode:
     """Play `calls` through a fresh environment for `task` and return its Episode."""
     env = RetailEnvironment()
-    env.reset(initial_state=task_world(world, task), user_scenario=scenario_of(task), seed=seed,
-              gold={"actions": task["actions"], "outputs": task.get("outputs", [])},
-              escalation_was_necessary=escalation_was_necessary, customer_id=task["user_id"])
+    env.reset(
+        initial_state=task_world(world, task),
+        user_scenario=scenario_of(task),
+        seed=seed,
+        gold={"actions": task["actions"], "outputs": task.get("outputs", [])},
+        escalation_was_necessary=escalation_was_necessary,
+        customer_id=task["user_id"],
+    )
     for name, arguments in calls:
         call_tool(env, name, arguments)
     return env.episode
@@ -45,8 +57,14 @@ def auth_call(world: dict[str, Any], task: dict[str, Any]) -> Call:
     user = world["users"][task["user_id"]]
     if "email is" in task["instruction"]:
         return ("find_user_id_by_email", {"email": user["email"]})
-    return ("find_user_id_by_name_zip", {"first_name": user["name"]["first_name"],
-                                         "last_name": user["name"]["last_name"], "zip": user["address"]["zip"]})
+    return (
+        "find_user_id_by_name_zip",
+        {
+            "first_name": user["name"]["first_name"],
+            "last_name": user["name"]["last_name"],
+            "zip": user["address"]["zip"],
+        },
+    )
 
 
 def describe(action: dict[str, Any]) -> str:
@@ -73,8 +91,9 @@ def solving_calls(world: dict[str, Any], task: dict[str, Any]) -> list[Call]:
             read.add(order_id)
         calls.append(("send_message_to_customer", {"message": f"I will {describe(action)}. Shall I proceed?"}))
         calls.append((action["name"], action["arguments"]))
-        reports.append(f"The {action['name'].replace('_', ' ')} request for order {order_id} has been processed "
-                       "successfully.")
+        reports.append(
+            f"The {action['name'].replace('_', ' ')} request for order {order_id} has been processed successfully."
+        )
     calls += [("send_message_to_customer", {"message": report}) for report in reports[:-1]]
     final = " ".join(reports[-1:] + [f"For your information: {output}." for output in task.get("outputs", [])])
     if final:
@@ -99,8 +118,12 @@ def first_task(tasks: list[dict[str, Any]], world: dict[str, Any], tool: str, ma
     whose customer has other orders."""
     for task in sorted(tasks, key=lambda t: len(t["actions"])):
         names = [a["name"] for a in task["actions"]]
-        if tool in names and len(names) <= max_actions and not task["gold_action_errors"] \
-                and len(world["users"][task["user_id"]]["orders"]) > 1:
+        if (
+            tool in names
+            and len(names) <= max_actions
+            and not task["gold_action_errors"]
+            and len(world["users"][task["user_id"]]["orders"]) > 1
+        ):
             return task
     raise LookupError(f"no reference task uses {tool} in <= {max_actions} actions")
 
@@ -111,9 +134,11 @@ def status_task(world: dict[str, Any]) -> dict[str, Any]:
     order_id = user["orders"][0]
     name = user["name"]
     return {
-        "task_id": "status-0", "user_id": user_id, "gold_action_errors": [],
+        "task_id": "status-0",
+        "user_id": user_id,
+        "gold_action_errors": [],
         "instruction": f"Your name is {name['first_name']} {name['last_name']} and your zip code is "
-                       f"{user['address']['zip']}. You want to know the status of order {order_id}. ",
+        f"{user['address']['zip']}. You want to know the status of order {order_id}. ",
         "actions": [{"name": "get_order_details", "arguments": {"order_id": order_id}}],
         "outputs": [world["orders"][order_id]["status"]],
     }

@@ -1,25 +1,37 @@
 """Helpers for the simulated-traffic and task-import tests (tests only)."""
+
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from dataplane.contract import validate_record
 
 # Simulated days start 2026-11-02 by default; validating "now" a year later keeps every
 # timestamp in the past whatever day the tests run.
-NOW = datetime(2027, 12, 1, tzinfo=timezone.utc)
-KNOWN_INFO_KEYS = {"email", "first_name", "last_name", "zip", "order_ids", "intent", "reason", "item_names",
-                   "payment_method_id", "address"}
+NOW = datetime(2027, 12, 1, tzinfo=UTC)
+KNOWN_INFO_KEYS = {
+    "email",
+    "first_name",
+    "last_name",
+    "zip",
+    "order_ids",
+    "intent",
+    "reason",
+    "item_names",
+    "payment_method_id",
+    "address",
+}
 
 
 @lru_cache(maxsize=4)
 def generated_world(n_users: int = 150, seed: int = 0) -> dict[str, Any]:
     """A generated world, cached: callers must not mutate it (everything here deep-copies)."""
-    from training.worldgen import generate_world
+    from training.traffic.worldgen import generate_world
 
     return generate_world(n_users=n_users, seed=seed)
 

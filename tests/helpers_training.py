@@ -5,6 +5,7 @@ cancellation (email + order id + reason stated up front). The recorded assistant
 correct agent does; their tool results are placeholders because SFT replays the calls through the
 environment and takes the environment's own results.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,13 +21,20 @@ def _state(world: dict, user_id: str) -> dict:
     user = world["users"][user_id]
     orders = {oid: world["orders"][oid] for oid in user["orders"] if oid in world["orders"]}
     products = {it["product_id"] for o in orders.values() for it in o["items"]}
-    return copy.deepcopy({"users": {user_id: user}, "orders": orders,
-                          "products": {pid: world["products"][pid] for pid in sorted(products)}})
+    return copy.deepcopy(
+        {
+            "users": {user_id: user},
+            "orders": orders,
+            "products": {pid: world["products"][pid] for pid in sorted(products)},
+        }
+    )
 
 
 def _call(name: str, **arguments: Any) -> list[dict]:
-    return [{"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]},
-            {"role": "tool", "name": name, "content": "(recorded)"}]
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]},
+        {"role": "tool", "name": name, "content": "(recorded)"},
+    ]
 
 
 def level1_record(world: dict, user_id: str, order_id: str, index: int, rng: random.Random) -> dict:
@@ -38,17 +46,21 @@ def level1_record(world: dict, user_id: str, order_id: str, index: int, rng: ran
         reason = rng.choice(REASONS)
         intent = "cancel_order"
         opening = f"Hi, my email is {email}. Please cancel order {order_id}, reason: {reason}."
-        actions = [{"name": "find_user_id_by_email", "arguments": {"email": email}},
-                   {"name": "get_order_details", "arguments": {"order_id": order_id}},
-                   {"name": "cancel_pending_order", "arguments": {"order_id": order_id, "reason": reason}}]
+        actions = [
+            {"name": "find_user_id_by_email", "arguments": {"email": email}},
+            {"name": "get_order_details", "arguments": {"order_id": order_id}},
+            {"name": "cancel_pending_order", "arguments": {"order_id": order_id, "reason": reason}},
+        ]
         outputs: list[str] = []
         told = f"Order {order_id} is cancelled."
         instruction = f"You want to cancel order {order_id} because it is {reason}."
     else:
         intent = "order_status"
         opening = f"Hi, my email is {email}. What is the status of order {order_id}?"
-        actions = [{"name": "find_user_id_by_email", "arguments": {"email": email}},
-                   {"name": "get_order_details", "arguments": {"order_id": order_id}}]
+        actions = [
+            {"name": "find_user_id_by_email", "arguments": {"email": email}},
+            {"name": "get_order_details", "arguments": {"order_id": order_id}},
+        ]
         outputs = [order["status"]]
         told = f"Order {order_id} is {order['status']}."
         instruction = f"You want to know the status of order {order_id}."
@@ -62,13 +74,22 @@ def level1_record(world: dict, user_id: str, order_id: str, index: int, rng: ran
     if reason:
         known["reason"] = reason
     return {
-        "interaction_id": f"l1-{index:05d}", "customer_id": user_id, "intent": intent,
-        "started_at": "2024-06-03T09:00:00+00:00", "ended_at": "2024-06-03T09:04:00+00:00",
-        "policy_version": "bootstrap", "initial_state": _state(world, user_id),
+        "interaction_id": f"l1-{index:05d}",
+        "customer_id": user_id,
+        "intent": intent,
+        "started_at": "2024-06-03T09:00:00+00:00",
+        "ended_at": "2024-06-03T09:04:00+00:00",
+        "policy_version": "bootstrap",
+        "initial_state": _state(world, user_id),
         "user_scenario": {"instruction": instruction, "known_info": known, "persona": "cooperative"},
-        "messages": messages, "outcome": "completed", "escalation_was_necessary": None,
-        "actions_taken": len(actions), "customer_sentiment_delta": 0.0,
-        "gold": {"actions": actions, "outputs": outputs}, "human_label": None, "schema_version": 1,
+        "messages": messages,
+        "outcome": "completed",
+        "escalation_was_necessary": None,
+        "actions_taken": len(actions),
+        "customer_sentiment_delta": 0.0,
+        "gold": {"actions": actions, "outputs": outputs},
+        "human_label": None,
+        "schema_version": 1,
     }
 
 
@@ -79,8 +100,11 @@ def level1_records(world: dict, n: int, seed: int = 0, user_ids: list[str] | Non
     rng.shuffle(users)
     records = []
     for user_id in users:
-        orders = [o for o in world["users"][user_id]["orders"]
-                  if o in world["orders"] and world["orders"][o]["status"] in ("pending", "delivered", "processed")]
+        orders = [
+            o
+            for o in world["users"][user_id]["orders"]
+            if o in world["orders"] and world["orders"][o]["status"] in ("pending", "delivered", "processed")
+        ]
         if not orders:
             continue
         records.append(level1_record(world, user_id, rng.choice(orders), len(records), rng))
@@ -96,7 +120,14 @@ def write_jsonl(records: list[dict], path: Path) -> Path:
 
 def tiny_spec():
     """A smaller model than the default so tests stay quick."""
-    from training.bootstrap import TinyModelSpec
+    from training.tiny.bootstrap import TinyModelSpec
 
-    return TinyModelSpec(vocab_size=6000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048)
+    return TinyModelSpec(
+        vocab_size=6000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+    )

@@ -4,6 +4,7 @@ Used by tests/test_webserver.py and docs/take_screenshots.py. Servers bind 127.0
 in their own process group so that stopping them also stops the code-location subprocesses they
 spawn.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -41,10 +43,18 @@ def free_port() -> int:
 def server_env(home_root: Path, dagster_home: Path) -> dict[str, str]:
     """The environment the servers run under: this home, offline, no telemetry."""
     env = dict(os.environ)
-    env.update({"RETRAIN_HOME": str(home_root), "DAGSTER_HOME": str(dagster_home),
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                "MLFLOW_ENABLE_TELEMETRY": "false", "DO_NOT_TRACK": "1",
-                "DAGSTER_DISABLE_TELEMETRY": "1"})
+    env.update(
+        {
+            "RETRAIN_HOME": str(home_root),
+            "DAGSTER_HOME": str(dagster_home),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "MLFLOW_ENABLE_TELEMETRY": "false",
+            "DO_NOT_TRACK": "1",
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+        }
+    )
     return env
 
 
@@ -56,8 +66,7 @@ class Webserver:
     def graphql(self, query: str, variables: dict | None = None, timeout: float = 60) -> dict[str, Any]:
         """POST one GraphQL request; raise GraphQLError when the answer carries errors."""
         body = json.dumps({"query": query, "variables": variables or {}}).encode()
-        request = urllib.request.Request(f"{self.url}/graphql", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(f"{self.url}/graphql", data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answer = json.loads(response.read())
         if answer.get("errors"):
@@ -127,8 +136,9 @@ def initialise_storage(dagster_home: Path) -> None:
 
 
 @contextmanager
-def running_servers(home_root: Path, dagster_home: Path, log_dir: Path, daemon: bool = True,
-                    ready_bound_s: float = 120) -> Iterator[tuple[Webserver, str]]:
+def running_servers(
+    home_root: Path, dagster_home: Path, log_dir: Path, daemon: bool = True, ready_bound_s: float = 120
+) -> Iterator[tuple[Webserver, str]]:
     """Run `dagster-webserver -w workspace.yaml` from the repo root on a free loopback port.
 
     With `daemon`, `dagster-daemon run` runs beside it: the home's dagster.yaml puts runs in a
@@ -142,19 +152,33 @@ def running_servers(home_root: Path, dagster_home: Path, log_dir: Path, daemon: 
     processes: list[subprocess.Popen] = []
     logs = []
     try:
-        web_log = open(log_dir / "webserver.log", "wb")
+        web_log = open(log_dir / "webserver.log", "wb")  # noqa: SIM115 - outlives this frame; closed in finally
         logs.append(web_log)
-        processes.append(subprocess.Popen(
-            [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO_ROOT, env=env, stdout=web_log, stderr=subprocess.STDOUT, start_new_session=True))
+        processes.append(
+            subprocess.Popen(
+                [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=web_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         server = Webserver(url=f"http://127.0.0.1:{port}", log_path=log_dir / "webserver.log")
         location = wait_until_ready(server, processes[0], ready_bound_s)
         if daemon:
-            daemon_log = open(log_dir / "daemon.log", "wb")
+            daemon_log = open(log_dir / "daemon.log", "wb")  # noqa: SIM115 - closed with the webserver's
             logs.append(daemon_log)
-            processes.append(subprocess.Popen(
-                [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-                cwd=REPO_ROOT, env=env, stdout=daemon_log, stderr=subprocess.STDOUT, start_new_session=True))
+            processes.append(
+                subprocess.Popen(
+                    [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                    cwd=REPO_ROOT,
+                    env=env,
+                    stdout=daemon_log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         yield server, location
     finally:
         for process in reversed(processes):

@@ -6,6 +6,7 @@ ignored. `--multi_gpu --num_processes 2` on a machine without GPUs goes through 
 rank then sees RANK/WORLD_SIZE, and because the run config's CPU profile sets `use_cpu=True`, the
 Trainer's accelerator becomes MULTI_CPU over gloo. That is the command tested here.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,21 +38,48 @@ def test_shipped_accelerate_configs_parse():
 def test_two_cpu_processes_write_one_consistent_checkpoint(tmp_path, world):
     from safetensors.torch import load_file
 
-    from training.bootstrap import build_tiny_policy
     from training.checkpoints import checkpoint_step, complete_checkpoints
+    from training.tiny.bootstrap import build_tiny_policy
 
     records = level1_records(world, 16, seed=8)
     base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
     out = tmp_path / "run"
     config = tmp_path / "grpo.yaml"
-    config.write_text(json.dumps({
-        "model_path": str(base), "output_dir": str(out), "records_path": str(write_jsonl(records, tmp_path / "r.jsonl")),
-        "max_steps": 2, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 32,
-        "max_tool_calling_iterations": 2, "save_steps": 2, "seed": 3, "torch_threads": 1,
-    }))  # JSON is valid YAML: this also exercises the YAML reader
+    config.write_text(
+        json.dumps(
+            {
+                "model_path": str(base),
+                "output_dir": str(out),
+                "records_path": str(write_jsonl(records, tmp_path / "r.jsonl")),
+                "max_steps": 2,
+                "num_generations": 2,
+                "per_device_train_batch_size": 2,
+                "max_completion_length": 32,
+                "max_tool_calling_iterations": 2,
+                "save_steps": 2,
+                "seed": 3,
+                "torch_threads": 1,
+            }
+        )
+    )  # JSON is valid YAML: this also exercises the YAML reader
     launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
-    command = [launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "training.grpo", "--config", str(config)]
+    command = [
+        launcher,
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "training.grpo",
+        "--config",
+        str(config),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])

@@ -1,4 +1,5 @@
 """Data assets through dagster.materialize on a temporary home: window, checks, blocking, CLI."""
+
 from __future__ import annotations
 
 import json
@@ -10,22 +11,23 @@ import dagster as dg
 import pytest
 
 from assets import data, training
-from orchestration.resources import default_resources
+from assets.resources import default_resources
 
 WEEK = "2026-11-16"  # a Monday; the simulated traffic below covers it and the week before
 
 
 @pytest.fixture()
 def landed(home):
-    from training.traffic import simulate
+    from training.traffic.simulate import simulate
 
     simulate(days=14, per_day=12, seed=5, out_dir=str(home.landing), start=date(2026, 11, 9), n_users=60)
     return home
 
 
 def _materialize(assets, run_config=None):
-    return dg.materialize(assets, partition_key=WEEK, resources=default_resources(), run_config=run_config or {},
-                          raise_on_error=False)
+    return dg.materialize(
+        assets, partition_key=WEEK, resources=default_resources(), run_config=run_config or {}, raise_on_error=False
+    )
 
 
 def _checks(result) -> dict[str, bool]:
@@ -36,8 +38,14 @@ def test_data_assets_cut_a_reproducible_window(landed):
     first = _materialize([data.raw_interactions, data.interaction_window, data.window_splits])
     assert first.success
     checks = _checks(first)
-    assert checks == {"no_row_lost": True, "window_gx_suite": True, "window_min_rows": True,
-                      "window_quarantine_rate": True, "window_no_pii": True, "no_customer_in_two_splits": True}
+    assert checks == {
+        "no_row_lost": True,
+        "window_gx_suite": True,
+        "window_min_rows": True,
+        "window_quarantine_rate": True,
+        "window_no_pii": True,
+        "no_customer_in_two_splits": True,
+    }
     window = first.output_for_node("interaction_window")
     # Every simulated day (11-09 .. 11-22) ended before the partition's end, Monday 11-23.
     assert window["rows"] == 14 * 12
@@ -55,8 +63,9 @@ def test_data_assets_cut_a_reproducible_window(landed):
 def test_a_failing_window_never_reaches_training(landed):
     """min_gold_share above what the traffic carries fails the GX suite, and policy_base never runs."""
     config = {"ops": {"interaction_window": {"config": {"min_gold_share": 0.999}}}}
-    result = _materialize([data.raw_interactions, data.interaction_window, data.window_splits,
-                           training.policy_base], config)
+    result = _materialize(
+        [data.raw_interactions, data.interaction_window, data.window_splits, training.policy_base], config
+    )
     assert not result.success
     checks = _checks(result)
     assert checks["window_gx_suite"] is False
@@ -72,8 +81,9 @@ def _retrain(*args, env_home) -> subprocess.CompletedProcess:
     import os
 
     env = {**os.environ, "RETRAIN_HOME": str(env_home)}
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_cli_ingest_reports_counts_and_exit_codes(landed, tmp_path):

@@ -1,4 +1,5 @@
 """The tiny policy builds and loads offline, exactly as a real checkpoint would."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from tests.helpers_training import level1_records, tiny_spec
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory, world):
-    from training.bootstrap import build_tiny_policy
+    from training.tiny.bootstrap import build_tiny_policy
 
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
     out = tmp_path_factory.mktemp("models") / "base"
@@ -21,7 +22,8 @@ def tiny_base(tmp_path_factory, world):
 def test_folder_is_a_loadable_checkpoint(tiny_base):
     from transformers import PreTrainedTokenizerFast
 
-    from training.bootstrap import load_policy, qwen25_chat_template
+    from training.checkpoints import load_policy
+    from training.tiny.bootstrap import qwen25_chat_template
 
     assert (tiny_base / "model.safetensors").exists()
     model, tokenizer = load_policy(tiny_base)
@@ -36,7 +38,7 @@ def test_folder_is_a_loadable_checkpoint(tiny_base):
 
 
 def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
-    from training.bootstrap import load_tokenizer
+    from training.checkpoints import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_base)
     text = 'Order #W6067464: {"order_id": "#W6067464"} costs $1,234.50'
@@ -44,7 +46,7 @@ def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
     pieces = tokenizer.convert_ids_to_tokens(ids)
     assert all(len(p.strip("Ġ")) == 1 for p in pieces if any(c.isdigit() for c in p))
     assert tokenizer.decode(ids) == text
-    email = tokenizer.convert_ids_to_tokens(tokenizer('my email is zoe.nguyen42@example.com')["input_ids"])
+    email = tokenizer.convert_ids_to_tokens(tokenizer("my email is zoe.nguyen42@example.com")["input_ids"])
     assert "".join(email[-13:-1]) == "zoe.nguyen42" and all(len(p) == 1 for p in email[-13:-1])
     for special in ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"):
         assert len(tokenizer(special)["input_ids"]) == 1
@@ -53,7 +55,7 @@ def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
 def test_a_customers_name_is_the_same_tokens_in_the_message_and_in_the_call(tiny_base):
     # Merges may span spaces, but never into a name: otherwise a frequent customer's name fuses
     # with the call's JSON scaffolding and no other customer's call can reuse those tokens.
-    from training.bootstrap import load_tokenizer
+    from training.checkpoints import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_base)
     call = '{"name": "find_user_id_by_name_zip", "arguments": {"first_name": "Nora", "last_name": "Dubois"'
@@ -62,15 +64,16 @@ def test_a_customers_name_is_the_same_tokens_in_the_message_and_in_the_call(tiny
         pieces = tokenizer.convert_ids_to_tokens(tokenizer(name)["input_ids"])
         for text in (call, said):
             tokens = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
-            assert any(tokens[i:i + len(pieces)] == pieces for i in range(len(tokens))), (name, text, tokens)
+            assert any(tokens[i : i + len(pieces)] == pieces for i in range(len(tokens))), (name, text, tokens)
 
 
 def test_names_are_spelled_a_letter_a_token_while_the_policys_fixed_words_stay_whole(tiny_base, world):
     # A name copies like digits only if it is made of the same few tokens whoever the customer is:
     # a training customer's name and one the tokenizer never saw are both spelled. The system
     # policy's words are not, or every prompt would grow by a token a letter.
-    from training.bootstrap import load_tokenizer, name_words
-    from training.prompting import SYSTEM_POLICY
+    from training.checkpoints import load_tokenizer
+    from training.sandbox.prompting import SYSTEM_POLICY
+    from training.tiny.bootstrap import name_words
 
     tokenizer = load_tokenizer(tiny_base)
     known = sorted(name_words(level1_records(world, 40, seed=1)))
@@ -88,25 +91,26 @@ def test_names_are_spelled_a_letter_a_token_while_the_policys_fixed_words_stay_w
 def test_trl_parses_tool_calls_with_this_tokenizer(tiny_base):
     from trl.chat_template_utils import add_response_schema, parse_response
 
-    from training.bootstrap import load_tokenizer
+    from training.checkpoints import load_tokenizer
 
     tokenizer = add_response_schema(load_tokenizer(tiny_base))
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "status of #W1?"}],
-                                           add_generation_prompt=True, tokenize=True)["input_ids"]
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "status of #W1?"}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
     answer = '<tool_call>\n{"name": "get_order_details", "arguments": {"order_id": "#W1"}}\n</tool_call><|im_end|>'
     parsed = parse_response(tokenizer, tokenizer(answer)["input_ids"], prefix=list(prompt))
     assert parsed["tool_calls"][0]["function"] == {"name": "get_order_details", "arguments": {"order_id": "#W1"}}
 
 
 def test_missing_local_path_is_a_clear_error(tmp_path):
-    from training.bootstrap import BootstrapError, load_policy
+    from training.checkpoints import ModelLoadError, load_policy
 
-    with pytest.raises(BootstrapError, match="not a folder"):
+    with pytest.raises(ModelLoadError, match="not a folder"):
         load_policy(tmp_path / "nope")
 
 
 def test_ensure_base_policy_reuses_the_folder(tmp_path, world):
-    from training.bootstrap import ensure_base_policy
+    from training.tiny.bootstrap import ensure_base_policy
 
     records = level1_records(world, 10, seed=2)
     first = ensure_base_policy(tmp_path, records, spec=tiny_spec())
@@ -118,7 +122,7 @@ def test_ensure_base_policy_reuses_the_folder(tmp_path, world):
 def test_ensure_base_policy_with_copy_pretraining_builds_once_on_top_of_the_base(tmp_path, world):
     from safetensors.torch import load_file
 
-    from training.bootstrap import TOKENIZER_FORMAT, ensure_base_policy
+    from training.tiny.bootstrap import TOKENIZER_FORMAT, ensure_base_policy
 
     records = level1_records(world, 10, seed=2)
     copied = ensure_base_policy(tmp_path, records, spec=tiny_spec(), copy_steps=3)

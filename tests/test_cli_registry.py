@@ -1,4 +1,5 @@
 """`retrain approve` and `retrain rollback` as a person uses them, on a real sqlite MLflow store."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ WEEK = "2026-11-16"
 def _retrain(home, *args) -> subprocess.CompletedProcess:
     env = {**os.environ, "RETRAIN_HOME": str(home.root)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def _decision(home, tmp_path, week: str, policy: str):
@@ -32,9 +34,15 @@ def _decision(home, tmp_path, week: str, policy: str):
     report = evaluate_gates(gate_inputs(policy))
     folder = home.root / "runs" / week
     folder.mkdir(parents=True)
-    (folder / "promotion_request.json").write_text(json.dumps(
-        {"model_path": str(model), "report": report.to_dict(),
-         "lineage": {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8}}))
+    (folder / "promotion_request.json").write_text(
+        json.dumps(
+            {
+                "model_path": str(model),
+                "report": report.to_dict(),
+                "lineage": {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8},
+            }
+        )
+    )
     return report
 
 

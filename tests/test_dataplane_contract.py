@@ -1,4 +1,5 @@
 """Contract validation and PII scrubbing (pure functions)."""
+
 from __future__ import annotations
 
 import copy
@@ -53,8 +54,12 @@ VIOLATIONS = [
     ("interaction_id", "has space", "bad_interaction_id", "interaction_id"),
     ("interaction_id", "x" * 129, "bad_interaction_id", "interaction_id"),
     ("gold", {"actions": []}, "missing_field", "gold.outputs"),
-    ("human_label", {"task_success": 1, "rater": "a", "labeled_at": "2024-06-03T10:00:00Z"},
-     "wrong_type", "human_label.task_success"),
+    (
+        "human_label",
+        {"task_success": 1, "rater": "a", "labeled_at": "2024-06-03T10:00:00Z"},
+        "wrong_type",
+        "human_label.task_success",
+    ),
     ("escalation_was_necessary", "yes", "wrong_type", "escalation_was_necessary"),
     ("user_scenario.instruction", 5, "wrong_type", "user_scenario.instruction"),
     ("initial_state.orders", [], "wrong_type", "initial_state.orders"),
@@ -123,9 +128,15 @@ def test_pii_is_masked(text, token):
 
 
 WORLD_IDS = [
-    "order #W6067464", "item 9624127908 and 8917609800", "items 9624127908, 8917609800, 5019835484",
-    "tracking 674931187716", "pay with credit_card_4190576 or gift_card_1725971", "zip 19031",
-    "total $982.03 then 158.90", "user noah_brown_6181", "4111 1111 1111 1112 fails Luhn",
+    "order #W6067464",
+    "item 9624127908 and 8917609800",
+    "items 9624127908, 8917609800, 5019835484",
+    "tracking 674931187716",
+    "pay with credit_card_4190576 or gift_card_1725971",
+    "zip 19031",
+    "total $982.03 then 158.90",
+    "user noah_brown_6181",
+    "4111 1111 1111 1112 fails Luhn",
     "product 1075968781 item 9624127908 zip 19031",
     # an unrounded amount from a tool result whose fraction digits happen to pass Luhn
     '{"amount": 20.44999999999999, "transaction_type": "refund"}',
@@ -154,16 +165,37 @@ def test_scrub_record_masks_content_and_instruction(good):
     assert dirty["messages"][1]["content"].startswith("my card is 4111")  # input untouched
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True) | st.text(max_size=5),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-                     max_leaves=6)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from([
-    "customer_id", "interaction_id", "started_at", "ended_at", "policy_version", "intent", "initial_state", "user_scenario",
-    "messages", "outcome", "escalation_was_necessary", "actions_taken", "customer_sentiment_delta", "gold",
-    "human_label", "schema_version"]), value=_json)
+@given(
+    field=st.sampled_from(
+        [
+            "customer_id",
+            "interaction_id",
+            "started_at",
+            "ended_at",
+            "policy_version",
+            "intent",
+            "initial_state",
+            "user_scenario",
+            "messages",
+            "outcome",
+            "escalation_was_necessary",
+            "actions_taken",
+            "customer_sentiment_delta",
+            "gold",
+            "human_label",
+            "schema_version",
+        ]
+    ),
+    value=_json,
+)
 def test_fuzzed_field_either_validates_or_raises_contract_error(good, field, value):
     mutated = _set(good, field, value)
     try:

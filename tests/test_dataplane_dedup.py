@@ -4,6 +4,7 @@
 rest. These tests interleave new, duplicate and conflicting ids in any order and chunk size, and
 compare the summary and the stored rows with a model computed in Python.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,10 @@ def _record(template: dict, rid: str, delta: float) -> dict:
 def _stored(db) -> dict[str, float]:
     con = open_store(db, read_only=True)
     try:
-        return {rid: json.loads(text)["customer_sentiment_delta"]
-                for rid, text in con.execute("SELECT interaction_id, record FROM interactions").fetchall()}
+        return {
+            rid: json.loads(text)["customer_sentiment_delta"]
+            for rid, text in con.execute("SELECT interaction_id, record FROM interactions").fetchall()
+        }
     finally:
         con.close()
 
@@ -48,16 +51,19 @@ ids = st.text(ID_CHARS, min_size=1, max_size=6)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.lists(ids, min_size=1, max_size=12, unique=True),  # an empty file is its own case
-       second=st.lists(st.tuples(ids, st.sampled_from([0.0, 0.5])), min_size=1, max_size=14),
-       chunk=st.integers(1, 5))
+@given(
+    first=st.lists(ids, min_size=1, max_size=12, unique=True),  # an empty file is its own case
+    second=st.lists(st.tuples(ids, st.sampled_from([0.0, 0.5])), min_size=1, max_size=14),
+    chunk=st.integers(1, 5),
+)
 def test_new_duplicate_and_conflicting_ids_in_any_order(tmp_path_factory, monkeypatch, template, first, second, chunk):
     monkeypatch.setattr(ingest_module, "CHUNK_ROWS", chunk)
     work = tmp_path_factory.mktemp("dedup")
     db = work / "db.duckdb"
     ingest_paths(db, [write_jsonl(work / "a.jsonl", [_record(template, rid, 0.0) for rid in first])], now=NOW)
-    summary = ingest_paths(db, [write_jsonl(work / "b.jsonl", [_record(template, rid, d) for rid, d in second])],
-                           now=NOW)
+    summary = ingest_paths(
+        db, [write_jsonl(work / "b.jsonl", [_record(template, rid, d) for rid, d in second])], now=NOW
+    )
 
     # The model: the first copy of an id wins; a later copy is a duplicate if its content equals
     # the winner's, else a quarantined conflict.
@@ -107,13 +113,15 @@ def test_primary_key_still_refuses_a_stored_id(tmp_path, template):
 
 def test_new_file_is_inserted_without_looking_up_stored_ids(tmp_path, monkeypatch, template):
     db = tmp_path / "db.duckdb"
-    ingest_paths(db, [write_jsonl(tmp_path / "a.jsonl", [_record(template, f"old-{i}", 0.0) for i in range(4)])],
-                 now=NOW)
+    ingest_paths(
+        db, [write_jsonl(tmp_path / "a.jsonl", [_record(template, f"old-{i}", 0.0) for i in range(4)])], now=NOW
+    )
     lookups = []
     real = store_module._stored_hashes
     monkeypatch.setattr(store_module, "_stored_hashes", lambda con, ids: lookups.append(len(ids)) or real(con, ids))
-    fresh = ingest_paths(db, [write_jsonl(tmp_path / "b.jsonl", [_record(template, f"new-{i}", 0.0) for i in range(4)])],
-                         now=NOW)
+    fresh = ingest_paths(
+        db, [write_jsonl(tmp_path / "b.jsonl", [_record(template, f"new-{i}", 0.0) for i in range(4)])], now=NOW
+    )
     assert (fresh.accepted, lookups) == (4, [])
 
 
@@ -124,7 +132,9 @@ def test_file_with_a_stored_id_is_redone_once_with_lookups(tmp_path, monkeypatch
     ingest_paths(db, [write_jsonl(tmp_path / "a.jsonl", [_record(template, "old", 0.0)])], now=NOW)
     passes = []
     real = ingest_module._FileIngest.run
-    monkeypatch.setattr(ingest_module._FileIngest, "run", lambda self: passes.append(self.batch.look_up_stored) or real(self))
+    monkeypatch.setattr(
+        ingest_module._FileIngest, "run", lambda self: passes.append(self.batch.look_up_stored) or real(self)
+    )
     rows = [_record(template, "new-1", 0.0), _record(template, "new-2", 0.0), _record(template, "old", 0.5)]
     summary = ingest_paths(db, [write_jsonl(tmp_path / "b.jsonl", rows, raw_lines=["{not json"])], now=NOW)
     assert passes == [False, True]

@@ -5,12 +5,13 @@ Scrubbing: a pass is skipped when the text has too few digits for it to mask any
 Parquet: only timestamp and JSON-text columns are converted per row. Ingest: the cyclic GC is
 paused per file and its state restored.
 """
+
 from __future__ import annotations
 
 import copy
 import gc
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,11 +50,16 @@ def test_str_subclasses_take_the_slow_path_and_hash_alike(good):
     assert prepare_row(validate_record(odd, NOW)).content_hash == prepare_row(validate_record(good, NOW)).content_hash
 
 
-@pytest.mark.parametrize("key,value,rule", [
-    ("actions_taken", True, "wrong_type"), ("customer_sentiment_delta", False, "wrong_type"),
-    ("customer_sentiment_delta", float("nan"), "sentiment_out_of_range"),
-    ("customer_sentiment_delta", -1.5, "sentiment_out_of_range"), ("escalation_was_necessary", 1, "wrong_type"),
-])
+@pytest.mark.parametrize(
+    "key,value,rule",
+    [
+        ("actions_taken", True, "wrong_type"),
+        ("customer_sentiment_delta", False, "wrong_type"),
+        ("customer_sentiment_delta", float("nan"), "sentiment_out_of_range"),
+        ("customer_sentiment_delta", -1.5, "sentiment_out_of_range"),
+        ("escalation_was_necessary", 1, "wrong_type"),
+    ],
+)
 def test_scalar_rules_unchanged(good, key, value, rule):
     with pytest.raises(ContractError) as info:
         validate_record({**good, key: value}, NOW)
@@ -81,11 +87,21 @@ def test_digit_count_skip_never_changes_the_result(text):
 
 
 # Each kind at exactly the fewest digits its pass is given (13, 9, 6, 10, 8), and mixes.
-@pytest.mark.parametrize("text", [
-    "card 4222222222222", "ssn 123-45-6789", "AB 12 34 56 C", "call 415-555-0100", "+44 123 456",
-    "4111 1111 1111 1111", "+44 20 7946 0958", "(415) 555-0100",
-    "+1 415-555-0100 and 4111111111111111", "order #W0001234, call 415-555-0001",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "card 4222222222222",
+        "ssn 123-45-6789",
+        "AB 12 34 56 C",
+        "call 415-555-0100",
+        "+44 123 456",
+        "4111 1111 1111 1111",
+        "+44 20 7946 0958",
+        "(415) 555-0100",
+        "+1 415-555-0100 and 4111111111111111",
+        "order #W0001234, call 415-555-0001",
+    ],
+)
 def test_skip_keeps_every_kind_masked(text):
     assert scrub.scrub_text(text) == _scrub_every_pass(text) != text
 
@@ -102,8 +118,9 @@ def _parquet(path, records: list[dict], schema_for=None) -> None:
 
 def _as_aware_timestamps(table: pa.Table) -> pa.Table:
     for key in ("started_at", "ended_at"):
-        stamps = [datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(timezone.utc)
-                  for v in table.column(key).to_pylist()]
+        stamps = [
+            datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(UTC) for v in table.column(key).to_pylist()
+        ]
         table = table.set_column(table.schema.get_field_index(key), key, pa.array(stamps, pa.timestamp("us", "UTC")))
     return table
 
@@ -140,6 +157,7 @@ def test_naive_parquet_timestamp_is_still_rejected(tmp_path, records):
     def naive(table: pa.Table) -> pa.Table:
         index = table.schema.get_field_index("ended_at")
         return table.set_column(index, "ended_at", pa.array([datetime(2024, 6, 3, 9, 30)] * len(table)))
+
     _parquet(tmp_path / "a.parquet", records[:2], naive)
     summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
     assert summary.quarantined_by_rule == {"bad_timestamp": 2}

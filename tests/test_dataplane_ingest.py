@@ -1,4 +1,5 @@
 """Ingestion: bad input (each case its own rule, nothing lost), idempotence, transactions, locks."""
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,10 @@ def records(world, reference_tasks) -> list[dict]:
 def _counts(db: Path) -> dict:
     con = open_store(db, read_only=True)
     try:
-        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # table names are constants
-                for t in ("interactions", "quarantine", "ingested_files")}
+        return {
+            t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # table names are constants
+            for t in ("interactions", "quarantine", "ingested_files")
+        }
     finally:
         con.close()
 
@@ -39,7 +42,9 @@ def _counts(db: Path) -> dict:
 def _quarantine(db: Path) -> list[tuple]:
     con = open_store(db, read_only=True)
     try:
-        return con.execute("SELECT rule, line_no, interaction_id, raw, file_level FROM quarantine ORDER BY line_no").fetchall()
+        return con.execute(
+            "SELECT rule, line_no, interaction_id, raw, file_level FROM quarantine ORDER BY line_no"
+        ).fetchall()
     finally:
         con.close()
 
@@ -72,8 +77,12 @@ LINE_CASES = [
     ("sentiment_out_of_range", lambda r: _mutate(r, "customer_sentiment_delta", -1.01)),
     ("negative_actions", lambda r: _mutate(r, "actions_taken", -2)),
     ("empty_messages", lambda r: _mutate(r, "messages", [])),
-    ("tool_calls_on_non_assistant", lambda r: _mutate(r, "messages", [
-        {"role": "user", "content": "hi", "tool_calls": [{"name": "think", "arguments": {}}]}])),
+    (
+        "tool_calls_on_non_assistant",
+        lambda r: _mutate(
+            r, "messages", [{"role": "user", "content": "hi", "tool_calls": [{"name": "think", "arguments": {}}]}]
+        ),
+    ),
     ("unknown_schema_version", lambda r: _mutate(r, "schema_version", 2)),
     ("invalid_json", lambda r: json.dumps(r)[:-40]),  # a truncated line
 ]
@@ -150,9 +159,13 @@ def _empty(path: Path, records: list[dict]) -> Path:
     return path
 
 
-FILE_CASES = [("corrupt_file", "x.jsonl.gz", _corrupt_gzip), ("corrupt_file", "x.parquet", _broken_parquet),
-              ("invalid_utf8", "x.jsonl", _invalid_utf8), ("line_too_long", "x.jsonl", _long_line),
-              ("empty_file", "x.jsonl", _empty)]
+FILE_CASES = [
+    ("corrupt_file", "x.jsonl.gz", _corrupt_gzip),
+    ("corrupt_file", "x.parquet", _broken_parquet),
+    ("invalid_utf8", "x.jsonl", _invalid_utf8),
+    ("line_too_long", "x.jsonl", _long_line),
+    ("empty_file", "x.jsonl", _empty),
+]
 
 
 @pytest.mark.parametrize("rule,name,make", FILE_CASES, ids=[f"{c[0]}:{c[1]}" for c in FILE_CASES])
@@ -228,8 +241,15 @@ def test_locked_store_names_the_file(tmp_path):
     db = tmp_path / "db.duckdb"
     open_store(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ready', flush=True); "
-         "time.sleep(60)", str(db)], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(StoreLockedError) as info:
@@ -240,11 +260,32 @@ def test_locked_store_names_the_file(tmp_path):
         holder.wait()
 
 
-_mutations = st.tuples(st.integers(0, 11), st.sampled_from(
-    ["interaction_id", "ended_at", "outcome", "intent", "actions_taken", "customer_sentiment_delta", "messages",
-     "schema_version", "gold", "customer_id", "escalation_was_necessary"]),
-    st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.floats(-2, 2), st.text(max_size=6),
-              st.lists(st.integers(), max_size=2)))
+_mutations = st.tuples(
+    st.integers(0, 11),
+    st.sampled_from(
+        [
+            "interaction_id",
+            "ended_at",
+            "outcome",
+            "intent",
+            "actions_taken",
+            "customer_sentiment_delta",
+            "messages",
+            "schema_version",
+            "gold",
+            "customer_id",
+            "escalation_was_necessary",
+        ]
+    ),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-2, 2),
+        st.floats(-2, 2),
+        st.text(max_size=6),
+        st.lists(st.integers(), max_size=2),
+    ),
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

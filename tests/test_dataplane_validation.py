@@ -1,4 +1,5 @@
 """The Great Expectations window suite: a good window passes, each bad one fails by name."""
+
 from __future__ import annotations
 
 import json

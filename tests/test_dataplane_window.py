@@ -1,9 +1,10 @@
 """Weekly window cut (order, ties, idempotence, hash) and customer-hash splits."""
+
 from __future__ import annotations
 
 import copy
 import hashlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
@@ -13,11 +14,18 @@ from hypothesis import strategies as st
 from dataplane.ingest import ingest_paths
 from dataplane.splits import customers_in_several_splits, split_counts, split_of, split_window
 from dataplane.store import load_records, open_store
-from dataplane.window import (arrow_window_hash, cut_window, week_id, window_frame, window_hash, window_ids,
-                              window_records)
+from dataplane.window import (
+    arrow_window_hash,
+    cut_window,
+    week_id,
+    window_frame,
+    window_hash,
+    window_ids,
+    window_records,
+)
 from tests.helpers_data import BASE_TIME, NOW, build_records, write_jsonl
 
-WEEK_END = datetime(2024, 6, 10, tzinfo=timezone.utc)  # Monday: ends ISO week 2024-W23
+WEEK_END = datetime(2024, 6, 10, tzinfo=UTC)  # Monday: ends ISO week 2024-W23
 
 
 @pytest.fixture()
@@ -41,6 +49,7 @@ def store(tmp_path, world, reference_tasks):
 def _expected(records: list[dict], end: datetime, size: int) -> list[str]:
     def key(r):
         return (datetime.fromisoformat(r["ended_at"].replace("Z", "+00:00")), r["interaction_id"])
+
     kept = sorted((r for r in records if key(r)[0] < end), key=key)
     return [r["interaction_id"] for r in kept[-size:]]
 
@@ -65,8 +74,9 @@ def test_recut_is_idempotent_and_hash_is_over_ordered_pairs(store):
     second = cut_window(con, WEEK_END, size=25)
     assert first == second
     assert con.execute("SELECT count(*) FROM windows WHERE week = ?", [first.week]).fetchone()[0] == 25
-    pairs = con.execute("SELECT interaction_id, content_hash FROM windows WHERE week = ? ORDER BY position",
-                        [first.week]).fetchall()
+    pairs = con.execute(
+        "SELECT interaction_id, content_hash FROM windows WHERE week = ? ORDER BY position", [first.week]
+    ).fetchall()
     assert first.content_hash == hashlib.sha256("".join(f"{a}\t{b}\n" for a, b in pairs).encode()).hexdigest()
     smaller = cut_window(con, WEEK_END, size=5)  # a recut replaces the week's rows
     assert smaller.content_hash != first.content_hash
@@ -79,9 +89,16 @@ def test_window_info_metadata(store):
     assert info.week == "2024-W23" == week_id(WEEK_END)
     assert sum(info.outcome_mix.values()) == sum(info.intent_mix.values()) == 30
     chosen = set(window_ids(con, info.week))
-    assert info.intent_mix == {k: v for k, v in sorted(
-        {i: sum(1 for r in records if r["interaction_id"] in chosen and r["intent"] == i)
-         for i in {r["intent"] for r in records}}.items()) if v}
+    assert info.intent_mix == {
+        k: v
+        for k, v in sorted(
+            {
+                i: sum(1 for r in records if r["interaction_id"] in chosen and r["intent"] == i)
+                for i in {r["intent"] for r in records}
+            }.items()
+        )
+        if v
+    }
     assert info.to_dict()["rows"] == 30
 
 
@@ -98,7 +115,7 @@ def test_window_records_and_frame(store):
 
 def test_empty_window_and_naive_week_end(store):
     con, _ = store
-    info = cut_window(con, datetime(2020, 1, 6, tzinfo=timezone.utc))
+    info = cut_window(con, datetime(2020, 1, 6, tzinfo=UTC))
     assert (info.rows, info.ended_at_min) == (0, None)
     with pytest.raises(ValueError, match="timezone-aware"):
         cut_window(con, datetime(2024, 6, 10))
@@ -139,8 +156,11 @@ def test_overlap_check_reports_customers():
 
 def _stored(con, week: str) -> list[tuple]:
     """The week's stored rows with their rowids: a rewrite gives new rowids."""
-    return con.execute("SELECT rowid, position, interaction_id, content_hash, window_hash, week_end FROM windows "
-                       "WHERE week = ? ORDER BY position", [week]).fetchall()
+    return con.execute(
+        "SELECT rowid, position, interaction_id, content_hash, window_hash, week_end FROM windows "
+        "WHERE week = ? ORDER BY position",
+        [week],
+    ).fetchall()
 
 
 def test_recut_of_an_unchanged_week_skips_the_write_yet_returns_the_same_info(store):
@@ -176,8 +196,9 @@ def test_recut_of_a_changed_week_rewrites_it(store, tmp_path, world, reference_t
         assert changed.content_hash != first.content_hash
         ids = window_ids(con, WEEK_END)
         assert ids[-1] == "int-newer" and ids[:-1] == [row[2] for row in before][1:]  # the oldest drops out
-        pairs = con.execute("SELECT interaction_id, content_hash FROM windows WHERE week = ? ORDER BY position",
-                            [changed.week]).fetchall()
+        pairs = con.execute(
+            "SELECT interaction_id, content_hash FROM windows WHERE week = ? ORDER BY position", [changed.week]
+        ).fetchall()
         assert changed.content_hash == window_hash(pairs)
     finally:
         con.close()

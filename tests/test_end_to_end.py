@@ -7,6 +7,7 @@ on top of the champion and an impossible calibration margin rejects it: no versi
 unchanged, and its MLflow run still holds the gate report. Stage sizes are shrunk to CI size; the SFT is too
 short to teach tool calls, so the probe threshold is lowered (the probe itself still runs).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,20 +23,44 @@ WEEK_A, WEEK_B = "2026-11-16", "2026-11-23"
 
 
 def _config(**gates) -> dict:
-    return {"ops": {
-        "policy_base": {"config": {"sft_steps": 6, "sft_batch_size": 4, "probe_prompts": 2,
-                                   "min_tool_call_rate": 0.0, "level": 1}},
-        "grpo_candidate": {"config": {"max_steps": 2, "save_steps": 1, "dataset_size": 8,
-                                      "max_completion_length": 96, "levels": {"1": 1.0},
-                                      "grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}},
-        "calibration_report": {"config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-        "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-        "promotion_gate": {"config": {"min_human_labels": 2, **gates}},
-    }}
+    return {
+        "ops": {
+            "policy_base": {
+                "config": {
+                    "sft_steps": 6,
+                    "sft_batch_size": 4,
+                    "probe_prompts": 2,
+                    "min_tool_call_rate": 0.0,
+                    "level": 1,
+                }
+            },
+            "grpo_candidate": {
+                "config": {
+                    "max_steps": 2,
+                    "save_steps": 1,
+                    "dataset_size": 8,
+                    "max_completion_length": 96,
+                    "levels": {"1": 1.0},
+                    "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
+                }
+            },
+            "calibration_report": {
+                "config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32, "level": 1}
+            },
+            "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
+            "promotion_gate": {"config": {"min_human_labels": 2, **gates}},
+        }
+    }
 
 
-PERMISSIVE = dict(calibration_min_margin=-1.0, shadow_margin=-1.0, max_tool_drift=1.0, min_reward_alignment=0.0,
-                  violation_tolerance=1.0, hacking_flat_tolerance=-1.0)
+PERMISSIVE = dict(
+    calibration_min_margin=-1.0,
+    shadow_margin=-1.0,
+    max_tool_drift=1.0,
+    min_reward_alignment=0.0,
+    violation_tolerance=1.0,
+    hacking_flat_tolerance=-1.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +69,22 @@ def week_runs(tmp_path_factory):
 
     from dataplane.home import Home
     from orchestration.runner import run_week
-    from training.traffic import simulate
+    from training.traffic.simulate import simulate
 
     root = tmp_path_factory.mktemp("e2e") / "home"
     old = os.environ.get("RETRAIN_HOME")
     os.environ["RETRAIN_HOME"] = str(root)
     try:
         home = Home.from_env().ensure()
-        simulate(days=14, per_day=30, seed=11, out_dir=str(home.landing), start=date(2026, 11, 16),
-                 label_share=0.6, n_users=80)
+        simulate(
+            days=14,
+            per_day=30,
+            seed=11,
+            out_dir=str(home.landing),
+            start=date(2026, 11, 16),
+            label_share=0.6,
+            n_users=80,
+        )
         runs = {"a": run_week(WEEK_A, run_config=_config(**PERMISSIVE), home=home)}
         runs["a_again"] = run_week(WEEK_A, run_config=_config(**PERMISSIVE), home=home)
         runs["b"] = run_week(WEEK_B, run_config=_config(calibration_min_margin=1.0), home=home)

@@ -1,5 +1,6 @@
 """Unit tests of the retail sandbox: each tool's semantics on a hand-checked world, the TRL seam,
 reset, the episode, and the world helpers."""
+
 from __future__ import annotations
 
 import inspect
@@ -10,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers_environment import FakeCustomer, fresh_env, tiny_world
-from training.environment import TOOL_NAMES, EnvironmentSetupError, RetailEnvironment, call_tool
-from training.episode import WRITE_TOOLS, Episode
-from training.world import WorldError, touched_subset
+from training.sandbox.environment import TOOL_NAMES, EnvironmentSetupError, RetailEnvironment, call_tool
+from training.sandbox.episode import WRITE_TOOLS, Episode
+from training.sandbox.world import WorldError, touched_subset
 
 
 def order_of(env, order_id):
@@ -26,9 +27,11 @@ def balance(env, user="ann_lee_1", card="gift_card_1"):
 # ---- the TRL seam ----
 def test_public_functions_are_exactly_the_tools_plus_reset_and_get_reward():
     # The rule GRPOTrainer applies (trl/trainer/grpo_trainer.py, environment_factory probe).
-    public = {n for n, _ in inspect.getmembers(RetailEnvironment, predicate=inspect.isfunction) if not n.startswith("_")}
+    public = {
+        n for n, _ in inspect.getmembers(RetailEnvironment, predicate=inspect.isfunction) if not n.startswith("_")
+    }
     assert public == set(TOOL_NAMES) | {"reset", "get_reward"}
-    assert WRITE_TOOLS <= set(TOOL_NAMES)
+    assert set(TOOL_NAMES) >= WRITE_TOOLS
     assert len(TOOL_NAMES) == 17
 
 
@@ -46,8 +49,8 @@ def test_every_tool_has_a_json_schema_with_described_parameters(name):
 
 
 def test_a_tool_subset_is_all_trl_sees_and_all_that_can_be_called():
-    from training.environment import environment_class
-    from training.prompting import tool_schemas
+    from training.sandbox.environment import environment_class
+    from training.sandbox.prompting import tool_schemas
 
     offered = ("send_message_to_customer", "get_order_details")  # any order: the environment's is kept
     subset = environment_class(offered)
@@ -86,11 +89,14 @@ def test_find_user_by_name_zip_names_fold_case_zip_exact():
     assert env.find_user_id_by_name_zip(first_name="Ann", last_name="Lee", zip="10002") == "Error: user not found"
 
 
-@pytest.mark.parametrize("tool,kind,key,missing", [
-    ("get_user_details", "users", "bob_kim_2", "Error: user not found"),
-    ("get_order_details", "orders", "#W4", "Error: order not found"),
-    ("get_product_details", "products", "P2", "Error: product not found"),
-])
+@pytest.mark.parametrize(
+    "tool,kind,key,missing",
+    [
+        ("get_user_details", "users", "bob_kim_2", "Error: user not found"),
+        ("get_order_details", "orders", "#W4", "Error: order not found"),
+        ("get_product_details", "products", "P2", "Error: product not found"),
+    ],
+)
 def test_details_are_the_record_as_json(tool, kind, key, missing):
     env = fresh_env()
     argument = {"users": "user_id", "orders": "order_id", "products": "product_id"}[kind]
@@ -110,9 +116,17 @@ def test_think_changes_nothing_and_says_nothing():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.integers(0, 10**6).map(str) | st.floats(0, 1e4).map(lambda f: f"{f:.3f}"),
-                    lambda inner: st.tuples(inner, st.sampled_from("+-*/"), inner).map(" ".join)
-                    | inner.map(lambda e: f"({e})") | inner.map(lambda e: f"-{e}"), max_leaves=8))
+@given(
+    st.recursive(
+        st.integers(0, 10**6).map(str) | st.floats(0, 1e4).map(lambda f: f"{f:.3f}"),
+        lambda inner: (
+            st.tuples(inner, st.sampled_from("+-*/"), inner).map(" ".join)
+            | inner.map(lambda e: f"({e})")
+            | inner.map(lambda e: f"-{e}")
+        ),
+        max_leaves=8,
+    )
+)
 def test_calculate_agrees_with_python_arithmetic(expression):
     try:
         expected = str(round(float(eval(expression, {"__builtins__": {}}, {})), 2))  # test oracle only
@@ -127,15 +141,22 @@ def test_cancel_refunds_gift_card_at_once():
     result = json.loads(env.cancel_pending_order(order_id="#W1", reason="ordered by mistake"))
     order = order_of(env, "#W1")
     assert result == order and order["status"] == "cancelled" and order["cancel_reason"] == "ordered by mistake"
-    assert order["payment_history"][-1] == {"transaction_type": "refund", "amount": 30.0, "payment_method_id": "gift_card_1"}
+    assert order["payment_history"][-1] == {
+        "transaction_type": "refund",
+        "amount": 30.0,
+        "payment_method_id": "gift_card_1",
+    }
     assert balance(env) == 80.0 and env.audit_log[-1].changed
 
 
-@pytest.mark.parametrize("order_id,reason,error", [
-    ("#W1", "changed my mind", "Error: invalid reason"),
-    ("#W3", "no longer needed", "Error: non-pending order cannot be cancelled"),
-    ("#W9", "no longer needed", "Error: order not found"),
-])
+@pytest.mark.parametrize(
+    "order_id,reason,error",
+    [
+        ("#W1", "changed my mind", "Error: invalid reason"),
+        ("#W3", "no longer needed", "Error: non-pending order cannot be cancelled"),
+        ("#W9", "no longer needed", "Error: order not found"),
+    ],
+)
 def test_cancel_refusals_change_nothing(order_id, reason, error):
     env = fresh_env()
     assert env.cancel_pending_order(order_id=order_id, reason=reason) == error
@@ -154,36 +175,60 @@ def test_address_changes_replace_the_whole_object():
 
 def test_modify_items_charges_difference_to_gift_card_once():
     env = fresh_env()
-    env.modify_pending_order_items(order_id="#W1", item_ids=["I1"], new_item_ids=["I2"], payment_method_id="gift_card_1")
+    env.modify_pending_order_items(
+        order_id="#W1", item_ids=["I1"], new_item_ids=["I2"], payment_method_id="gift_card_1"
+    )
     order = order_of(env, "#W1")
-    assert order["items"][0] | {} == {"name": "T-Shirt", "product_id": "P1", "item_id": "I2", "price": 25.5,
-                                      "options": {"color": "blue"}}
-    assert order["payment_history"][-1] == {"transaction_type": "payment", "amount": 5.5, "payment_method_id": "gift_card_1"}
+    assert order["items"][0] | {} == {
+        "name": "T-Shirt",
+        "product_id": "P1",
+        "item_id": "I2",
+        "price": 25.5,
+        "options": {"color": "blue"},
+    }
+    assert order["payment_history"][-1] == {
+        "transaction_type": "payment",
+        "amount": 5.5,
+        "payment_method_id": "gift_card_1",
+    }
     assert balance(env) == 44.5 and order["status"] == "pending (item modified)"
-    again = env.modify_pending_order_items(order_id="#W1", item_ids=["M1"], new_item_ids=["M2"], payment_method_id="gift_card_1")
+    again = env.modify_pending_order_items(
+        order_id="#W1", item_ids=["M1"], new_item_ids=["M2"], payment_method_id="gift_card_1"
+    )
     assert again == "Error: non-pending order cannot be modified"
 
 
 def test_modify_items_refund_for_cheaper_variants_of_duplicates():
     env = fresh_env()
-    env.modify_pending_order_items(order_id="#W5", item_ids=["I2", "I2"], new_item_ids=["I1", "I1"],
-                                   payment_method_id="credit_card_1")
+    env.modify_pending_order_items(
+        order_id="#W5", item_ids=["I2", "I2"], new_item_ids=["I1", "I1"], payment_method_id="credit_card_1"
+    )
     order = order_of(env, "#W5")
     assert [i["item_id"] for i in order["items"]] == ["I1", "I1"]
-    assert order["payment_history"][-1] == {"transaction_type": "refund", "amount": 11.0, "payment_method_id": "credit_card_1"}
+    assert order["payment_history"][-1] == {
+        "transaction_type": "refund",
+        "amount": 11.0,
+        "payment_method_id": "credit_card_1",
+    }
 
 
-@pytest.mark.parametrize("items,new,method,error", [
-    (["I1"], ["I3"], "gift_card_1", "Error: new item I3 not found or available"),
-    (["I1"], ["M2"], "gift_card_1", "Error: new item M2 not found or available"),
-    (["I1", "I1"], ["I2", "I2"], "gift_card_1", "Error: I1 not found"),
-    (["I1"], ["I2", "I2"], "gift_card_1", "Error: the number of items to be exchanged should match"),
-    (["I1"], ["I2"], "paypal_2", "Error: payment method not found"),
-    (["I1"], ["I4"], "gift_card_1", "Error: insufficient gift card balance to pay for the new item"),
-])
+@pytest.mark.parametrize(
+    "items,new,method,error",
+    [
+        (["I1"], ["I3"], "gift_card_1", "Error: new item I3 not found or available"),
+        (["I1"], ["M2"], "gift_card_1", "Error: new item M2 not found or available"),
+        (["I1", "I1"], ["I2", "I2"], "gift_card_1", "Error: I1 not found"),
+        (["I1"], ["I2", "I2"], "gift_card_1", "Error: the number of items to be exchanged should match"),
+        (["I1"], ["I2"], "paypal_2", "Error: payment method not found"),
+        (["I1"], ["I4"], "gift_card_1", "Error: insufficient gift card balance to pay for the new item"),
+    ],
+)
 def test_modify_items_refusals(items, new, method, error):
     env = fresh_env()
-    assert env.modify_pending_order_items(order_id="#W1", item_ids=items, new_item_ids=new, payment_method_id=method) == error
+    assert (
+        env.modify_pending_order_items(order_id="#W1", item_ids=items, new_item_ids=new, payment_method_id=method)
+        == error
+    )
     assert env.state == tiny_world()
 
 
@@ -192,37 +237,60 @@ def test_modify_payment_moves_both_gift_card_balances():
     env.modify_pending_order_payment(order_id="#W1", payment_method_id="credit_card_1")
     assert order_of(env, "#W1")["payment_history"][1:] == [
         {"transaction_type": "payment", "amount": 30.0, "payment_method_id": "credit_card_1"},
-        {"transaction_type": "refund", "amount": 30.0, "payment_method_id": "gift_card_1"}]
+        {"transaction_type": "refund", "amount": 30.0, "payment_method_id": "gift_card_1"},
+    ]
     assert balance(env) == 80.0
-    assert env.modify_pending_order_payment(order_id="#W1", payment_method_id="paypal_1") == \
-        "Error: there should be exactly one payment for a pending order"
-    assert fresh_env().modify_pending_order_payment(order_id="#W5", payment_method_id="gift_card_1") == \
-        "Error: insufficient gift card balance to pay for the order"  # 51.00 due, 50.00 on the card
-    assert env.modify_pending_order_payment(order_id="#W5", payment_method_id="credit_card_1") == \
-        "Error: the new payment method should be different from the current one"
+    assert (
+        env.modify_pending_order_payment(order_id="#W1", payment_method_id="paypal_1")
+        == "Error: there should be exactly one payment for a pending order"
+    )
+    assert (
+        fresh_env().modify_pending_order_payment(order_id="#W5", payment_method_id="gift_card_1")
+        == "Error: insufficient gift card balance to pay for the order"
+    )  # 51.00 due, 50.00 on the card
+    assert (
+        env.modify_pending_order_payment(order_id="#W5", payment_method_id="credit_card_1")
+        == "Error: the new payment method should be different from the current one"
+    )
 
 
 def test_return_sorts_items_and_checks_refund_method():
     env = fresh_env()
-    assert env.return_delivered_order_items(order_id="#W2", item_ids=["M2", "I1"], payment_method_id="paypal_1") == \
-        "Error: payment method should be either the original payment method or a gift card"
-    assert env.return_delivered_order_items(order_id="#W2", item_ids=["I1", "I1", "I1"], payment_method_id="gift_card_1") == \
-        "Error: some item not found"
-    assert env.return_delivered_order_items(order_id="#W1", item_ids=["I1"], payment_method_id="gift_card_1") == \
-        "Error: non-delivered order cannot be returned"
+    assert (
+        env.return_delivered_order_items(order_id="#W2", item_ids=["M2", "I1"], payment_method_id="paypal_1")
+        == "Error: payment method should be either the original payment method or a gift card"
+    )
+    assert (
+        env.return_delivered_order_items(order_id="#W2", item_ids=["I1", "I1", "I1"], payment_method_id="gift_card_1")
+        == "Error: some item not found"
+    )
+    assert (
+        env.return_delivered_order_items(order_id="#W1", item_ids=["I1"], payment_method_id="gift_card_1")
+        == "Error: non-delivered order cannot be returned"
+    )
     env.return_delivered_order_items(order_id="#W2", item_ids=["M2", "I1"], payment_method_id="credit_card_1")
     order = order_of(env, "#W2")
-    assert (order["status"], order["return_items"], order["return_payment_method_id"]) == \
-        ("return requested", ["I1", "M2"], "credit_card_1")
+    assert (order["status"], order["return_items"], order["return_payment_method_id"]) == (
+        "return requested",
+        ["I1", "M2"],
+        "credit_card_1",
+    )
 
 
 def test_exchange_records_rounded_difference_without_paying_yet():
     env = fresh_env()
-    assert env.exchange_delivered_order_items(order_id="#W2", item_ids=["I1", "I1", "M2"], new_item_ids=["I4", "I4", "M1"],
-                                              payment_method_id="gift_card_1") == \
-        "Error: insufficient gift card balance to pay for the price difference"
-    env.exchange_delivered_order_items(order_id="#W2", item_ids=["M2", "I1"], new_item_ids=["M1", "I2"],
-                                       payment_method_id="gift_card_1")
+    assert (
+        env.exchange_delivered_order_items(
+            order_id="#W2",
+            item_ids=["I1", "I1", "M2"],
+            new_item_ids=["I4", "I4", "M1"],
+            payment_method_id="gift_card_1",
+        )
+        == "Error: insufficient gift card balance to pay for the price difference"
+    )
+    env.exchange_delivered_order_items(
+        order_id="#W2", item_ids=["M2", "I1"], new_item_ids=["M1", "I2"], payment_method_id="gift_card_1"
+    )
     order = order_of(env, "#W2")
     assert order["exchange_items"] == ["I1", "M2"] and order["exchange_new_items"] == ["I2", "M1"]
     assert order["exchange_price_difference"] == 3.5 and order["status"] == "exchange requested"
@@ -236,13 +304,15 @@ def test_compact_results_are_short_but_state_semantics_identical():
     assert compact_order["items"][0] == {"item_id": "I1", "name": "T-Shirt", "price": 20.0}
     assert len(short.get_user_details(user_id="ann_lee_1")) < len(full.get_user_details(user_id="ann_lee_1")) / 2
     for env in (full, short):
-        env.modify_pending_order_items(order_id="#W1", item_ids=["I1"], new_item_ids=["I2"], payment_method_id="gift_card_1")
+        env.modify_pending_order_items(
+            order_id="#W1", item_ids=["I1"], new_item_ids=["I2"], payment_method_id="gift_card_1"
+        )
     assert full.state == short.state
 
 
 def test_a_compact_order_shows_ids_only_to_a_policy_offered_a_tool_that_takes_them():
-    from training.environment import environment_class
-    from training.level1 import LEVEL1_TOOLS
+    from training.sandbox.environment import environment_class
+    from training.tiny.level1 import LEVEL1_TOOLS
 
     level1 = environment_class(LEVEL1_TOOLS)()
     level1.reset(initial_state=tiny_world(), compact=True)
@@ -289,9 +359,15 @@ def test_messages_go_to_the_simulator_and_are_told():
 
 
 def test_reset_with_scenario_builds_the_persona_simulator():
-    env = fresh_env(user_scenario=json.dumps({"instruction": "cancel #W1", "known_info": {"order_ids": ["#W1"]},
-                                              "persona": "polite"}), seed=3)
-    assert env.simulator is not None and not env.send_message_to_customer(message="How can I help?").startswith("Error:")
+    env = fresh_env(
+        user_scenario=json.dumps(
+            {"instruction": "cancel #W1", "known_info": {"order_ids": ["#W1"]}, "persona": "polite"}
+        ),
+        seed=3,
+    )
+    assert env.simulator is not None and not env.send_message_to_customer(message="How can I help?").startswith(
+        "Error:"
+    )
 
 
 def test_reset_copies_accepts_json_ignores_extra_keys_and_clears_history():
@@ -309,8 +385,10 @@ def test_reset_copies_accepts_json_ignores_extra_keys_and_clears_history():
 
 
 def test_episode_is_a_copy_with_gold_and_customer():
-    gold = {"actions": [{"name": "cancel_pending_order", "arguments": {"order_id": "#W4", "reason": "no longer needed"}}],
-            "outputs": []}
+    gold = {
+        "actions": [{"name": "cancel_pending_order", "arguments": {"order_id": "#W4", "reason": "no longer needed"}}],
+        "outputs": [],
+    }
     env = fresh_env(gold=gold, escalation_was_necessary=False, customer_id="bob_kim_2")
     call_tool(env, "cancel_pending_order", gold["actions"][0]["arguments"])
     ep = env.episode
@@ -331,8 +409,10 @@ def test_episode_user_falls_back_to_the_authenticated_customer():
 def test_get_reward_is_the_rewards_total():
     from training.rewards import total_reward
 
-    gold = {"actions": [{"name": "cancel_pending_order", "arguments": {"order_id": "#W4", "reason": "no longer needed"}}],
-            "outputs": []}
+    gold = {
+        "actions": [{"name": "cancel_pending_order", "arguments": {"order_id": "#W4", "reason": "no longer needed"}}],
+        "outputs": [],
+    }
     env = fresh_env(touched_subset(tiny_world(), "bob_kim_2"), gold=gold)
     env.find_user_id_by_email(email="bob@example.com")
     before = env.get_reward()

@@ -4,6 +4,7 @@ For every task the gold actions must leave exactly the task's `expected_changes`
 record equal, every other record of the world untouched) and produce exactly its
 `gold_action_errors`; on the full world and on the task's touched subset. 500 of 500.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.helpers_environment import tiny_world
-from training.environment import RetailEnvironment, call_tool, replay_actions
-from training.episode import WRITE_TOOLS
-from training.world import COLLECTIONS, WorldError, load_world, touched_subset
+from training.sandbox.environment import RetailEnvironment, call_tool, replay_actions
+from training.sandbox.episode import WRITE_TOOLS
+from training.sandbox.world import COLLECTIONS, WorldError, load_world, touched_subset
 
 REFERENCE_TASKS = 500
 
@@ -28,12 +29,19 @@ def _mismatches(task: dict[str, Any], before: dict[str, Any], after: dict[str, A
         if set(after[kind]) != set(before[kind]):
             problems.append(f"{kind}: record ids differ")
             continue
-        changed = {rid for rid, record in after[kind].items() if record is not before[kind][rid] and record != before[kind][rid]}
+        changed = {
+            rid
+            for rid, record in after[kind].items()
+            if record is not before[kind][rid] and record != before[kind][rid]
+        }
         listed = set(expected.get(kind, {}))
         if changed != listed:
             problems.append(f"{kind}: changed {sorted(changed)} but reference lists {sorted(listed)}")
-        problems += [f"{kind}[{rid}] differs from the reference record"
-                     for rid in sorted(changed & listed) if after[kind][rid] != expected[kind][rid]]
+        problems += [
+            f"{kind}[{rid}] differs from the reference record"
+            for rid in sorted(changed & listed)
+            if after[kind][rid] != expected[kind][rid]
+        ]
     return [f"{task['task_id']}: {p}" for p in problems]
 
 
@@ -89,9 +97,11 @@ def test_audit_log_of_gold_replay_marks_writes_as_changes(world, reference_tasks
 @pytest.mark.parametrize("share", [False, True])
 def test_replay_never_mutates_its_input(share):
     world = tiny_world()
-    actions = [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
-               {"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
-               {"name": "no_such_tool", "arguments": {}}]
+    actions = [
+        {"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
+        {"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": "no longer needed"}},
+        {"name": "no_such_tool", "arguments": {}},
+    ]
     final, errors = replay_actions(world, actions, share_unchanged=share)
     assert world == tiny_world() and final["orders"]["#W1"]["status"] == "cancelled"
     assert errors == ["Error: non-pending order cannot be cancelled", "Error: unknown tool 'no_such_tool'"]

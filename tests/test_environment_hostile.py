@@ -1,6 +1,7 @@
 """Hostile tool calls: junk names and arguments give an audited `Error:` result, never an
 exception and never a state change; no tool reaches files, network or processes; `calculate`
 evaluates arithmetic and nothing else."""
+
 from __future__ import annotations
 
 import sys
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers_environment import fresh_env, tiny_world
-from training.environment import TOOL_NAMES, call_tool
+from training.sandbox.environment import TOOL_NAMES, call_tool
 
 
 def _nested(depth: int) -> object:
@@ -21,8 +22,22 @@ def _nested(depth: int) -> object:
     return value
 
 
-JUNK_NAMES = [None, 42, "", "reset", "get_reward", "__init__", "_invoke", "state", "episode", "eval",
-              "x" * 1_000_000, ["cancel_pending_order"], ("a",), _nested(50_000)]
+JUNK_NAMES = [
+    None,
+    42,
+    "",
+    "reset",
+    "get_reward",
+    "__init__",
+    "_invoke",
+    "state",
+    "episode",
+    "eval",
+    "x" * 1_000_000,
+    ["cancel_pending_order"],
+    ("a",),
+    _nested(50_000),
+]
 
 JUNK_ARGUMENTS = [
     ("get_order_details", None),
@@ -41,21 +56,59 @@ JUNK_ARGUMENTS = [
     ("get_order_details", {f"k{i}": i for i in range(100_000)}),
     ("cancel_pending_order", {"order_id": "#W1", "reason": {"$gt": ""}}),
     ("cancel_pending_order", {"order_id": "#W1"}),
-    ("modify_pending_order_items", {"order_id": "#W1", "item_ids": "I1", "new_item_ids": ["I2"],
-                                    "payment_method_id": "gift_card_1"}),
-    ("modify_pending_order_items", {"order_id": "#W1", "item_ids": [["I1"]], "new_item_ids": [["I2"]],
-                                    "payment_method_id": "gift_card_1"}),
-    ("modify_pending_order_items", {"order_id": "#W1", "item_ids": ["I1"] * 100_000,
-                                    "new_item_ids": ["I2"] * 100_000, "payment_method_id": "gift_card_1"}),
+    (
+        "modify_pending_order_items",
+        {"order_id": "#W1", "item_ids": "I1", "new_item_ids": ["I2"], "payment_method_id": "gift_card_1"},
+    ),
+    (
+        "modify_pending_order_items",
+        {"order_id": "#W1", "item_ids": [["I1"]], "new_item_ids": [["I2"]], "payment_method_id": "gift_card_1"},
+    ),
+    (
+        "modify_pending_order_items",
+        {
+            "order_id": "#W1",
+            "item_ids": ["I1"] * 100_000,
+            "new_item_ids": ["I2"] * 100_000,
+            "payment_method_id": "gift_card_1",
+        },
+    ),
     ("return_delivered_order_items", {"order_id": "#W2", "item_ids": [1], "payment_method_id": "gift_card_1"}),
-    ("modify_user_address", {"user_id": "ann_lee_1", "address1": "x" * 10_001, "address2": "", "city": "c",
-                             "state": "s", "country": "c", "zip": "z"}),
+    (
+        "modify_user_address",
+        {
+            "user_id": "ann_lee_1",
+            "address1": "x" * 10_001,
+            "address2": "",
+            "city": "c",
+            "state": "s",
+            "country": "c",
+            "zip": "z",
+        },
+    ),
     ("send_message_to_customer", {"message": "hi"}),
 ]
 
-FORBIDDEN_EVENTS = ("open", "socket.", "subprocess.", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
-                    "os.fork", "os.remove", "os.rename", "os.mkdir", "shutil.", "urllib.", "http.", "ctypes.",
-                    "builtins.input", "compile", "exec")
+FORBIDDEN_EVENTS = (
+    "open",
+    "socket.",
+    "subprocess.",
+    "os.system",
+    "os.exec",
+    "os.spawn",
+    "os.posix_spawn",
+    "os.fork",
+    "os.remove",
+    "os.rename",
+    "os.mkdir",
+    "shutil.",
+    "urllib.",
+    "http.",
+    "ctypes.",
+    "builtins.input",
+    "compile",
+    "exec",
+)
 _WATCH = {"on": False, "events": []}
 
 
@@ -79,7 +132,9 @@ def _assert_refused(env, before_log: int, result: str) -> None:
     assert len(repr(entry.arguments)) < 20_000  # junk is summarised, not stored whole
 
 
-@pytest.mark.parametrize("name", JUNK_NAMES, ids=lambda n: type(n).__name__ + str(len(n) if hasattr(n, "__len__") else n))
+@pytest.mark.parametrize(
+    "name", JUNK_NAMES, ids=lambda n: type(n).__name__ + str(len(n) if hasattr(n, "__len__") else n)
+)
 def test_unknown_tool_names_are_refused(name):
     env = fresh_env()
     _assert_refused(env, 0, call_tool(env, name, {"order_id": "#W1"}))
@@ -101,11 +156,27 @@ def test_positional_misuse_and_calls_after_transfer_are_refused():
     assert env.get_order_details(order_id="#W1").startswith("Error:") and len(env.audit_log) == 4
 
 
-@pytest.mark.parametrize("expression", [
-    "__import__('os').system('ls')", "open('/etc/passwd').read()", "2**2**100", "9//2", "1e999",
-    "9" * 9_999, "(" * 5_000 + "1" + ")" * 5_000, "-" * 9_000 + "1", "1/0", "()", "1 2", "", "lambda: 1",
-    "[1]*10**9", "0x10", "1_000",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('ls')",
+        "open('/etc/passwd').read()",
+        "2**2**100",
+        "9//2",
+        "1e999",
+        "9" * 9_999,
+        "(" * 5_000 + "1" + ")" * 5_000,
+        "-" * 9_000 + "1",
+        "1/0",
+        "()",
+        "1 2",
+        "",
+        "lambda: 1",
+        "[1]*10**9",
+        "0x10",
+        "1_000",
+    ],
+)
 def test_calculate_refuses_anything_but_arithmetic(expression):
     env = fresh_env()
     started = time.perf_counter()
@@ -130,8 +201,10 @@ def test_no_tool_touches_files_network_or_processes():
         env.get_order_details(order_id="../../etc/passwd")
         env.get_user_details(user_id="file:///etc/passwd")
         env.cancel_pending_order(order_id="#W1", reason="no longer needed")
-        env.modify_pending_order_items(order_id="#W5", item_ids=["I2"], new_item_ids=["I1"], payment_method_id="gift_card_1")
-        env.episode  # building the judge's view is part of a rollout too
+        env.modify_pending_order_items(
+            order_id="#W5", item_ids=["I2"], new_item_ids=["I1"], payment_method_id="gift_card_1"
+        )
+        _ = env.episode  # building the judge's view is part of a rollout too
     finally:
         _WATCH["on"] = False
     assert _WATCH["events"] == []

@@ -1,4 +1,5 @@
 """Frozen calibration versions, per-week shadow sets, and the proof that neither is trained on."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +9,18 @@ import pytest
 from dataplane.ingest import ingest_paths
 from dataplane.splits import split_of, split_window
 from dataplane.store import open_store
-from evaluation.eval_sets import (EvalSetError, TrainingLeakError, assert_disjoint_from_training,
-                                  build_shadow_set, calibration_eligible, calibration_versions,
-                                  current_calibration_set, freeze_calibration_set, select_shadow,
-                                  shadow_set)
+from evaluation.eval_sets import (
+    EvalSetError,
+    TrainingLeakError,
+    assert_disjoint_from_training,
+    build_shadow_set,
+    calibration_eligible,
+    calibration_versions,
+    current_calibration_set,
+    freeze_calibration_set,
+    select_shadow,
+    shadow_set,
+)
 from tests.helpers_gates import make_record
 
 N = 600
@@ -41,15 +50,21 @@ def test_calibration_set_holds_only_labelled_gold_calibration_records(store):
         assert split_of(record["customer_id"]) == "calibration"
         assert record["gold"] and isinstance(record["human_label"]["task_success"], bool)
     # Every eligible record made it in; nothing else did.
-    expected = {r["interaction_id"] for r in records if split_of(r["customer_id"]) == "calibration"
-                and r["gold"] and r["human_label"]}
+    expected = {
+        r["interaction_id"]
+        for r in records
+        if split_of(r["customer_id"]) == "calibration" and r["gold"] and r["human_label"]
+    }
     assert set(cal.interaction_ids) == expected
 
 
-@pytest.mark.parametrize("change, rule", [
-    (lambda r: {**r, "gold": None}, "no_gold"),
-    (lambda r: {**r, "human_label": None}, "no_human_label"),
-])
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        (lambda r: {**r, "gold": None}, "no_gold"),
+        (lambda r: {**r, "human_label": None}, "no_human_label"),
+    ],
+)
 def test_freeze_refuses_an_ineligible_record_naming_it(store, change, rule):
     con, records = store
     eligible = calibration_eligible(records)
@@ -96,6 +111,7 @@ def test_new_version_only_with_force_and_old_version_kept(store):
     assert calibration_versions(con) == ["v1", "v2"]
     assert current_calibration_set(con).version == "v2"
     from evaluation.eval_sets import calibration_set
+
     assert calibration_set(con, "v1").interaction_ids == v1.interaction_ids
 
 
@@ -116,6 +132,7 @@ def test_shadow_set_takes_the_most_recent_gold_shadow_records(store):
 
 def test_shadow_size_defaults_to_5000_and_ties_break_by_id():
     from evaluation.eval_sets import DEFAULT_SHADOW_SIZE
+
     assert DEFAULT_SHADOW_SIZE == 5000
     records = [make_record(i, minute=0) for i in range(40)]
     chosen = select_shadow(records)
@@ -129,7 +146,7 @@ def test_neither_set_is_ever_trained_on(store):
     cal = freeze_calibration_set(con, calibration_eligible(records))
     shadow = build_shadow_set(con, "2025-W02", records)
     # Two "weeks" of windows overlapping the frozen calibration set's period.
-    for window in (records[: N // 2], records[N // 3:]):
+    for window in (records[: N // 2], records[N // 3 :]):
         train_ids = [r["interaction_id"] for r in split_window(window)["train"]]
         assert train_ids
         assert_disjoint_from_training(train_ids, cal, shadow)

@@ -1,4 +1,5 @@
 """Failure modes from real audit logs of scripted conversations, and week-over-week jumps."""
+
 from __future__ import annotations
 
 import copy
@@ -61,9 +62,14 @@ def test_write_on_a_non_eligible_order_is_a_policy_violation(cancel):
     order = cancel["initial_state"]["orders"][order_id]
     assert order["status"] == "pending"
     # Returning items of a pending order: authenticated and read first, yet not allowed.
-    wrong = {"name": "return_delivered_order_items", "arguments": {
-        "order_id": order_id, "item_ids": [order["items"][0]["item_id"]],
-        "payment_method_id": order["payment_history"][0]["payment_method_id"]}}
+    wrong = {
+        "name": "return_delivered_order_items",
+        "arguments": {
+            "order_id": order_id,
+            "item_ids": [order["items"][0]["item_id"]],
+            "payment_method_id": order["payment_history"][0]["payment_method_id"],
+        },
+    }
     trial = scripted_trial(cancel, expert_steps(cancel)[:-1] + [wrong])
     assert [v.rule for v in policy_violations(trial)] == ["ineligible_order"]
     assert not trial.success
@@ -73,9 +79,18 @@ def test_write_on_a_non_eligible_order_is_a_policy_violation(cancel):
 def test_wrong_tool(cancel):
     steps = expert_steps(cancel)
     order_id = _order_id(cancel)
-    steps[-1] = {"name": "modify_pending_order_address", "arguments": {
-        "order_id": order_id, "address1": "1 Main St", "address2": "", "city": "Austin", "state": "TX",
-        "country": "USA", "zip": "73301"}}
+    steps[-1] = {
+        "name": "modify_pending_order_address",
+        "arguments": {
+            "order_id": order_id,
+            "address1": "1 Main St",
+            "address2": "",
+            "city": "Austin",
+            "state": "TX",
+            "country": "USA",
+            "zip": "73301",
+        },
+    }
     trial = scripted_trial(cancel, steps)
     assert primary_failure_mode(trial) == "wrong_tool"
 
@@ -93,8 +108,12 @@ def test_hallucinated_number_and_status(status):
     order_id = _order_id(status)
     true_status = status["initial_state"]["orders"][order_id]["status"]
     false_status = "cancelled" if true_status != "cancelled" else "delivered"
-    steps = expert_steps(status)[:-1] + [{"name": "send_message_to_customer", "arguments": {
-        "message": f"Your order {order_id} is {false_status} and you will get $987.65 back."}}]
+    steps = expert_steps(status)[:-1] + [
+        {
+            "name": "send_message_to_customer",
+            "arguments": {"message": f"Your order {order_id} is {false_status} and you will get $987.65 back."},
+        }
+    ]
     trial = scripted_trial(status, steps)
     assert not trial.success
     assert set(hallucinated_facts(trial)) == {false_status, "987.65"}
@@ -105,8 +124,14 @@ def test_facts_from_tools_and_customer_are_not_hallucinations(status):
     order_id = _order_id(status)
     order = status["initial_state"]["orders"][order_id]
     price = order["items"][0]["price"]
-    steps = expert_steps(status)[:-1] + [{"name": "send_message_to_customer", "arguments": {
-        "message": f"Order {order_id} is {order['status']}; the first item cost ${price:,.2f}. I see 2 items."}}]
+    steps = expert_steps(status)[:-1] + [
+        {
+            "name": "send_message_to_customer",
+            "arguments": {
+                "message": f"Order {order_id} is {order['status']}; the first item cost ${price:,.2f}. I see 2 items."
+            },
+        }
+    ]
     trial = scripted_trial(status, steps)
     assert hallucinated_facts(trial) == []
     assert trial.success
@@ -119,8 +144,9 @@ def test_looping(status):
 
 
 def test_gave_up(cancel, status):
-    trial = scripted_trial(cancel, [_auth(cancel), {"name": "get_order_details",
-                                                    "arguments": {"order_id": _order_id(cancel)}}])
+    trial = scripted_trial(
+        cancel, [_auth(cancel), {"name": "get_order_details", "arguments": {"order_id": _order_id(cancel)}}]
+    )
     assert failure_modes(trial) == ["gave_up"]
     # Read everything but never told the customer the fact they asked for.
     trial = scripted_trial(status, expert_steps(status)[:-1])

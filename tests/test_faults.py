@@ -5,9 +5,9 @@ Each fault is caused by a real second process (no mocks of the component under t
 tests exercise the same kernel-level behaviour a production crash or race would: DuckDB's WAL
 recovery after SIGKILL, DuckDB's file lock, and `flock` on the run lock.
 """
+
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -29,9 +29,14 @@ LATE = NOW + timedelta(days=60)  # after every record build_records makes for 3,
 
 def _child(code: str, *args: str, env: dict | None = None) -> subprocess.Popen:
     """A Python child in the repository root that speaks line by line on stdout."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _wait_for(proc: subprocess.Popen, marker: str, timeout: float = 120) -> list[str]:
@@ -91,7 +96,8 @@ def _file_rows(db: Path, source: Path) -> tuple[int, int, int, int]:
             "(SELECT count(DISTINCT interaction_id) FROM interactions), "
             "(SELECT count(*) FROM quarantine WHERE source_file = ?), "
             "(SELECT count(*) FROM ingested_files WHERE path = ?)",
-            [str(source), str(source), str(source)]).fetchone()
+            [str(source), str(source), str(source)],
+        ).fetchone()
     finally:
         con.close()
 
@@ -149,13 +155,14 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
     import dagster as dg
 
     from assets import data
-    from orchestration.resources import default_resources
+    from assets.resources import default_resources
 
     write_jsonl(home.landing / "day" / "a.jsonl", build_records(world, reference_tasks, 30))
     open_store(home.duckdb_path).close()
     hold_s = 3.0
-    assert data.DATA_RETRY.max_retries >= 1 and data.DATA_RETRY.delay > hold_s, \
+    assert data.DATA_RETRY.max_retries >= 1 and data.DATA_RETRY.delay > hold_s, (
         "the test assumes the first retry comes after the holder lets go"
+    )
     holder = _child(_HOLDER, str(home.duckdb_path), str(hold_s))
     try:
         _wait_for(holder, "locked")
@@ -164,8 +171,9 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
         assert str(home.duckdb_path) in str(info.value) and info.value.path == home.duckdb_path
 
         started = time.monotonic()
-        result = dg.materialize([data.raw_interactions], partition_key="2026-11-16",
-                                resources=default_resources(), raise_on_error=False)
+        result = dg.materialize(
+            [data.raw_interactions], partition_key="2026-11-16", resources=default_resources(), raise_on_error=False
+        )
         elapsed = time.monotonic() - started
     finally:
         _stop(holder)
@@ -174,7 +182,8 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
     assert kinds.count("STEP_UP_FOR_RETRY") >= 1  # the first attempt hit the lock
     retry = next(e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY")
     assert "StoreLockedError" in str(retry.event_specific_data.error) and str(home.duckdb_path) in str(
-        retry.event_specific_data.error)
+        retry.event_specific_data.error
+    )
     assert result.output_for_node("raw_interactions")["accepted"] == 30
     assert elapsed < data.DATA_RETRY.delay * 3  # one retry, not the whole budget
 
@@ -202,8 +211,13 @@ def test_second_retrain_of_the_same_home_is_refused_at_once(home):
     first = _child(_LOCKER, str(home.root), "30")
     try:
         _wait_for(first, "holding")
-        second = subprocess.run([sys.executable, "-c", textwrap.dedent(_LOCKER), str(home.root), "0"],
-                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        second = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(_LOCKER), str(home.root), "0"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 3, second.stderr
         word, seconds, message = second.stdout.strip().split("\t")
         assert word == "busy"
@@ -212,6 +226,11 @@ def test_second_retrain_of_the_same_home_is_refused_at_once(home):
     finally:
         _stop(first)
     # Once the holder is gone (even killed), the lock is free again.
-    third = subprocess.run([sys.executable, "-c", textwrap.dedent(_LOCKER), str(home.root), "0"],
-                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    third = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_LOCKER), str(home.root), "0"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert third.returncode == 0 and third.stdout.split() == ["holding", "released"], third.stderr

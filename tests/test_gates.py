@@ -1,4 +1,5 @@
 """Promotion gates on scripted policies: who is promoted, who is rejected, who is held and why."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evaluation.gates import (GATE_NAMES, ApprovalError, GateConfig, GateInputs, GateReport, PolicyOutcomes,
-                              approve, evaluate_gates, reward_rise)
+from evaluation.gates import (
+    GATE_NAMES,
+    ApprovalError,
+    GateConfig,
+    GateInputs,
+    GateReport,
+    PolicyOutcomes,
+    approve,
+    evaluate_gates,
+    reward_rise,
+)
 from tests.helpers_gates import FLAT, RISING, gate_inputs
 
 
@@ -135,8 +145,12 @@ def test_unusable_training_curve_fails_the_alarm_gate():
 
 def test_unpaired_shadow_outcomes_fail():
     inputs = gate_inputs("better")
-    short = PolicyOutcomes(inputs.candidate.calibration_success, inputs.candidate.shadow_success[:-1],
-                           inputs.candidate.violation_rate, inputs.candidate.tool_distribution)
+    short = PolicyOutcomes(
+        inputs.candidate.calibration_success,
+        inputs.candidate.shadow_success[:-1],
+        inputs.candidate.violation_rate,
+        inputs.candidate.tool_distribution,
+    )
     report = evaluate_gates(GateInputs(**{**inputs.__dict__, "candidate": short}))
     assert report.gate("shadow_non_inferiority").verdict == "fail"
 
@@ -167,6 +181,7 @@ def test_config_rejects_unknown_insufficient_label_rule():
 @given(st.lists(st.sampled_from(["pass", "fail", "hold"]), min_size=1, max_size=7))
 def test_decision_is_promote_only_when_every_gate_passes(verdict_list):
     from evaluation.gates import Gate
+
     gates = tuple(Gate(f"g{i}", 0.0, 0.0, "==", v == "pass", v, "") for i, v in enumerate(verdict_list))
     report = GateReport(gates, "champion", GateConfig())
     expected = "reject" if "fail" in verdict_list else "hold" if "hold" in verdict_list else "promote"
@@ -183,8 +198,12 @@ def test_outcomes_from_trials_pairs_by_record_whatever_the_order():
     from tests.helpers_gates import better, champion, make_tasks, outcomes, scripted_trials
 
     cal, sha = make_tasks("cal", 60), make_tasks("shadow", 80)
-    cand, base = outcomes_from_trials(scripted_trials(better, cal), scripted_trials(champion, cal)[::-1],
-                                      scripted_trials(better, sha)[::-1], scripted_trials(champion, sha))
+    cand, base = outcomes_from_trials(
+        scripted_trials(better, cal),
+        scripted_trials(champion, cal)[::-1],
+        scripted_trials(better, sha)[::-1],
+        scripted_trials(champion, sha),
+    )
     expected_c, expected_b = outcomes(better, cal, sha), outcomes(champion, cal, sha)
     order_cal = sorted(range(len(cal)), key=lambda i: cal[i].task_id)
     order_sha = sorted(range(len(sha)), key=lambda i: sha[i].task_id)
@@ -193,5 +212,9 @@ def test_outcomes_from_trials_pairs_by_record_whatever_the_order():
     assert list(base.shadow_success) == [expected_b.shadow_success[i] for i in order_sha]
     assert cand.tool_distribution == pytest.approx(expected_c.tool_distribution)
     with pytest.raises(ValueError, match="do not pair"):
-        outcomes_from_trials(scripted_trials(better, cal[:-1]), scripted_trials(champion, cal),
-                             scripted_trials(better, sha), scripted_trials(champion, sha))
+        outcomes_from_trials(
+            scripted_trials(better, cal[:-1]),
+            scripted_trials(champion, cal),
+            scripted_trials(better, sha),
+            scripted_trials(champion, sha),
+        )

@@ -1,4 +1,5 @@
 """Curriculum, run-config validation, and a few real GRPO steps on the tiny model."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import pytest
 
 from tests.helpers_training import level1_records, tiny_spec, write_jsonl
 
-
 # ---------- curriculum ----------
+
 
 def test_level_one_is_the_self_contained_short_tasks(world):
     from training.curriculum import level_of
@@ -26,9 +27,12 @@ def test_build_dataset_columns_mix_and_determinism(world):
     from training.curriculum import build_dataset
 
     records = level1_records(world, 30, seed=0)
-    long_task = dict(records[0], interaction_id="long", intent="return_items",
-                     gold={"actions": [{"name": "think", "arguments": {"thought": str(i)}} for i in range(9)],
-                           "outputs": []})
+    long_task = dict(
+        records[0],
+        interaction_id="long",
+        intent="return_items",
+        gold={"actions": [{"name": "think", "arguments": {"thought": str(i)}} for i in range(9)], "outputs": []},
+    )
     no_gold = dict(records[1], interaction_id="nogold", gold=None)
     data, report = build_dataset(records + [long_task, no_gold], {"1": 0.75, "4": 0.25}, seed=3, size=40)
     assert len(data) == 40
@@ -43,8 +47,15 @@ def test_build_dataset_columns_mix_and_determinism(world):
     assert again["seed"] == data["seed"] and again["interaction_id"] == data["interaction_id"]
 
 
-@pytest.mark.parametrize("mix,rule", [({"7": 1.0}, "unknown_level"), ({"1": -1}, "bad_level_share"),
-                                      ({"1": 0}, "empty_level_mix"), ({"3": 1.0}, "empty_level")])
+@pytest.mark.parametrize(
+    "mix,rule",
+    [
+        ({"7": 1.0}, "unknown_level"),
+        ({"1": -1}, "bad_level_share"),
+        ({"1": 0}, "empty_level_mix"),
+        ({"3": 1.0}, "empty_level"),
+    ],
+)
 def test_bad_level_mix(world, mix, rule):
     from training.curriculum import CurriculumError, build_dataset
 
@@ -55,9 +66,10 @@ def test_bad_level_mix(world, mix, rule):
 
 # ---------- config validation ----------
 
+
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory, world):
-    from training.bootstrap import build_tiny_policy
+    from training.tiny.bootstrap import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("m") / "base", level1_records(world, 40, seed=1), tiny_spec())
 
@@ -73,17 +85,20 @@ def _config(tmp_path, base, **overrides):
     return GRPORunConfig.from_dict(raw)
 
 
-@pytest.mark.parametrize("overrides,rule", [
-    ({"num_generations": 3, "per_device_train_batch_size": 4}, "generations_do_not_divide_batch"),
-    ({"reward_names": ["completed", "vibes"]}, "unknown_reward_name"),
-    ({"reward_weights": {"vibes": 1.0}}, "unknown_reward_term"),
-    ({"model_path": "/nonexistent/model"}, "missing_model"),
-    ({"max_completion_length": 5000}, "completion_beyond_context"),
-    ({"levels": {"9": 1.0}}, "bad_level_mix"),
-    ({"num_generations": 1, "per_device_train_batch_size": 1}, "too_few_generations"),
-    ({"profile": "tpu"}, "unknown_profile"),
-    ({"mlflow_run_id": "abc"}, "incomplete_mlflow"),
-])
+@pytest.mark.parametrize(
+    "overrides,rule",
+    [
+        ({"num_generations": 3, "per_device_train_batch_size": 4}, "generations_do_not_divide_batch"),
+        ({"reward_names": ["completed", "vibes"]}, "unknown_reward_name"),
+        ({"reward_weights": {"vibes": 1.0}}, "unknown_reward_term"),
+        ({"model_path": "/nonexistent/model"}, "missing_model"),
+        ({"max_completion_length": 5000}, "completion_beyond_context"),
+        ({"levels": {"9": 1.0}}, "bad_level_mix"),
+        ({"num_generations": 1, "per_device_train_batch_size": 1}, "too_few_generations"),
+        ({"profile": "tpu"}, "unknown_profile"),
+        ({"mlflow_run_id": "abc"}, "incomplete_mlflow"),
+    ],
+)
 def test_validate_rejects_before_compute(tmp_path, tiny_base, overrides, rule):
     from training.grpo_config import ConfigError, validate
 
@@ -103,8 +118,13 @@ def test_unknown_field_names_the_grpo_overrides_escape_hatch(tmp_path, tiny_base
 def test_mapping_onto_trl_and_overrides_win(tmp_path, tiny_base):
     from training.grpo_config import to_grpo_config, validate
 
-    config = _config(tmp_path, tiny_base, num_generations=2, per_device_train_batch_size=4,
-                     grpo_overrides={"top_p": 0.9, "temperature": 0.7})
+    config = _config(
+        tmp_path,
+        tiny_base,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        grpo_overrides={"top_p": 0.9, "temperature": 0.7},
+    )
     validate(config, num_processes=1)
     args = to_grpo_config(config)
     assert (args.num_generations, args.top_p, args.temperature) == (2, 0.9, 0.7)
@@ -117,17 +137,27 @@ def test_entry_point_exits_nonzero_with_a_clear_message(tmp_path, tiny_base):
     import sys
 
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"model_path": str(tiny_base), "output_dir": str(tmp_path / "o"),
-                               "records_path": str(tmp_path / "r.jsonl"), "num_generations": 3}))
+    bad.write_text(
+        json.dumps(
+            {
+                "model_path": str(tiny_base),
+                "output_dir": str(tmp_path / "o"),
+                "records_path": str(tmp_path / "r.jsonl"),
+                "num_generations": 3,
+            }
+        )
+    )
     (tmp_path / "r.jsonl").write_text("")
-    proc = subprocess.run([sys.executable, "-m", "training.grpo", "--config", str(bad)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.grpo", "--config", str(bad)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert "generations_do_not_divide_batch" in proc.stderr
     assert not (tmp_path / "o" / "result.json").exists()
 
 
 # ---------- a few real GRPO steps ----------
+
 
 @pytest.mark.slow
 def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base, world):
@@ -153,10 +183,22 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
     experiment = client.create_experiment("grpo-test", artifact_location=(tmp_path / "artifacts").as_uri())
     run_id = client.create_run(experiment).info.run_id
     config = GRPORunConfig(
-        model_path=str(model_path), output_dir=str(tmp_path / "out"), records=records, max_steps=3,
-        num_generations=4, per_device_train_batch_size=4, max_completion_length=160, learning_rate=1e-3,
-        max_tool_calling_iterations=4, save_steps=3, seed=2, mlflow_tracking_uri=uri, mlflow_run_id=run_id,
-        torch_threads=1, grpo_overrides={"entropy_coef": 0.01})
+        model_path=str(model_path),
+        output_dir=str(tmp_path / "out"),
+        records=records,
+        max_steps=3,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        max_completion_length=160,
+        learning_rate=1e-3,
+        max_tool_calling_iterations=4,
+        save_steps=3,
+        seed=2,
+        mlflow_tracking_uri=uri,
+        mlflow_run_id=run_id,
+        torch_threads=1,
+        grpo_overrides={"entropy_coef": 0.01},
+    )
     stream = io.StringIO()
     summary = run(config, JsonLinesReporter(stream))
 
@@ -170,8 +212,15 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
     assert len(rewards) == 3 and all(math.isfinite(m.value) for m in rewards)
     assert [m.step for m in rewards] == [1, 2, 3]
     logged = set(client.get_run(run_id).data.metrics)
-    for key in ("rewards/reward_completed/mean", "rewards/reward_failed/mean", "tools/call_frequency",
-                "tools/failure_frequency", "completions/mean_length", "entropy", "step_time"):
+    for key in (
+        "rewards/reward_completed/mean",
+        "rewards/reward_failed/mean",
+        "tools/call_frequency",
+        "tools/failure_frequency",
+        "completions/mean_length",
+        "entropy",
+        "step_time",
+    ):
         assert key in logged, key
     assert summary["final_step"] == 3 and summary["resumed_from"] is None
     result = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -190,6 +239,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
 
 
 # ---------- reporting ----------
+
 
 def test_json_lines_reporter_keeps_non_finite_values_visible():
     import io
@@ -211,16 +261,30 @@ def test_pipes_reporter_streams_messages_when_launched_by_dagster(tmp_path):
     from dagster_pipes import encode_param
 
     messages = tmp_path / "messages.jsonl"
-    context = {"asset_keys": ["grpo_candidate"], "code_version_by_asset_key": None,
-               "provenance_by_asset_key": None, "partition_key": None, "partition_key_range": None,
-               "partition_time_window": None, "run_id": "r1", "job_name": None, "retry_number": 0, "extras": {}}
-    env = {**__import__("os").environ, "DAGSTER_PIPES_CONTEXT": encode_param({"data": context}),
-           "DAGSTER_PIPES_MESSAGES": encode_param({"path": str(messages)}),
-           "RETRAIN_REPORTER": "orchestration.pipes_reporter:PipesReporter"}
-    script = ("from training.reporting import make_reporter\nfrom orchestration.pipes_reporter import PipesReporter\n"
-              "r = make_reporter(); assert isinstance(r, PipesReporter)\n"
-              "r.log('hello'); r.progress(1, 2); r.metrics(1, {'reward': 0.5})\n"
-              "r.final({'final_step': 2, 'metrics': {'reward': 0.5}}); r.close()\n")
+    context = {
+        "asset_keys": ["grpo_candidate"],
+        "code_version_by_asset_key": None,
+        "provenance_by_asset_key": None,
+        "partition_key": None,
+        "partition_key_range": None,
+        "partition_time_window": None,
+        "run_id": "r1",
+        "job_name": None,
+        "retry_number": 0,
+        "extras": {},
+    }
+    env = {
+        **__import__("os").environ,
+        "DAGSTER_PIPES_CONTEXT": encode_param({"data": context}),
+        "DAGSTER_PIPES_MESSAGES": encode_param({"path": str(messages)}),
+        "RETRAIN_REPORTER": "assets.pipes_reporter:PipesReporter",
+    }
+    script = (
+        "from training.reporting import make_reporter\nfrom assets.pipes_reporter import PipesReporter\n"
+        "r = make_reporter(); assert isinstance(r, PipesReporter)\n"
+        "r.log('hello'); r.progress(1, 2); r.metrics(1, {'reward': 0.5})\n"
+        "r.final({'final_step': 2, 'metrics': {'reward': 0.5}}); r.close()\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     sent = [json.loads(line) for line in messages.read_text().splitlines()]

@@ -1,4 +1,5 @@
 """A GRPO process killed with SIGKILL after its first checkpoint resumes from it on the retry."""
+
 from __future__ import annotations
 
 import json
@@ -16,18 +17,30 @@ pytestmark = pytest.mark.slow
 
 
 def test_sigkill_then_retry_resumes_from_last_checkpoint(tmp_path, world):
-    from training.bootstrap import build_tiny_policy
     from training.checkpoints import checkpoint_step, last_checkpoint
+    from training.tiny.bootstrap import build_tiny_policy
 
     records = level1_records(world, 24, seed=4)
     base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
     out = tmp_path / "run"
     config = tmp_path / "grpo.json"
-    config.write_text(json.dumps({
-        "model_path": str(base), "output_dir": str(out), "records_path": str(write_jsonl(records, tmp_path / "r.jsonl")),
-        "max_steps": 5, "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 48,
-        "max_tool_calling_iterations": 2, "save_steps": 1, "save_total_limit": 10, "seed": 1,
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "model_path": str(base),
+                "output_dir": str(out),
+                "records_path": str(write_jsonl(records, tmp_path / "r.jsonl")),
+                "max_steps": 5,
+                "num_generations": 2,
+                "per_device_train_batch_size": 2,
+                "max_completion_length": 48,
+                "max_tool_calling_iterations": 2,
+                "save_steps": 1,
+                "save_total_limit": 10,
+                "seed": 1,
+            }
+        )
+    )
     command = [sys.executable, "-m", "training.grpo", "--config", str(config)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,5 +1,6 @@
 """evaluation.health: the champion-health circuit breaker on simulated production traffic, with and
-without the degraded-agent drift of `training.traffic.simulate`."""
+without the degraded-agent drift of `training.traffic.simulate.simulate`."""
+
 from __future__ import annotations
 
 import copy
@@ -10,7 +11,7 @@ from evaluation.failure_modes import episode_violations
 from evaluation.health import INSUFFICIENT_DATA, HealthConfigError, assess_champion_health
 from evaluation.replay import record_verified_success, recorded_episode
 from tests.helpers_traffic import generated_world, read_records
-from training.traffic import DEFAULT_POLICY_VERSION, Drift, simulate
+from training.traffic.simulate import DEFAULT_POLICY_VERSION, Drift, simulate
 
 CHAMPION = DEFAULT_POLICY_VERSION
 # What the degraded agents get wrong: the first fails tasks without breaking policy, the second
@@ -132,14 +133,31 @@ def test_unreplayable_records_are_reported_not_counted(normal, shadow_estimate):
 def test_verdict_serialises(failing, shadow_estimate):
     out = assess_champion_health(failing, shadow_estimate).to_dict()
     assert out["tripped"] == ["low_success"] and out["healthy"] is False
-    assert set(out) >= {"healthy", "reason", "n", "observed_success", "expected_success", "margin",
-                        "violation_rate", "baseline", "evidence"}
+    assert set(out) >= {
+        "healthy",
+        "reason",
+        "n",
+        "observed_success",
+        "expected_success",
+        "margin",
+        "violation_rate",
+        "baseline",
+        "evidence",
+    }
 
 
-@pytest.mark.parametrize("arguments", [
-    {"shadow_success_estimate": 1.5}, {"shadow_success_estimate": float("nan")}, {"margin": -0.1},
-    {"min_interactions": 0}, {"min_interactions": True}, {"violation_baseline": 2}, {"violation_spike": "0.1"},
-])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"shadow_success_estimate": 1.5},
+        {"shadow_success_estimate": float("nan")},
+        {"margin": -0.1},
+        {"min_interactions": 0},
+        {"min_interactions": True},
+        {"violation_baseline": 2},
+        {"violation_spike": "0.1"},
+    ],
+)
 def test_bad_settings_raise(arguments):
     settings = {"shadow_success_estimate": 0.9, **arguments}
     with pytest.raises(HealthConfigError):

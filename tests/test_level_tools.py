@@ -1,4 +1,5 @@
 """One tool list per curriculum level, the same in SFT, GRPO and evaluation."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from evaluation.policy import ScriptedPolicy
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import make_records
 from tests.helpers_training import level1_records
-from training.level1 import LEVEL1_TOOLS
+from training.tiny.level1 import LEVEL1_TOOLS
 
 
 def test_level_one_alone_gets_its_short_list_any_other_mix_gets_every_tool():
@@ -21,13 +22,21 @@ def test_level_one_alone_gets_its_short_list_any_other_mix_gets_every_tool():
 
 def test_rollouts_with_a_tool_list_refuse_the_tools_left_out():
     records = make_records(2)
-    calls = iter([{"name": "list_all_product_types", "arguments": {}}, {"name": "get_order_details",
-                                                                        "arguments": {"order_id": "#W0"}}] * 2)
+    calls = iter(
+        [
+            {"name": "list_all_product_types", "arguments": {}},
+            {"name": "get_order_details", "arguments": {"order_id": "#W0"}},
+        ]
+        * 2
+    )
 
     def act(conversation):
         call = next(calls, None)
-        return {"role": "assistant", "content": "", "tool_calls": [call]} if call else {"role": "assistant",
-                                                                                        "content": "bye"}
+        return (
+            {"role": "assistant", "content": "", "tool_calls": [call]}
+            if call
+            else {"role": "assistant", "content": "bye"}
+        )
 
     trials = run_rollouts(ScriptedPolicy(act), records[:1], k=1, tools=LEVEL1_TOOLS, max_turns=3)
     results = [m["content"] for m in trials[0].messages if m["role"] == "tool"]
@@ -38,11 +47,10 @@ def test_rollouts_with_a_tool_list_refuse_the_tools_left_out():
 def test_sft_and_hf_policy_render_the_same_short_list(world, tmp_path):
     from evaluation.policy import HFPolicy
     from tests.helpers_training import tiny_spec
-    from training.bootstrap import build_tiny_policy
-    from training.prompting import initial_messages
+    from training.sandbox.environment import check_tool_names
+    from training.sandbox.prompting import initial_messages
     from training.sft import sft_rows
-
-    from training.environment import check_tool_names
+    from training.tiny.bootstrap import build_tiny_policy
 
     offered = list(check_tool_names(LEVEL1_TOOLS))  # sorted, as TRL lists them
     assert offered == sorted(LEVEL1_TOOLS)
@@ -61,11 +69,14 @@ def test_prompts_list_tools_in_the_order_trl_gives_its_rollouts():
     # render tool_schemas(). A tiny policy is thrown by any difference, so the two must agree.
     import inspect
 
-    from training.environment import environment_class
-    from training.prompting import tool_schemas
+    from training.sandbox.environment import environment_class
+    from training.sandbox.prompting import tool_schemas
 
     for tools in (None, LEVEL1_TOOLS):
         env = environment_class(tools)
-        trl_order = [n for n, _ in inspect.getmembers(env, predicate=inspect.isfunction)
-                     if not n.startswith("_") and n not in ("reset", "get_reward")]
+        trl_order = [
+            n
+            for n, _ in inspect.getmembers(env, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in ("reset", "get_reward")
+        ]
         assert [s["function"]["name"] for s in tool_schemas(tools)] == trl_order

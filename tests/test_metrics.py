@@ -1,4 +1,5 @@
 """Metrics over trials: hand-computed pass^k and rates, and real rollouts of scripted characters."""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,9 @@ import pytest
 
 from evaluation.metrics import (
     actions_per_task,
+    paired_outcomes,
     pass_hat_k,
     pass_hat_ks,
-    paired_outcomes,
     recovery_rate,
     reward_totals,
     success_rate,
@@ -18,16 +19,29 @@ from evaluation.metrics import (
     tool_call_shift,
 )
 from evaluation.rollout import Trial, run_rollouts
-from training.episode import AuditEntry, Episode
 from tests.helpers_eval import escalator_policy, expert_policy, make_records, random_policy
+from training.sandbox.episode import AuditEntry, Episode
 
 
-def _trial(record_id: str, index: int, success: bool, tools=("get_order_details",), errors=0,
-           reward: float = 0.0, terms=None) -> Trial:
+def _trial(
+    record_id: str, index: int, success: bool, tools=("get_order_details",), errors=0, reward: float = 0.0, terms=None
+) -> Trial:
     log = [AuditEntry(t, {}, "Error: x" if i < errors else "{}", False, i < errors) for i, t in enumerate(tools)]
     episode = Episode({}, {}, log)
-    return Trial(record_id, index, 0, episode, success, [], turns=len(tools), tool_calls=len(tools),
-                 tool_errors=errors, ended_by="answer", reward=reward, reward_terms=terms or {})
+    return Trial(
+        record_id,
+        index,
+        0,
+        episode,
+        success,
+        [],
+        turns=len(tools),
+        tool_calls=len(tools),
+        tool_errors=errors,
+        ended_by="answer",
+        reward=reward,
+        reward_terms=terms or {},
+    )
 
 
 def _task(record_id: str, flags: list[bool]) -> list[Trial]:
@@ -70,14 +84,18 @@ def test_recovery_rate_counts_only_trials_with_a_failed_call():
 
 
 def test_actions_exclude_talking_and_thinking():
-    trials = [_trial("a", 0, True, tools=("think", "send_message_to_customer", "get_order_details")),
-              _trial("b", 0, True, tools=("cancel_pending_order",))]
+    trials = [
+        _trial("a", 0, True, tools=("think", "send_message_to_customer", "get_order_details")),
+        _trial("b", 0, True, tools=("cancel_pending_order",)),
+    ]
     assert actions_per_task(trials) == 1.0
 
 
 def test_tool_call_distribution_and_shift():
-    a = [_trial("a", 0, True, tools=("get_order_details", "cancel_pending_order")),
-         _trial("b", 0, True, tools=("get_order_details", "think"))]
+    a = [
+        _trial("a", 0, True, tools=("get_order_details", "cancel_pending_order")),
+        _trial("b", 0, True, tools=("get_order_details", "think")),
+    ]
     b = [_trial("a", 0, True, tools=("get_order_details", "get_order_details"))]
     assert tool_call_distribution(a) == {"cancel_pending_order": 0.25, "get_order_details": 0.5, "think": 0.25}
     assert tool_call_shift(a, b) == pytest.approx(0.5)
@@ -85,8 +103,10 @@ def test_tool_call_distribution_and_shift():
 
 
 def test_reward_totals_average_each_term():
-    trials = [_trial("a", 0, True, reward=9.0, terms={"completed": 10.0, "looping": -1.0}),
-              _trial("b", 0, False, reward=-5.0, terms={"failed": -5.0})]
+    trials = [
+        _trial("a", 0, True, reward=9.0, terms={"completed": 10.0, "looping": -1.0}),
+        _trial("b", 0, False, reward=-5.0, terms={"failed": -5.0}),
+    ]
     totals = reward_totals(trials)
     assert totals["reward_mean"] == 2.0
     assert totals["reward_term_completed"] == 5.0

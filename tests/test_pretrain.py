@@ -1,4 +1,5 @@
 """Copy pretraining: the batches teach copying (loss only on the repeat) and the result loads back."""
+
 from __future__ import annotations
 
 import random
@@ -10,24 +11,26 @@ from tests.helpers_training import level1_records, tiny_spec
 
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory, world):
-    from training.bootstrap import build_tiny_policy
+    from training.tiny.bootstrap import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("models") / "base", level1_records(world, 30, seed=2), tiny_spec())
 
 
 def test_identifier_tokens_are_digits_letters_and_capitalised_words(tiny_base):
-    from training.bootstrap import load_tokenizer
-    from training.pretrain import identifier_tokens
+    from training.checkpoints import load_tokenizer
+    from training.tiny.pretrain import identifier_tokens
 
     tokenizer = load_tokenizer(tiny_base)
-    texts = [tokenizer.convert_tokens_to_string([tokenizer.convert_ids_to_tokens(i)]) for i in identifier_tokens(tokenizer)]
+    texts = [
+        tokenizer.convert_tokens_to_string([tokenizer.convert_ids_to_tokens(i)]) for i in identifier_tokens(tokenizer)
+    ]
     assert {str(d) for d in range(10)} <= set(texts)
     assert all(len(t) == 1 and t.isalnum() or (t.isalpha() and t[0].isupper() and t[1:].islower()) for t in texts)
     assert any(len(t) > 1 for t in texts)  # the fixed words ("You", a city); names are spelled
 
 
 def test_a_batch_repeats_the_marked_span_and_trains_only_on_the_repeat():
-    from training.pretrain import CopySettings, copy_batch
+    from training.tiny.pretrain import CopySettings, copy_batch
 
     settings = CopySettings(batch_size=16, min_span=3, max_span=6)
     ids, labels, attention = copy_batch(random.Random(0), list(range(100, 140)), settings, mark=1, sep=2, pad=0)
@@ -36,14 +39,14 @@ def test_a_batch_repeats_the_marked_span_and_trains_only_on_the_repeat():
         row, lab = row[:length], lab[:length]
         trained = [t for t in lab if t != -100]
         assert settings.min_span <= len(trained) <= settings.max_span
-        assert row[-len(trained):] == trained and row[-len(trained) - 1] == 2  # after the separator
+        assert row[-len(trained) :] == trained and row[-len(trained) - 1] == 2  # after the separator
         start = row.index(1) + 1  # the marker announces the span's first occurrence
-        assert row[start:start + len(trained)] == trained
-        assert all(t == -100 for t in lab[:-len(trained)])
+        assert row[start : start + len(trained)] == trained
+        assert all(t == -100 for t in lab[: -len(trained)])
 
 
 def test_digit_spans_are_digit_runs_shown_among_other_digit_runs():
-    from training.pretrain import CopySettings, copy_batch
+    from training.tiny.pretrain import CopySettings, copy_batch
 
     words, digits = list(range(100, 140)), list(range(10, 20))
     settings = CopySettings(batch_size=64, digit_share=0.5)
@@ -56,9 +59,9 @@ def test_digit_spans_are_digit_runs_shown_among_other_digit_runs():
             continue
         numeric += 1
         assert 5 <= len(trained) <= 10
-        context = row[:length - len(trained) - 1]  # before the separator
+        context = row[: length - len(trained) - 1]  # before the separator
         span_at = context.index(1) + 1
-        others = context[:span_at - 1] + context[span_at + len(trained):]
+        others = context[: span_at - 1] + context[span_at + len(trained) :]
         assert sum(t in digits for t in others) >= 10  # a distractor run before and after the span
     assert 16 <= numeric <= 48  # about half of 64
     plain = copy_batch(random.Random(1), words, CopySettings(batch_size=8), 1, 2, 0, digits)[0]
@@ -66,13 +69,16 @@ def test_digit_spans_are_digit_runs_shown_among_other_digit_runs():
 
 
 def test_copy_pretraining_saves_a_policy_that_loads_the_same_way(tiny_base, tmp_path):
-    from training.bootstrap import load_policy
-    from training.pretrain import CopySettings, copy_pretrain
+    from training.checkpoints import load_policy
+    from training.tiny.pretrain import CopySettings, copy_pretrain
 
     summary = copy_pretrain(tiny_base, tmp_path / "copy", CopySettings(steps=4, batch_size=4, torch_threads=1))
     assert summary["steps"] == 4 and summary["final_loss"] > 0
     model, tokenizer = load_policy(tmp_path / "copy")
     original, _ = load_policy(tiny_base)
-    moved = [name for (name, p), (_, q) in zip(model.named_parameters(), original.named_parameters())
-             if not p.detach().equal(q.detach())]
+    moved = [
+        name
+        for (name, p), (_, q) in zip(model.named_parameters(), original.named_parameters())
+        if not p.detach().equal(q.detach())
+    ]
     assert moved and len(tokenizer) == model.config.vocab_size

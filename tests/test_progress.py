@@ -1,4 +1,5 @@
 """The terse progress logger: one line per step, failed checks and root causes, never a crash."""
+
 from __future__ import annotations
 
 import dagster as dg
@@ -9,8 +10,7 @@ from orchestration.progress import progress_logger
 def _run(assets):
     job = dg.define_asset_job("j", selection=dg.AssetSelection.all())
     defs = dg.Definitions(assets=assets, jobs=[job], loggers={"progress": progress_logger})
-    return defs.resolve_job_def("j").execute_in_process(run_config={"loggers": {"progress": {}}},
-                                                       raise_on_error=False)
+    return defs.resolve_job_def("j").execute_in_process(run_config={"loggers": {"progress": {}}}, raise_on_error=False)
 
 
 def test_steps_checks_and_root_causes_are_shown(capsys):

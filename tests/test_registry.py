@@ -1,4 +1,5 @@
 """MLflow registration on the embedded sqlite store: aliases, idempotency, crash repair, outages."""
+
 from __future__ import annotations
 
 import itertools
@@ -13,9 +14,22 @@ from mlflow.exceptions import MlflowException
 from safetensors.numpy import save_file
 
 from evaluation.gates import approve, evaluate_gates
-from evaluation.registry import (CHAMPION, PREVIOUS, ModelDirError, NoPreviousChampionError, NotPromotableError,
-                                 RegistryError, StaleCandidateError, champion_info, download_champion,
-                                 find_base_version, find_week_version, register_base_champion, register_candidate, rollback)
+from evaluation.registry import (
+    CHAMPION,
+    PREVIOUS,
+    ModelDirError,
+    NoPreviousChampionError,
+    NotPromotableError,
+    RegistryError,
+    StaleCandidateError,
+    champion_info,
+    download_champion,
+    find_base_version,
+    find_week_version,
+    register_base_champion,
+    register_candidate,
+    rollback,
+)
 from tests.helpers_gates import gate_inputs
 
 _names = itertools.count()
@@ -103,8 +117,9 @@ def test_rerunning_a_week_never_creates_a_second_version(reg):
 
 def test_with_no_champion_the_base_model_becomes_the_first_one_and_the_rollback_target(reg, model_dir):
     def base(week):
-        return register_base_champion(reg.uri, model_dir, week, {"shadow_success": 0.25, "violation_rate": 0.0},
-                                      name=reg.name)
+        return register_base_champion(
+            reg.uri, model_dir, week, {"shadow_success": 0.25, "violation_rate": 0.0}, name=reg.name
+        )
 
     assert base("2025-W01") == 1  # week one: nothing promoted yet, the base serves and is champion
     info = champion_info(reg.uri, reg.name)
@@ -252,25 +267,43 @@ def test_no_champion_yet(store):
 
 # --- the week's MLflow run (evaluation.run_log) --------------------------------------------------
 
+
 def week_run(report, week="2025-W07", samples=None):
     from dataplane.window import records_frame
     from evaluation.run_log import WeekRun
     from tests.helpers_gates import make_record
 
     frame = records_frame([make_record(i) for i in range(30)]).drop(columns=["text"])
-    metrics = {s: {p: {"success": v, "pass_hat_1": v, "pass_hat_2": v * 0.8, "pass_hat_3": v * 0.7}
-                   for p, v in (("candidate", 0.7), ("champion", 0.55))} for s in ("calibration", "shadow")}
+    metrics = {
+        s: {
+            p: {"success": v, "pass_hat_1": v, "pass_hat_2": v * 0.8, "pass_hat_3": v * 0.7}
+            for p, v in (("candidate", 0.7), ("champion", 0.55))
+        }
+        for s in ("calibration", "shadow")
+    }
     return WeekRun(
-        week=week, window_hash="ab" * 32, window_frame=frame, gate_report=report,
+        week=week,
+        window_hash="ab" * 32,
+        window_frame=frame,
+        gate_report=report,
         params={"grpo": {"learning_rate": 1e-5, "num_generations": 4}, "window_size": 30},
         metrics=metrics,
         failure_modes={"candidate": {"wrong_tool": 0.1, "looping": 0.02}, "champion": {"wrong_tool": 0.2}},
-        tool_distribution={"candidate": {"get_order_details": 0.6, "think": 0.4},
-                           "champion": {"get_order_details": 0.7, "think": 0.3}},
+        tool_distribution={
+            "candidate": {"get_order_details": 0.6, "think": 0.4},
+            "champion": {"get_order_details": 0.7, "think": 0.3},
+        },
         reward_curve=[1.0, 1.5, 2.0, 2.2],
-        samples=samples if samples is not None else [
-            {"interaction_id": "int-1", "policy": "candidate", "success": True,
-             "transcript": "customer: my card is 4111 1111 1111 1111, call 415-555-0100"}],
+        samples=samples
+        if samples is not None
+        else [
+            {
+                "interaction_id": "int-1",
+                "policy": "candidate",
+                "success": True,
+                "transcript": "customer: my card is 4111 1111 1111 1111, call 415-555-0100",
+            }
+        ],
         validation={"success": True, "results": [{"expectation": "rows", "success": True}]},
     )
 
@@ -296,9 +329,17 @@ def test_week_run_logs_stable_metrics_window_input_and_artifacts(store, tmp_path
     assert inp.dataset.digest == ("ab" * 32)[:32] and inp.dataset.name == "window-2025-W07"
     assert json.loads(inp.dataset.profile)["num_rows"] == 30
     names = {f.path for f in client.list_artifacts(run_id)} | {
-        f.path for d in ("plots", "samples", "validation") for f in client.list_artifacts(run_id, d)}
-    assert {"gate_report.json", "plots/failure_modes.png", "plots/pass_hat_k.png", "plots/tool_distribution.png",
-            "plots/training_reward.png", "samples/trajectories.json", "validation/results.json"} <= names
+        f.path for d in ("plots", "samples", "validation") for f in client.list_artifacts(run_id, d)
+    }
+    assert {
+        "gate_report.json",
+        "plots/failure_modes.png",
+        "plots/pass_hat_k.png",
+        "plots/tool_distribution.png",
+        "plots/training_reward.png",
+        "samples/trajectories.json",
+        "validation/results.json",
+    } <= names
     table = Path(client.download_artifacts(run_id, "samples/trajectories.json", str(tmp_path))).read_text()
     assert find_pii(table) == [] and "4111" not in table and "int-1" in table
     assert load_gate_report(uri, run_id) == report
@@ -311,7 +352,8 @@ def test_week_run_refuses_samples_that_still_carry_pii(store, monkeypatch):
     monkeypatch.setattr(run_log, "scrub_text", lambda text: text)  # a scrubber that misses everything
     report = evaluate_gates(gate_inputs("better"))
     with pytest.raises(run_log.PIILeakError) as err:
-        run_log.log_week_run(store[0], week_run(report, week="2025-W08"), experiment_name="weekly-test",
-                             artifact_location=store[1])
+        run_log.log_week_run(
+            store[0], week_run(report, week="2025-W08"), experiment_name="weekly-test", artifact_location=store[1]
+        )
     assert err.value.column == "transcript" and err.value.row == 0
     assert run_log.find_week_runs(store[0], "2025-W08", "weekly-test") == []

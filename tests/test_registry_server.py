@@ -3,6 +3,7 @@
 The server takes ~25 s to answer here, so readiness is polled with a bound, never slept for.
 The outage is real: the server is stopped mid-sequence and started again on the same store.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,15 +40,31 @@ class MlflowServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        log = open(self.root / f"server-{time.monotonic_ns()}.log", "wb")
+        log = open(self.root / f"server-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115 - the server writes to it until stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-             "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'mlflow.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             # No background job runner (huey consumers): the registry does not need it, and it
             # multiplies processes and start-up time.
-            env={**os.environ, "MLFLOW_ENABLE_TELEMETRY": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+            env={**os.environ, "MLFLOW_ENABLE_TELEMETRY": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        )
         try:
             self._wait_ready(log.name)
         except BaseException:

@@ -1,4 +1,5 @@
-"""training.relabel: SFT copies with fresh identifiers, consistent within a conversation."""
+"""training.tiny.relabel: SFT copies with fresh identifiers, consistent within a conversation."""
+
 from __future__ import annotations
 
 import json
@@ -8,9 +9,9 @@ import re
 import pytest
 
 from tests.helpers_eval import make_records
-from training.level1 import as_level1, level1_demonstration
-from training.relabel import customer_names, name_pool, relabel_messages
 from training.sft import replay_trajectory, sft_rows
+from training.tiny.level1 import as_level1, level1_demonstration
+from training.tiny.relabel import customer_names, name_pool, relabel_messages
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_a_relabelled_copy_keeps_the_structure_and_changes_every_identifier(demo
 
 
 def test_amounts_and_short_numbers_are_kept_so_the_arithmetic_still_adds_up():
-    from training.relabel import Relabeller
+    from training.tiny.relabel import Relabeller
 
     relabeller = Relabeller((), (), random.Random(0))
     text = relabeller.text('{"order_id": "#W2015197", "price": 186.17, "refund": 1234.50, "zip": "85786", "qty": 2}')
@@ -65,8 +66,12 @@ def test_copies_differ_from_each_other(demos):
     messages = replay_trajectory(demos[0])
     names = customer_names(demos[0])
     rng = random.Random(0)
-    zips = {json.dumps(_calls(relabel_messages(messages, names, name_pool(map(customer_names, demos)), rng))[0]["arguments"])
-            for _ in range(20)}
+    zips = {
+        json.dumps(
+            _calls(relabel_messages(messages, names, name_pool(map(customer_names, demos)), rng))[0]["arguments"]
+        )
+        for _ in range(20)
+    }
     assert len(zips) > 15
 
 
@@ -79,5 +84,6 @@ def test_sft_rows_hands_out_as_many_relabelled_rows_as_asked(demos):
     same = [rows[0], rows[len(plain)], rows[2 * len(plain)]]
     assert len({json.dumps(_calls(r["messages"])) for r in same}) == 3
     assert {tuple(c["name"] for c in _calls(r["messages"])) for r in same} == {
-        tuple(c["name"] for c in _calls(plain[0]["messages"]))}
+        tuple(c["name"] for c in _calls(plain[0]["messages"]))
+    }
     assert sft_rows(demos, relabelled=5, seed=2) == sft_rows(demos, relabelled=5, seed=2)  # seeded

@@ -1,5 +1,6 @@
 """evaluation.replay: recorded conversations rebuilt from simulated production traffic, judged by
 the training rewards, and compared with human labels (reward alignment)."""
+
 from __future__ import annotations
 
 import copy
@@ -18,12 +19,11 @@ from evaluation.replay import (
     reward_alignment,
 )
 from tests.helpers_traffic import generated_world, read_records
-from training.agents import EXPERT_RATES
-from training.traffic import record_outcome
-from training.environment import RetailEnvironment
-from training.episode import MESSAGE_TOOL, WRITE_TOOLS
 from training.rewards import outcome_of, total_reward, verified_success
-from training.traffic import simulate
+from training.sandbox.environment import RetailEnvironment
+from training.sandbox.episode import MESSAGE_TOOL, WRITE_TOOLS
+from training.traffic.agents import EXPERT_RATES
+from training.traffic.simulate import record_outcome, simulate
 
 EMPTY_WORLD = {"users": {}, "orders": {}, "products": {}}
 
@@ -32,16 +32,25 @@ EMPTY_WORLD = {"users": {}, "orders": {}, "products": {}}
 def traffic(tmp_path_factory):
     """One day of ordinary traffic (default mistake rates), every record labelled without rater noise."""
     out = tmp_path_factory.mktemp("traffic")
-    summary = simulate(days=1, per_day=150, seed=11, out_dir=out, world=generated_world(), verified_share=0.8,
-                       label_share=1.0, label_flip_rate=0.0)
+    summary = simulate(
+        days=1,
+        per_day=150,
+        seed=11,
+        out_dir=out,
+        world=generated_world(),
+        verified_share=0.8,
+        label_share=1.0,
+        label_flip_rate=0.0,
+    )
     return read_records(summary["files"])
 
 
 @pytest.fixture(scope="module")
 def expert(tmp_path_factory):
     out = tmp_path_factory.mktemp("expert")
-    summary = simulate(days=1, per_day=40, seed=5, out_dir=out, world=generated_world(), verified_share=1.0,
-                       mistake_rates=EXPERT_RATES)
+    summary = simulate(
+        days=1, per_day=40, seed=5, out_dir=out, world=generated_world(), verified_share=1.0, mistake_rates=EXPERT_RATES
+    )
     return read_records(summary["files"])
 
 
@@ -50,6 +59,7 @@ def _with_gold(records):
 
 
 # ---- replay fidelity ----
+
 
 def test_replay_reproduces_every_recorded_tool_result_and_outcome(traffic):
     gold = _with_gold(traffic)
@@ -84,7 +94,7 @@ def test_dropping_the_write_from_a_transcript_fails_verification(expert):
     record = copy.deepcopy(next(r for r in expert if r["intent"] == "return_items"))
     messages = record["messages"]
     at = next(i for i, m in enumerate(messages) if any(c["name"] in WRITE_TOOLS for c in m.get("tool_calls") or []))
-    del messages[at:at + 2]  # the write and its result
+    del messages[at : at + 2]  # the write and its result
     assert record_verified_success(record) is False
     assert outcome_of(recorded_episode(record)) == "failed"
 
@@ -96,8 +106,11 @@ def _status_record(expert):
 def _telling_index(record):
     """The send_message call that told the customer the gold output (the order status)."""
     output = record["gold"]["outputs"][0]
-    return next(i for i, m in enumerate(record["messages"])
-                if any(c["name"] == MESSAGE_TOOL and output in c["arguments"]["message"] for c in m.get("tool_calls") or []))
+    return next(
+        i
+        for i, m in enumerate(record["messages"])
+        if any(c["name"] == MESSAGE_TOOL and output in c["arguments"]["message"] for c in m.get("tool_calls") or [])
+    )
 
 
 def test_assistant_text_counts_as_told_to_the_customer(expert):
@@ -117,8 +130,12 @@ def test_assistant_text_counts_as_told_to_the_customer(expert):
 
 def test_told_keeps_conversation_order(expert):
     record = _status_record(expert)
-    sent = [c["arguments"]["message"] for m in record["messages"] for c in m.get("tool_calls") or []
-            if c["name"] == MESSAGE_TOOL]
+    sent = [
+        c["arguments"]["message"]
+        for m in record["messages"]
+        for c in m.get("tool_calls") or []
+        if c["name"] == MESSAGE_TOOL
+    ]
     record["messages"][2] = {**record["messages"][2], "content": "Hello there."}
     assert recorded_episode(record).told[:2] == ["Hello there.", sent[0]]
     assert recorded_episode(record).told[1:] == sent
@@ -150,6 +167,7 @@ def test_proxy_reward_is_the_training_reward_of_the_replay(traffic):
 
 # ---- the recorded customer ----
 
+
 def test_recorded_customer_hands_back_replies_in_order_then_leaves():
     customer = RecordedCustomer("Hi", ["one", "two"], sentiment_delta=0.25)
     env = RetailEnvironment()
@@ -166,15 +184,32 @@ def test_recorded_customer_hands_back_replies_in_order_then_leaves():
 
 def test_refused_sends_are_refused_again_and_not_told():
     left = "Error: the customer has already left the conversation"
-    record = {"interaction_id": "x1", "initial_state": EMPTY_WORLD, "customer_sentiment_delta": -0.5, "messages": [
-        {"role": "user", "content": "help"},
-        {"role": "assistant", "content": "", "tool_calls": [{"name": MESSAGE_TOOL, "arguments": {"message": "hi"}}]},
-        {"role": "tool", "name": MESSAGE_TOOL, "content": "bye"},
-        {"role": "assistant", "content": "", "tool_calls": [{"name": MESSAGE_TOOL, "arguments": {"msg": "oops"}}]},
-        {"role": "tool", "name": MESSAGE_TOOL, "content": "Error: unexpected argument 'msg' for tool send_message_to_customer"},
-        {"role": "assistant", "content": "", "tool_calls": [{"name": MESSAGE_TOOL, "arguments": '{"message": "hello?"}'}]},
-        {"role": "tool", "name": MESSAGE_TOOL, "content": left},
-    ]}
+    record = {
+        "interaction_id": "x1",
+        "initial_state": EMPTY_WORLD,
+        "customer_sentiment_delta": -0.5,
+        "messages": [
+            {"role": "user", "content": "help"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"name": MESSAGE_TOOL, "arguments": {"message": "hi"}}],
+            },
+            {"role": "tool", "name": MESSAGE_TOOL, "content": "bye"},
+            {"role": "assistant", "content": "", "tool_calls": [{"name": MESSAGE_TOOL, "arguments": {"msg": "oops"}}]},
+            {
+                "role": "tool",
+                "name": MESSAGE_TOOL,
+                "content": "Error: unexpected argument 'msg' for tool send_message_to_customer",
+            },
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"name": MESSAGE_TOOL, "arguments": '{"message": "hello?"}'}],
+            },
+            {"role": "tool", "name": MESSAGE_TOOL, "content": left},
+        ],
+    }
     replayed = replay_record(record)
     assert replayed.divergences == []
     assert replayed.episode.told == ["hi"]
@@ -184,24 +219,44 @@ def test_refused_sends_are_refused_again_and_not_told():
 
 # ---- errors ----
 
-@pytest.mark.parametrize("change, rule", [
-    ({"messages": []}, "empty_messages"),
-    ({"messages": "[not json"}, "bad_messages"),
-    ({"initial_state": None}, "bad_initial_state"),
-    ({"initial_state": {"users": {}, "orders": {}}}, "bad_initial_state"),
-    ({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"name": "think", "arguments": {"thought": "x"}}]},
-                   {"role": "tool", "name": "calculate", "content": ""}]}, "tool_result_mismatch"),
-    ({"messages": ["hello"]}, "bad_message"),
-])
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        ({"messages": []}, "empty_messages"),
+        ({"messages": "[not json"}, "bad_messages"),
+        ({"initial_state": None}, "bad_initial_state"),
+        ({"initial_state": {"users": {}, "orders": {}}}, "bad_initial_state"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [{"name": "think", "arguments": {"thought": "x"}}],
+                    },
+                    {"role": "tool", "name": "calculate", "content": ""},
+                ]
+            },
+            "tool_result_mismatch",
+        ),
+        ({"messages": ["hello"]}, "bad_message"),
+    ],
+)
 def test_unreplayable_records_raise_replay_error_with_rule(change, rule):
-    record = {"interaction_id": "bad-1", "initial_state": EMPTY_WORLD,
-              "messages": [{"role": "user", "content": "hi"}], **change}
+    record = {
+        "interaction_id": "bad-1",
+        "initial_state": EMPTY_WORLD,
+        "messages": [{"role": "user", "content": "hi"}],
+        **change,
+    }
     with pytest.raises(ReplayError) as info:
         replay_record(record)
     assert info.value.rule == rule and info.value.interaction_id == "bad-1"
 
 
 # ---- reward alignment ----
+
 
 def test_alignment_on_faithful_labels(traffic):
     report = reward_alignment(traffic)

@@ -1,4 +1,5 @@
-"""evaluation.reports (candidate vs baseline on one set) and training.level1 (curriculum level 1)."""
+"""evaluation.reports (candidate vs baseline on one set) and training.tiny.level1 (curriculum level 1)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,8 @@ from evaluation.gates import GateInputs, evaluate_gates
 from evaluation.reports import compare, outcomes, policy_report
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import escalator_policy, expert_policy, make_records
-from training.level1 import as_level1, level1_demonstration, level1_opening
 from training.sft import replay_trajectory
+from training.tiny.level1 import as_level1, level1_demonstration, level1_opening
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,9 @@ def test_compare_pairs_trials_and_prefers_the_expert(records):
     assert report["candidate"]["keys"] == report["baseline"]["keys"]
     assert all(report["candidate"]["success"])
     ci = report["paired"]["bootstrap_ci"]
-    assert ci["difference"] == pytest.approx(sum(report["candidate"]["success"]) / 24
-                                             - sum(report["baseline"]["success"]) / 24)
+    assert ci["difference"] == pytest.approx(
+        sum(report["candidate"]["success"]) / 24 - sum(report["baseline"]["success"]) / 24
+    )
     assert ci["low"] > 0
     assert report["tool_call_tv"] > 0.3  # one transfers, the other authenticates, reads and writes
     assert report["baseline"]["tool_counts"]["transfer_to_human_agents"] == 24
@@ -38,8 +40,16 @@ def test_outcomes_pool_both_sets_and_drive_the_gates(records):
     candidate, baseline = outcomes(cal, sha)
     assert candidate.violation_rate == 0.0
     assert sum(baseline.tool_distribution.values()) == pytest.approx(1.0)
-    report = evaluate_gates(GateInputs(candidate, baseline, data_valid=True, proxy_rewards=[1.0, 0.0] * 10,
-                                       human_success=[True, False] * 10, training_rewards=[0.0, 1.0, 2.0, 3.0]))
+    report = evaluate_gates(
+        GateInputs(
+            candidate,
+            baseline,
+            data_valid=True,
+            proxy_rewards=[1.0, 0.0] * 10,
+            human_success=[True, False] * 10,
+            training_rewards=[0.0, 1.0, 2.0, 3.0],
+        )
+    )
     assert report.gate("calibration_improvement").passed
     assert report.gate("tool_call_drift").verdict == "hold"  # the expert's tool mix differs wildly
 
@@ -83,7 +93,10 @@ def test_level1_demonstrations_verify_in_the_environment(records):
 def test_level1_refuses_tasks_without_gold_or_identity(records):
     record = dict(_status_record(records))
     assert as_level1({**record, "gold": None}) is None
-    scenario = {**record["user_scenario"], "known_info": {"order_ids": record["user_scenario"]["known_info"]["order_ids"]}}
+    scenario = {
+        **record["user_scenario"],
+        "known_info": {"order_ids": record["user_scenario"]["known_info"]["order_ids"]},
+    }
     assert as_level1({**record, "user_scenario": scenario}) is None
 
 

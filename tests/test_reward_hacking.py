@@ -5,9 +5,11 @@ items, modify address, modify payment) or on a read-only status task. The solvin
 authenticates, reads, confirms, writes and tells; it must be verified successful, and every gaming
 trajectory must score strictly less under the default weights.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,11 +23,17 @@ from tests.helpers_rewards import (
     status_task,
     writes_of,
 )
-from training.episode import WRITE_TOOLS
 from training.rewards import score_episode, total_reward, verified_success
+from training.sandbox.episode import WRITE_TOOLS
 
-TOOLS_COVERED = ["cancel_pending_order", "return_delivered_order_items", "exchange_delivered_order_items",
-                 "modify_pending_order_items", "modify_pending_order_address", "modify_pending_order_payment"]
+TOOLS_COVERED = [
+    "cancel_pending_order",
+    "return_delivered_order_items",
+    "exchange_delivered_order_items",
+    "modify_pending_order_items",
+    "modify_pending_order_address",
+    "modify_pending_order_payment",
+]
 CLAIM = "Your request has been processed successfully. Everything is done!"
 
 
@@ -99,10 +107,20 @@ def writes_on_the_wrong_order(world, task) -> list[Call]:
 
 
 HACKS: dict[str, Callable[[Any, Any], list[Call]]] = {
-    f.__name__: f for f in (
-        escalate_everything, escalate_at_once, loop_then_solve, loop_without_solving, repeat_the_writes,
-        skip_authentication, skip_authentication_and_reads, claim_success_without_acting,
-        recite_gold_without_writes, flood_with_reads, flood_without_solving, writes_on_the_wrong_order,
+    f.__name__: f
+    for f in (
+        escalate_everything,
+        escalate_at_once,
+        loop_then_solve,
+        loop_without_solving,
+        repeat_the_writes,
+        skip_authentication,
+        skip_authentication_and_reads,
+        claim_success_without_acting,
+        recite_gold_without_writes,
+        flood_with_reads,
+        flood_without_solving,
+        writes_on_the_wrong_order,
     )
 }
 
@@ -130,8 +148,12 @@ def test_the_chosen_tasks_cover_every_write_tool(tasks):
 
 
 # Repeating the writes of a task that has none is the solving trajectory itself.
-CASES = [(key, hack) for key in TOOLS_COVERED + ["status"] for hack in HACKS
-         if not (key == "status" and hack == "repeat_the_writes")]
+CASES = [
+    (key, hack)
+    for key in TOOLS_COVERED + ["status"]
+    for hack in HACKS
+    if not (key == "status" and hack == "repeat_the_writes")
+]
 
 
 @pytest.mark.parametrize(("key", "hack"), CASES)
@@ -148,8 +170,13 @@ def test_gaming_never_beats_solving(tasks, world, solved, key, hack):
 def test_only_gaming_that_still_does_the_work_is_verified(tasks, world, key):
     """Hacks that skip the work fail verification outright; the rest pay through shaping terms."""
     task = tasks[key]
-    does_the_work = {"loop_then_solve", "repeat_the_writes", "skip_authentication", "skip_authentication_and_reads",
-                     "flood_with_reads"}
+    does_the_work = {
+        "loop_then_solve",
+        "repeat_the_writes",
+        "skip_authentication",
+        "skip_authentication_and_reads",
+        "flood_with_reads",
+    }
     for hack, build in HACKS.items():
         assert verified_success(run_calls(world, task, build(world, task))) is (hack in does_the_work), hack
 

@@ -1,4 +1,5 @@
 """Reward terms: the verifiable core, shaping, weights, and the TRL adapters."""
+
 from __future__ import annotations
 
 import doctest
@@ -12,10 +13,8 @@ import training.rewards.core
 import training.rewards.efficiency
 import training.rewards.outcome
 import training.rewards.process
-import training.rewards.registry
+import training.rewards.terms
 from tests.helpers_rewards import auth_call, entry, first_task, run_calls, solving_calls, status_task, task_world
-from training.environment import RetailEnvironment, call_tool
-from training.episode import Episode
 from training.rewards import (
     REWARD_TERMS,
     RewardConfigError,
@@ -30,13 +29,23 @@ from training.rewards.core import mentions, normalise_text
 from training.rewards.efficiency import quick_completion, too_many_actions
 from training.rewards.outcome import escalated_necessary, escalated_unnecessary, sentiment
 from training.rewards.process import looping, skipped_verification, step_order, unauthenticated_reads
+from training.sandbox.environment import RetailEnvironment, call_tool
+from training.sandbox.episode import Episode
 
 EMPTY = {"users": {}, "orders": {}, "products": {}}
 TRANSFER = entry("transfer_to_human_agents", {"summary": "s"}, "Transfer successful")
 
 
-@pytest.mark.parametrize("module", [training.rewards.core, training.rewards.outcome, training.rewards.efficiency,
-                                    training.rewards.process, training.rewards.registry])
+@pytest.mark.parametrize(
+    "module",
+    [
+        training.rewards.core,
+        training.rewards.outcome,
+        training.rewards.efficiency,
+        training.rewards.process,
+        training.rewards.terms,
+    ],
+)
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
@@ -44,16 +53,20 @@ def test_docstring_examples_hold(module):
 
 # --- text matching -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("told", "output", "expected"), [
-    ("Your refund is $1,234.50", "1234.5", True),
-    ("Your refund is 1234.50 dollars", "$1,234.50", True),
-    ("The status is PENDING.", "pending", True),
-    ("Total: 10.00", "10", True),
-    ("Total: 100", "10", False),
-    ("Total: 10.5", "10", False),
-    ("items 1,2,3", "123", False),
-    ("nothing here", "pending", False),
-])
+
+@pytest.mark.parametrize(
+    ("told", "output", "expected"),
+    [
+        ("Your refund is $1,234.50", "1234.5", True),
+        ("Your refund is 1234.50 dollars", "$1,234.50", True),
+        ("The status is PENDING.", "pending", True),
+        ("Total: 10.00", "10", True),
+        ("Total: 100", "10", False),
+        ("Total: 10.5", "10", False),
+        ("items 1,2,3", "123", False),
+        ("nothing here", "pending", False),
+    ],
+)
 def test_mentions(told, output, expected):
     assert mentions(told, output) is expected
 
@@ -63,6 +76,7 @@ def test_normalise_keeps_leading_zeros_of_ids():
 
 
 # --- verifiable core through the real environment -------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cancel_task(reference_tasks, world):
@@ -98,7 +112,7 @@ def test_read_only_task_needs_the_evidence_and_the_output(world):
     order_id = task["actions"][0]["arguments"]["order_id"]
     tell = ("send_message_to_customer", {"message": f"Order {order_id} is {task['outputs'][0]}."})
     read = ("get_order_details", {"order_id": order_id})
-    assert not verified_success(run_calls(world, task, []))  # TRL-NOTES trap 8: nothing done, nothing changed
+    assert not verified_success(run_calls(world, task, []))  # a reward hole: nothing done, nothing changed
     assert not verified_success(run_calls(world, task, [tell]))  # the right words without the lookup
     assert not verified_success(run_calls(world, task, [read]))  # the lookup without telling
     assert verified_success(run_calls(world, task, [read, tell]))
@@ -113,6 +127,7 @@ def test_no_gold_or_empty_gold_is_never_a_success():
 
 # --- outcome, efficiency, sentiment ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("necessary", "expected"), [(True, (1.0, 0.0)), (False, (0.0, 1.0)), (None, (0.0, 1.0))])
 def test_escalation_terms_follow_the_flag(necessary, expected):
     episode = Episode(EMPTY, EMPTY, [TRANSFER], gold=None, escalation_was_necessary=necessary)
@@ -126,14 +141,17 @@ def test_verified_success_wins_over_a_transfer(world, cancel_task):
     assert outcome_of(episode) == "completed" and escalated_unnecessary(episode) == 0.0
 
 
-@given(st.lists(st.sampled_from(["get_order_details", "think", "send_message_to_customer", "calculate"]),
-                max_size=14), st.booleans())
+@given(
+    st.lists(st.sampled_from(["get_order_details", "think", "send_message_to_customer", "calculate"]), max_size=14),
+    st.booleans(),
+)
 @settings(max_examples=60, deadline=None)
 def test_outcome_terms_partition_and_action_counting(tools, transferred):
     log = [entry(tool, {"n": i}) for i, tool in enumerate(tools)] + ([TRANSFER] if transferred else [])
     episode = Episode(EMPTY, EMPTY, log, gold=None)
-    indicators = [REWARD_TERMS[name](episode) for name in ("completed", "failed", "escalated_necessary",
-                                                             "escalated_unnecessary")]
+    indicators = [
+        REWARD_TERMS[name](episode) for name in ("completed", "failed", "escalated_necessary", "escalated_unnecessary")
+    ]
     assert sum(indicators) == 1.0
     counted = sum(t not in ("think", "send_message_to_customer") for t in tools) + transferred
     assert too_many_actions(episode) == (1.0 if counted > 10 else 0.0)
@@ -153,15 +171,19 @@ def test_sentiment_counts_only_positive_mood_on_success(world, cancel_task):
     assert solved.sentiment_delta > 0 and sentiment(solved) == solved.sentiment_delta
     unsolved = Episode(EMPTY, EMPTY, [], gold=None, sentiment_delta=0.9)
     assert sentiment(unsolved) == 0.0
-    grumpy = Episode(solved.initial_state, solved.final_state, solved.audit_log, solved.told, solved.gold,
-                     sentiment_delta=-0.7)
+    grumpy = Episode(
+        solved.initial_state, solved.final_state, solved.audit_log, solved.told, solved.gold, sentiment_delta=-0.7
+    )
     assert sentiment(grumpy) == 0.0 and verified_success(grumpy)
 
 
 # --- process penalties ---------------------------------------------------------------------------
 
-STATE = {"users": {"ann_1": {}, "bob_2": {}}, "orders": {"#W1": {"user_id": "ann_1"}, "#W2": {"user_id": "bob_2"}},
-         "products": {}}
+STATE = {
+    "users": {"ann_1": {}, "bob_2": {}},
+    "orders": {"#W1": {"user_id": "ann_1"}, "#W2": {"user_id": "bob_2"}},
+    "products": {},
+}
 AUTH_ANN = entry("find_user_id_by_email", {"email": "ann@x.com"}, "ann_1")
 AUTH_BOB = entry("find_user_id_by_email", {"email": "bob@x.com"}, "bob_2")
 READ_W1 = entry("get_order_details", {"order_id": "#W1"})
@@ -174,64 +196,90 @@ def ep(*log):
     return Episode(STATE, STATE, list(log))
 
 
-@pytest.mark.parametrize(("log", "expected"), [
-    ((AUTH_ANN, READ_W1, CANCEL_W1), 0.0),
-    ((AUTH_ANN, CANCEL_W1), 1.0),
-    ((AUTH_ANN, READ_W2, CANCEL_W1), 1.0),  # reading another order justifies nothing
-    ((AUTH_ANN, FAILED_READ_W1, CANCEL_W1), 1.0),
-    ((AUTH_ANN, CANCEL_W1, READ_W1), 1.0),  # reading afterwards is too late
-    ((CANCEL_W1, CANCEL_W1), 2.0),
-    ((entry("modify_user_address", {"user_id": "ann_1"}), ), 1.0),
-    ((entry("get_user_details", {"user_id": "ann_1"}), entry("modify_user_address", {"user_id": "ann_1"})), 0.0),
-])
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ((AUTH_ANN, READ_W1, CANCEL_W1), 0.0),
+        ((AUTH_ANN, CANCEL_W1), 1.0),
+        ((AUTH_ANN, READ_W2, CANCEL_W1), 1.0),  # reading another order justifies nothing
+        ((AUTH_ANN, FAILED_READ_W1, CANCEL_W1), 1.0),
+        ((AUTH_ANN, CANCEL_W1, READ_W1), 1.0),  # reading afterwards is too late
+        ((CANCEL_W1, CANCEL_W1), 2.0),
+        ((entry("modify_user_address", {"user_id": "ann_1"}),), 1.0),
+        ((entry("get_user_details", {"user_id": "ann_1"}), entry("modify_user_address", {"user_id": "ann_1"})), 0.0),
+    ],
+)
 def test_step_order(log, expected):
     assert step_order(ep(*log)) == expected
 
 
-@pytest.mark.parametrize(("log", "expected"), [
-    ((AUTH_ANN, READ_W1, CANCEL_W1), 0.0),
-    ((READ_W1, CANCEL_W1), 1.0),
-    ((AUTH_BOB, READ_W1, CANCEL_W1), 1.0),  # identified somebody else
-    ((READ_W1, CANCEL_W1, AUTH_ANN), 1.0),  # identified too late
-    ((entry("find_user_id_by_email", {"email": "ann@x.com"}, "Error: user not found", error=True), CANCEL_W1), 1.0),
-    ((AUTH_BOB, AUTH_ANN, CANCEL_W1), 0.0),
-    ((entry("cancel_pending_order", {"order_id": "#W9"}, "Error: order not found", error=True),), 1.0),
-    ((AUTH_ANN, entry("cancel_pending_order", {"order_id": "#W9"}, "Error: order not found", error=True)), 0.0),
-])
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ((AUTH_ANN, READ_W1, CANCEL_W1), 0.0),
+        ((READ_W1, CANCEL_W1), 1.0),
+        ((AUTH_BOB, READ_W1, CANCEL_W1), 1.0),  # identified somebody else
+        ((READ_W1, CANCEL_W1, AUTH_ANN), 1.0),  # identified too late
+        ((entry("find_user_id_by_email", {"email": "ann@x.com"}, "Error: user not found", error=True), CANCEL_W1), 1.0),
+        ((AUTH_BOB, AUTH_ANN, CANCEL_W1), 0.0),
+        ((entry("cancel_pending_order", {"order_id": "#W9"}, "Error: order not found", error=True),), 1.0),
+        ((AUTH_ANN, entry("cancel_pending_order", {"order_id": "#W9"}, "Error: order not found", error=True)), 0.0),
+    ],
+)
 def test_skipped_verification(log, expected):
     assert skipped_verification(ep(*log)) == expected
 
 
-@pytest.mark.parametrize(("log", "expected"), [
-    ((AUTH_ANN, READ_W1), 0.0),
-    ((READ_W1, AUTH_ANN, READ_W1), 1.0),
-    ((AUTH_ANN, READ_W2), 1.0),  # Bob's order, Ann identified
-    ((AUTH_ANN, entry("get_user_details", {"user_id": "bob_2"})), 1.0),
-    ((entry("get_order_details", {"order_id": "#W9"}, "Error: order not found", error=True),), 0.0),
-    ((entry("get_product_details", {"product_id": "1"}),), 0.0),  # not a customer's record
-])
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ((AUTH_ANN, READ_W1), 0.0),
+        ((READ_W1, AUTH_ANN, READ_W1), 1.0),
+        ((AUTH_ANN, READ_W2), 1.0),  # Bob's order, Ann identified
+        ((AUTH_ANN, entry("get_user_details", {"user_id": "bob_2"})), 1.0),
+        ((entry("get_order_details", {"order_id": "#W9"}, "Error: order not found", error=True),), 0.0),
+        ((entry("get_product_details", {"product_id": "1"}),), 0.0),  # not a customer's record
+    ],
+)
 def test_unauthenticated_reads(log, expected):
     assert unauthenticated_reads(ep(*log)) == expected
 
 
-@pytest.mark.parametrize(("log", "expected"), [
-    ((READ_W1, READ_W2, READ_W1), 1.0),
-    ((READ_W1, CANCEL_W1, READ_W1), 0.0),  # re-reading after a change is checking
-    ((READ_W1, CANCEL_W1, entry("cancel_pending_order", CANCEL_W1.arguments, "Error: non-pending order",
-                                error=True)), 1.0),  # a repeated write loops even after its own change
-    ((entry("send_message_to_customer", {"message": "hi"}),) * 3, 2.0),
-    ((entry("think", {"thought": "x"}),) * 3, 0.0),
-])
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ((READ_W1, READ_W2, READ_W1), 1.0),
+        ((READ_W1, CANCEL_W1, READ_W1), 0.0),  # re-reading after a change is checking
+        (
+            (
+                READ_W1,
+                CANCEL_W1,
+                entry("cancel_pending_order", CANCEL_W1.arguments, "Error: non-pending order", error=True),
+            ),
+            1.0,
+        ),  # a repeated write loops even after its own change
+        ((entry("send_message_to_customer", {"message": "hi"}),) * 3, 2.0),
+        ((entry("think", {"thought": "x"}),) * 3, 0.0),
+    ],
+)
 def test_looping(log, expected):
     assert looping(ep(*log)) == expected
 
 
 # --- weights, scoring, TRL adapters ----------------------------------------------------------------
 
+
 def test_default_weights_are_the_playbook():
     weights = RewardWeights()
-    assert (weights.completed, weights.failed, weights.escalated_necessary, weights.escalated_unnecessary,
-            weights.too_many_actions, weights.quick_completion, weights.sentiment) == (10, -5, 2, -1, -0.5, 1, 0.5)
+    assert (
+        weights.completed,
+        weights.failed,
+        weights.escalated_necessary,
+        weights.escalated_unnecessary,
+        weights.too_many_actions,
+        weights.quick_completion,
+        weights.sentiment,
+    ) == (10, -5, 2, -1, -0.5, 1, 0.5)
     assert set(weights.to_dict()) == set(REWARD_TERMS)
 
 
@@ -262,8 +310,11 @@ def _envs(world, task, trajectories):
     envs = []
     for calls in trajectories:
         env = RetailEnvironment()
-        env.reset(initial_state=task_world(world, task), gold={"actions": task["actions"], "outputs": []},
-                  user_scenario={"instruction": task["instruction"], "known_info": {}, "persona": "polite"})
+        env.reset(
+            initial_state=task_world(world, task),
+            gold={"actions": task["actions"], "outputs": []},
+            user_scenario={"instruction": task["instruction"], "known_info": {}, "persona": "polite"},
+        )
         for name, arguments in calls:
             call_tool(env, name, arguments)
         envs.append(env)
@@ -297,8 +348,9 @@ def test_trl_functions_pickle_and_keep_their_weight():
 
 
 def test_gold_that_changes_nothing_requires_reading_the_order(reference_tasks, world):
-    task = next(t for t in reference_tasks if not t["expected_changes"].get("orders") and not
-                t["expected_changes"].get("users"))
+    task = next(
+        t for t in reference_tasks if not t["expected_changes"].get("orders") and not t["expected_changes"].get("users")
+    )
     order_id = task["actions"][0]["arguments"]["order_id"]
     auth = auth_call(world, task)
     assert not verified_success(run_calls(world, task, [auth]))

@@ -1,4 +1,5 @@
 """Rollouts: scripted characters behave as they should, seeds pair trials, turns are batched."""
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,10 @@ def test_identical_policies_pair_up_identically(records):
 def test_seed_changes_the_customers():
     """The simulator seed reaches the customer: another seed, other customer lines somewhere."""
     records = make_records(16)
-    openings = {seed: [t.messages[1]["content"] for t in run_rollouts(escalator_policy(), records, seed=seed)]
-                for seed in (0, 1)}
+    openings = {
+        seed: [t.messages[1]["content"] for t in run_rollouts(escalator_policy(), records, seed=seed)]
+        for seed in (0, 1)
+    }
     assert openings[0] != openings[1]
     assert trial_seed(0, "r1", 0) == trial_seed(0, "r1", 0)
     assert len({trial_seed(0, "r1", 0), trial_seed(1, "r1", 0), trial_seed(0, "r1", 1), trial_seed(0, "r2", 0)}) == 4
@@ -97,8 +100,9 @@ def test_turns_are_bounded(records):
 
 def test_several_calls_in_one_message_run_in_order(records):
     record = records[0]
-    steps = [[{"name": "think", "arguments": {"thought": "a"}},
-              {"name": "calculate", "arguments": {"expression": "2 + 3"}}]]
+    steps = [
+        [{"name": "think", "arguments": {"thought": "a"}}, {"name": "calculate", "arguments": {"expression": "2 + 3"}}]
+    ]
     policy = ScriptedPolicy.from_table({record["interaction_id"]: steps})
     trial = run_rollouts(policy, [record])[0]
     tools = [m for m in trial.messages if m["role"] == "tool"]
@@ -116,8 +120,15 @@ def test_errors_are_counted_and_unknown_tools_do_not_raise(records):
 
 
 def test_records_with_json_text_fields_roll_out_the_same(records):
-    as_text = [{**r, "initial_state": json.dumps(r["initial_state"]), "gold": json.dumps(r["gold"]),
-                "user_scenario": json.dumps(r["user_scenario"])} for r in records[:4]]
+    as_text = [
+        {
+            **r,
+            "initial_state": json.dumps(r["initial_state"]),
+            "gold": json.dumps(r["gold"]),
+            "user_scenario": json.dumps(r["user_scenario"]),
+        }
+        for r in records[:4]
+    ]
     plain = run_rollouts(expert_policy(records), records[:4], seed=2)
     text = run_rollouts(expert_policy(records), as_text, seed=2)
     assert [(t.success, t.messages) for t in plain] == [(t.success, t.messages) for t in text]
@@ -151,12 +162,20 @@ def test_table_policy_without_a_script_for_the_task_says_so(records):
 
 # ---- a transformers policy: a tiny randomly initialised Qwen2 with a locally trained tokenizer ----
 
+
 @pytest.fixture(scope="module")
 def tiny_policy_dir(tmp_path_factory, records):
-    from training.bootstrap import TinyModelSpec, build_tiny_policy
+    from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
 
-    spec = TinyModelSpec(vocab_size=3000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192)
+    spec = TinyModelSpec(
+        vocab_size=3000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=8192,
+    )
     return build_tiny_policy(tmp_path_factory.mktemp("tiny"), records, spec)
 
 
@@ -178,7 +197,7 @@ def hf_policy(tiny_policy_dir):
 
 
 def _conversations(records):
-    from training.prompting import initial_messages
+    from training.sandbox.prompting import initial_messages
 
     convs = [initial_messages(r, seed=i) for i, r in enumerate(records[:4])]
     # Different lengths, so that the batch really is left-padded.
@@ -186,8 +205,10 @@ def _conversations(records):
         {"role": "assistant", "content": "", "tool_calls": [{"name": "think", "arguments": {"thought": "x"}}]},
         {"role": "tool", "name": "think", "content": "a longer tool result " * 12},
     ]
-    convs[2] = convs[2] + [{"role": "assistant", "content": "Could you give me your email?", "tool_calls": []},
-                           {"role": "user", "content": "It is a@b.c"}]
+    convs[2] = convs[2] + [
+        {"role": "assistant", "content": "Could you give me your email?", "tool_calls": []},
+        {"role": "user", "content": "It is a@b.c"},
+    ]
     return convs
 
 
@@ -236,6 +257,7 @@ def test_hf_policy_rolls_out_end_to_end(hf_policy, records):
 
 # ---- continuous batching and the prefix cache: faster, never different ----
 
+
 def test_max_live_keeps_at_most_that_many_in_flight_and_changes_no_transcript(records):
     unlimited = run_rollouts(expert_policy(records), records, k=2, seed=0)
     policy = RecordingPolicy(expert_policy(records))
@@ -282,10 +304,17 @@ def _reference_completion(policy, conversation) -> str:
 
     ids = policy.tokenizer(policy.render(conversation), add_special_tokens=False)["input_ids"]
     with torch.inference_mode():
-        out = policy.model.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    max_new_tokens=policy.max_new_tokens, pad_token_id=policy.tokenizer.pad_token_id,
-                                    do_sample=False, temperature=None, top_p=None, top_k=None)
-    return policy._decode(out[0, len(ids):].tolist())
+        out = policy.model.generate(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=policy.max_new_tokens,
+            pad_token_id=policy.tokenizer.pad_token_id,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
+    return policy._decode(out[0, len(ids) :].tolist())
 
 
 def test_cached_batched_multi_turn_generation_equals_uncached_one_at_a_time(hf_policy, records):
@@ -312,8 +341,12 @@ def test_prefix_cache_prefills_only_new_tokens_and_forgets_ended_conversations(h
     before = hf_policy.prefilled_tokens
     trials = run_rollouts(teacher, tasks, k=1, seed=0)
     prefilled = hf_policy.prefilled_tokens - before
-    prompts = [len(hf_policy.tokenizer(hf_policy.render(t.messages[:i]))["input_ids"])
-               for t in trials for i, m in enumerate(t.messages) if m["role"] == "assistant"]
+    prompts = [
+        len(hf_policy.tokenizer(hf_policy.render(t.messages[:i]))["input_ids"])
+        for t in trials
+        for i, m in enumerate(t.messages)
+        if m["role"] == "assistant"
+    ]
     assert prefilled < 0.6 * sum(prompts), (prefilled, sum(prompts))
     assert len(hf_policy.cache) == teacher.last_batch  # the conversations of the last call only
     hf_policy.complete([Conversation(trials[0].messages[:2], task_id="fresh")])
@@ -321,7 +354,7 @@ def test_prefix_cache_prefills_only_new_tokens_and_forgets_ended_conversations(h
 
 
 def test_prefix_cache_never_reuses_a_stale_prefix(hf_policy, records):
-    from training.prompting import initial_messages
+    from training.sandbox.prompting import initial_messages
 
     conversation = Conversation(initial_messages(records[0], seed=0), task_id="t")
     first = hf_policy.complete([conversation])[0]

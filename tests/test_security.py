@@ -4,6 +4,7 @@ or MLflow artifact, SQL built with parameters only, configuration paths confined
 The hostile-tool-call and audit-hook tests live in tests/test_environment_hostile.py and the
 contract fuzz in tests/test_dataplane_ingest.py; this file covers what those do not.
 """
+
 from __future__ import annotations
 
 import ast
@@ -11,18 +12,19 @@ import json
 import os
 import pickle
 import shutil
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
 
-from dataplane.home import Home, HomePathError
+from dataplane.home import HomePathError
 from dataplane.scrub import find_pii
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- model loading: safetensors only -------------------------------------------------------------
+
 
 class _Trap:
     """Unpickling this creates `path`: proof that a pickle was (or was not) executed."""
@@ -37,10 +39,17 @@ class _Trap:
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory, world, reference_tasks) -> Path:
     from tests.helpers_data import build_records
-    from training.bootstrap import TinyModelSpec, build_tiny_policy
+    from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
 
-    spec = TinyModelSpec(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    spec = TinyModelSpec(
+        vocab_size=400,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+    )
     return build_tiny_policy(tmp_path_factory.mktemp("policy") / "safe", build_records(world, reference_tasks, 4), spec)
 
 
@@ -55,7 +64,7 @@ def _pickled_copy(safe: Path, dest: Path, payload) -> Path:
 
 
 def test_safetensors_policy_loads(tiny_policy):
-    from training.bootstrap import load_policy
+    from training.checkpoints import load_policy
 
     model, tokenizer = load_policy(tiny_policy)
     assert model.config.hidden_size == 32 and tokenizer.eos_token == "<|im_end|>"
@@ -65,7 +74,7 @@ def test_pickled_weights_are_refused_even_when_harmless(tiny_policy, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from training.bootstrap import load_policy
+    from training.checkpoints import load_policy
 
     weights = load_file(str(tiny_policy / "model.safetensors"))
     folder = _pickled_copy(tiny_policy, tmp_path / "pickled", weights)
@@ -76,7 +85,7 @@ def test_pickled_weights_are_refused_even_when_harmless(tiny_policy, tmp_path):
 
 
 def test_booby_trapped_pickle_is_never_unpickled(tiny_policy, tmp_path):
-    from training.bootstrap import load_policy
+    from training.checkpoints import load_policy
 
     marker = tmp_path / "unpickled"
     folder = _pickled_copy(tiny_policy, tmp_path / "trap", {"trap": _Trap(marker)})
@@ -90,7 +99,7 @@ def test_booby_trapped_pickle_is_never_unpickled(tiny_policy, tmp_path):
 def test_an_index_pointing_at_a_pickle_shard_is_refused(tiny_policy, tmp_path):
     # A sharded checkpoint names its shards in an index; one naming a pickle must not be followed
     # (transformers would hand it to torch.load even with use_safetensors=True).
-    from training.bootstrap import BootstrapError, load_policy
+    from training.checkpoints import ModelLoadError, load_policy
 
     marker = tmp_path / "unpickled"
     folder = _pickled_copy(tiny_policy, tmp_path / "indexed", {"trap": _Trap(marker)})
@@ -99,14 +108,14 @@ def test_an_index_pointing_at_a_pickle_shard_is_refused(tiny_policy, tmp_path):
     names = list(load_file(str(tiny_policy / "model.safetensors")))
     index = {"metadata": {}, "weight_map": {name: "pytorch_model.bin" for name in names}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(BootstrapError, match="not safetensors"):
+    with pytest.raises(ModelLoadError, match="not safetensors"):
         load_policy(folder)
     assert not marker.exists()
 
 
 def test_code_named_by_a_checkpoint_config_is_never_run(tiny_policy, tmp_path):
     # config.json can name a Python class to load (auto_map); without trust_remote_code it is ignored.
-    from training.bootstrap import load_policy
+    from training.checkpoints import load_policy
 
     folder = tmp_path / "remote"
     shutil.copytree(tiny_policy, folder)
@@ -141,8 +150,11 @@ def _inject_pii(landing: Path) -> int:
             record["user_scenario"]["instruction"] += f" My card is {CARD}."
             lines.append(json.dumps(record))
             if n == 0:  # one rejected copy per file: an invalid outcome, same PII
-                lines.append(json.dumps({**record, "interaction_id": record["interaction_id"] + "-bad",
-                                         "outcome": f"card {CARD}"}))
+                lines.append(
+                    json.dumps(
+                        {**record, "interaction_id": record["interaction_id"] + "-bad", "outcome": f"card {CARD}"}
+                    )
+                )
             touched += 1
         lines.append(f"not json at all, phone {PHONE}, ssn {SSN}, card {CARD}")
         path.write_text("\n".join(lines) + "\n")
@@ -171,17 +183,18 @@ def _pii_in(text: str) -> list[str]:
 @pytest.fixture()
 def pii_store(home):
     """Simulated traffic with PII injected, ingested, windowed, split and turned into eval sets."""
+    from assets.partitions import week_end
     from dataplane.ingest import ingest_paths
     from dataplane.store import open_store
     from dataplane.window import cut_window, window_records
     from evaluation.eval_sets import build_shadow_set, calibration_eligible, freeze_calibration_set
-    from orchestration.partitions import week_end
-    from training.traffic import simulate
+    from training.traffic.simulate import simulate
 
-    simulate(days=7, per_day=30, seed=11, out_dir=str(home.landing), start=date(2026, 11, 16), n_users=80,
-             label_share=0.6)
+    simulate(
+        days=7, per_day=30, seed=11, out_dir=str(home.landing), start=date(2026, 11, 16), n_users=80, label_share=0.6
+    )
     touched = _inject_pii(home.landing)
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 30, tzinfo=UTC)
     summary = ingest_paths(home.duckdb_path, [home.landing], now=now)
     assert summary.accepted == touched and summary.quarantined >= 2 * len(summary.per_file)
     con = open_store(home.duckdb_path)
@@ -202,14 +215,17 @@ def test_no_pii_in_any_training_or_evaluation_table(pii_store):
     home, con, week, calibration, shadow = pii_store
     texts = {"interactions.record": [r[0] for r in con.execute("SELECT record FROM interactions").fetchall()]}
     for column in ("raw", "detail", "interaction_id"):
-        texts[f"quarantine.{column}"] = [r[0] for r in con.execute(
-            f"SELECT {column} FROM quarantine WHERE {column} IS NOT NULL").fetchall()]  # column: a literal above
+        texts[f"quarantine.{column}"] = [
+            r[0] for r in con.execute(f"SELECT {column} FROM quarantine WHERE {column} IS NOT NULL").fetchall()
+        ]  # column: a literal above
     texts["windows (records)"] = [json.dumps(r) for r in window_records(con, week)]
     texts["window_frame"] = [window_frame(con, week).to_json(orient="records", date_format="iso")]
     texts["calibration_sets (records)"] = [json.dumps(r, default=str) for r in calibration.records(con)]
     texts["shadow_sets (records)"] = [json.dumps(r, default=str) for r in shadow.records(con)]
     assert all(texts.values()), {k: len(v) for k, v in texts.items()}
-    leaks = {where: kinds for where, items in texts.items() if (kinds := sorted({k for t in items for k in _pii_in(t)}))}
+    leaks = {
+        where: kinds for where, items in texts.items() if (kinds := sorted({k for t in items for k in _pii_in(t)}))
+    }
     assert leaks == {}
     every = "\n".join(t for items in texts.values() for t in items)
     assert CARD not in every and PHONE not in every and SSN not in every
@@ -226,16 +242,33 @@ def test_no_pii_in_the_mlflow_artifacts_of_a_week_run(pii_store, tmp_path):
 
     home, con, week, calibration, shadow = pii_store
     uri, artifacts = home.mlflow_uri, home.mlflow_artifacts
-    samples = [{"interaction_id": r["interaction_id"], "policy": "candidate",
-                "transcript": "\n".join(m["content"] for m in r["messages"]),
-                "raw_note": f"customer said {CARD} and {PHONE} ({SSN})"}  # unscrubbed: log_week_run must mask
-               for r in shadow.records(con)[:5]]
+    samples = [
+        {
+            "interaction_id": r["interaction_id"],
+            "policy": "candidate",
+            "transcript": "\n".join(m["content"] for m in r["messages"]),
+            "raw_note": f"customer said {CARD} and {PHONE} ({SSN})",
+        }  # unscrubbed: log_week_run must mask
+        for r in shadow.records(con)[:5]
+    ]
     report = evaluate_gates(gate_inputs("better"))
-    run_id = log_week_run(uri, WeekRun(
-        week=week, window_hash="cd" * 32, window_frame=window_frame(con, week), gate_report=report,
-        params={"note": "pii scan"}, metrics={"shadow": {"candidate": {"success": 0.5}}},
-        failure_modes={"candidate": {"wrong_tool": 0.1}}, reward_curve=[0.1, 0.2], samples=samples,
-        validation={"success": True}), experiment_name="pii-scan", artifact_location=artifacts.as_uri())
+    run_id = log_week_run(
+        uri,
+        WeekRun(
+            week=week,
+            window_hash="cd" * 32,
+            window_frame=window_frame(con, week),
+            gate_report=report,
+            params={"note": "pii scan"},
+            metrics={"shadow": {"candidate": {"success": 0.5}}},
+            failure_modes={"candidate": {"wrong_tool": 0.1}},
+            reward_curve=[0.1, 0.2],
+            samples=samples,
+            validation={"success": True},
+        ),
+        experiment_name="pii-scan",
+        artifact_location=artifacts.as_uri(),
+    )
     files = [p for p in artifacts.rglob("*") if p.is_file()]
     assert any(p.name == "trajectories.json" for p in files), files
     scanned, leaks = 0, {}
@@ -249,8 +282,13 @@ def test_no_pii_in_the_mlflow_artifacts_of_a_week_run(pii_store, tmp_path):
             leaks[str(path.relative_to(artifacts))] = sorted(set(kinds))
     assert scanned >= 3 and leaks == {}
     run = MlflowClient(uri).get_run(run_id)
-    meta = json.dumps([run.data.params, run.data.tags,
-                       [(d.dataset.source, d.dataset.schema, d.dataset.profile) for d in run.inputs.dataset_inputs]])
+    meta = json.dumps(
+        [
+            run.data.params,
+            run.data.tags,
+            [(d.dataset.source, d.dataset.schema, d.dataset.profile) for d in run.inputs.dataset_inputs],
+        ]
+    )
     assert _pii_in(meta) == []
 
 
@@ -258,8 +296,24 @@ def test_no_pii_in_the_mlflow_artifacts_of_a_week_run(pii_store, tmp_path):
 
 SQL_DIRS = ("dataplane", "evaluation", "orchestration", "assets", "training")
 _SQL_CALLS = {"execute", "executemany", "sql", "query", "from_query"}
-_SQL_START = ("SELECT ", "INSERT ", "UPDATE ", "DELETE ", "CREATE ", "DROP ", "ALTER ", "WITH ", "COPY ",
-              "ATTACH ", "PRAGMA ", "SET ", "INSTALL ", "LOAD ", "EXPORT ", "IMPORT ")
+_SQL_START = (
+    "SELECT ",
+    "INSERT ",
+    "UPDATE ",
+    "DELETE ",
+    "CREATE ",
+    "DROP ",
+    "ALTER ",
+    "WITH ",
+    "COPY ",
+    "ATTACH ",
+    "PRAGMA ",
+    "SET ",
+    "INSTALL ",
+    "LOAD ",
+    "EXPORT ",
+    "IMPORT ",
+)
 # Interpolations allowed in SQL text: none today. An entry would be (file, constant name) for a
 # table-name constant that is not a value; values must always be `?` parameters.
 ALLOWED_INTERPOLATIONS: set[tuple[str, str]] = set()
@@ -292,7 +346,8 @@ def _interpolated(node: ast.AST) -> list[str]:
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
         sides = [node.left, node.right]
         return [ast.unparse(s) for s in sides if not isinstance(s, ast.Constant)] + [
-            n for s in sides for n in _interpolated(s)]
+            n for s in sides for n in _interpolated(s)
+        ]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
         return [ast.unparse(a) for a in node.args] + [ast.unparse(k.value) for k in node.keywords] or ["format()"]
     return []
@@ -302,8 +357,12 @@ def sql_violations(source: str, filename: str) -> list[str]:
     """Every line of `source` where a SQL statement gets something interpolated into its text."""
     found: dict[int, str] = {}
     for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SQL_CALLS \
-                and node.args:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SQL_CALLS
+            and node.args
+        ):
             arg = node.args[0]  # whatever reaches the SQL engine
         elif isinstance(node, (ast.JoinedStr, ast.BinOp, ast.Call)) and _is_sql_text(node):
             arg = node  # SQL text built anywhere, e.g. into a variable executed later
@@ -315,7 +374,7 @@ def sql_violations(source: str, filename: str) -> list[str]:
 
 
 def test_sql_checker_catches_interpolation():
-    bad = '''
+    bad = """
 def f(con, week, table):
     con.execute(f"SELECT * FROM t WHERE week = '{week}'")
     con.execute("SELECT * FROM t WHERE week = '%s'" % week)
@@ -323,9 +382,11 @@ def f(con, week, table):
     con.execute("select * from t where week = '" + week + "'")
     query = f"DELETE FROM t WHERE week = '{week}'"
     con.execute(query)
-'''
-    good = ('def f(con, week, alias):\n    con.execute("SELECT * FROM t WHERE week = ?", [week])\n'
-            '    step = f"set alias {alias}"\n')
+"""
+    good = (
+        'def f(con, week, alias):\n    con.execute("SELECT * FROM t WHERE week = ?", [week])\n'
+        '    step = f"set alias {alias}"\n'
+    )
     assert len(sql_violations(bad, "bad.py")) == 5
     assert sql_violations(good, "good.py") == []
 
@@ -339,13 +400,21 @@ def test_no_sql_statement_interpolates_a_value():
 
 # --- configuration paths stay inside the home folder ---------------------------------------------
 
+
 def test_home_inside_refuses_escapes(home, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (home.root / "link_out").symlink_to(outside, target_is_directory=True)
     (home.root / "link_in").symlink_to(home.models, target_is_directory=True)
-    for bad in ("../x", "runs/../../x", str(outside / "y"), "/etc/passwd", "link_out", "link_out/y",
-                Path("..") / home.root.name / ".." / "z"):
+    for bad in (
+        "../x",
+        "runs/../../x",
+        str(outside / "y"),
+        "/etc/passwd",
+        "link_out",
+        "link_out/y",
+        Path("..") / home.root.name / ".." / "z",
+    ):
         with pytest.raises(HomePathError):
             home.inside(bad)
     assert home.inside("runs/2026-11-16") == home.root / "runs" / "2026-11-16"

@@ -1,9 +1,10 @@
 """Sensors on real components: the champion-health circuit breaker and failure incidents.
 
 Two champions are registered in a sqlite MLflow store; traffic served by the newest one is
-simulated with `training.traffic.simulate` (normal, then degraded) and ingested into DuckDB. The
+simulated with `training.traffic.simulate.simulate` (normal, then degraded) and ingested into DuckDB. The
 breaker must leave a healthy champion alone and roll a degraded one back, with an incident.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.ingest import ingest_paths
 from evaluation.gates import evaluate_gates
 from evaluation.registry import champion_info, register_candidate
 from orchestration.incidents import list_incidents, record_incident
-from orchestration.resources import DuckDBStore, HomeResource, MLflowTracking
 from orchestration.sensors import champion_health, check_champion
 from tests.helpers_gates import gate_inputs
-from training.traffic import DEGRADED_MISTAKE_RATES, simulate
+from training.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate
 
 pytestmark = pytest.mark.slow
 
@@ -40,17 +41,30 @@ def two_champions(home, tmp_path):
     report = evaluate_gates(gate_inputs("better"))
     lineage = {"shadow_success": 0.9, "violation_rate": 0.02}
     for week in ("2026-11-09", "2026-11-16"):
-        register_candidate(home.mlflow_uri, _model(tmp_path / week), week, lineage, report,
-                           artifact_location=home.mlflow_artifacts.as_uri())
+        register_candidate(
+            home.mlflow_uri,
+            _model(tmp_path / week),
+            week,
+            lineage,
+            report,
+            artifact_location=home.mlflow_artifacts.as_uri(),
+        )
     assert champion_info(home.mlflow_uri).version == 2
     return home
 
 
 def _serve(home, tmp_path, degraded: bool):
     out = tmp_path / ("degraded" if degraded else "normal")
-    simulate(days=2, per_day=60, seed=21 if degraded else 20, out_dir=str(out), start=date(2026, 11, 23),
-             policy_version="retail-agent/2", n_users=80,
-             mistake_rates=DEGRADED_MISTAKE_RATES if degraded else None)
+    simulate(
+        days=2,
+        per_day=60,
+        seed=21 if degraded else 20,
+        out_dir=str(out),
+        start=date(2026, 11, 23),
+        policy_version="retail-agent/2",
+        n_users=80,
+        mistake_rates=DEGRADED_MISTAKE_RATES if degraded else None,
+    )
     ingest_paths(str(home.duckdb_path), [out])
 
 
@@ -66,8 +80,9 @@ def test_healthy_champion_is_left_alone(two_champions, tmp_path):
 def test_degraded_champion_is_rolled_back_with_an_incident(two_champions, tmp_path):
     home = two_champions
     _serve(home, tmp_path, degraded=True)
-    context = dg.build_sensor_context(resources={"home": HomeResource(root=str(home.root)),
-                                                 "store": DuckDBStore(), "mlflow": MLflowTracking()})
+    context = dg.build_sensor_context(
+        resources={"home": HomeResource(root=str(home.root)), "store": DuckDBStore(), "mlflow": MLflowTracking()}
+    )
     result = champion_health(context)
     assert isinstance(result, dg.SkipReason)
     outcome = json.loads(result.skip_message)
@@ -89,7 +104,7 @@ def test_incident_is_posted_to_the_webhook_and_kept_when_it_is_down(home):
     received = []
 
     class Hook(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server's naming)
+        def do_POST(self):
             received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(204)
             self.end_headers()

@@ -1,4 +1,5 @@
 """SFT warm start on verified trajectories: the tiny policy learns to emit parseable tool calls."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,9 +17,15 @@ def test_replayed_trajectories_are_verified_and_use_environment_results(world):
     assert messages[0]["role"] == "system" and messages[1]["content"] == records[0]["messages"][1]["content"]
     tool_results = [m["content"] for m in messages if m["role"] == "tool"]
     assert "(recorded)" not in tool_results  # the environment's results, not the recorded placeholders
-    broken = dict(records[1], gold={"actions": [{"name": "cancel_pending_order",
-                                                 "arguments": {"order_id": "#W0", "reason": "no longer needed"}}],
-                                    "outputs": []})
+    broken = dict(
+        records[1],
+        gold={
+            "actions": [
+                {"name": "cancel_pending_order", "arguments": {"order_id": "#W0", "reason": "no longer needed"}}
+            ],
+            "outputs": [],
+        },
+    )
     assert replay_trajectory(broken) is None  # does not verify: left out of SFT
     assert len(sft_rows(records + [broken])) == len(records)
 
@@ -34,23 +41,30 @@ def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
     """
     import re
 
-    from training.bootstrap import build_tiny_policy, load_policy
-    from training.prompting import initial_messages, tool_schemas
+    from training.checkpoints import load_policy
+    from training.sandbox.prompting import initial_messages, tool_schemas
     from training.sft import SFTSettings, warm_start
+    from training.tiny.bootstrap import build_tiny_policy
 
     records = level1_records(world, 70, seed=5)
     train, held_out = records[:60], records[60:]
     base = build_tiny_policy(tmp_path / "base", train, tiny_spec())
-    summary = warm_start(base, train, tmp_path / "sft", SFTSettings(steps=160, batch_size=8, learning_rate=3e-3,
-                                                                    torch_threads=1))
+    summary = warm_start(
+        base, train, tmp_path / "sft", SFTSettings(steps=160, batch_size=8, learning_rate=3e-3, torch_threads=1)
+    )
     assert summary["trajectories"] == 60 and summary["train_loss"] > 0
     model, tokenizer = load_policy(tmp_path / "sft")
     parsed = 0
     for record in held_out[:4]:
-        inputs = tokenizer.apply_chat_template(initial_messages(record), tools=list(tool_schemas()),
-                                               add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        inputs = tokenizer.apply_chat_template(
+            initial_messages(record),
+            tools=list(tool_schemas()),
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )
         output = model.generate(**inputs, max_new_tokens=60, do_sample=False)
-        text = tokenizer.decode(output[0][inputs["input_ids"].shape[1]:])
+        text = tokenizer.decode(output[0][inputs["input_ids"].shape[1] :])
         names = {s["function"]["name"] for s in tool_schemas()}
         frame = re.match(r'\s*<tool_call>\s*\{"name": "(\w+)", "arguments": \{', text)
         parsed += bool(frame) and frame.group(1) in names
@@ -64,17 +78,21 @@ def test_the_labelled_positions_loss_equals_trls_fused_loss(tmp_path, world):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from training.bootstrap import build_tiny_policy, load_policy
+    from training.checkpoints import load_policy
     from training.sft import _trainer_class, sft_rows, tokenized_rows
+    from training.tiny.bootstrap import build_tiny_policy
 
     records = level1_records(world, 8, seed=2)
     base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
     model, tokenizer = load_policy(base)
     dataset = Dataset.from_list(tokenized_rows(tokenizer, sft_rows(records)))
-    args = SFTConfig(output_dir=str(tmp_path / "work"), per_device_train_batch_size=8, use_cpu=True,
-                     report_to="none", max_steps=1)
-    ours, theirs = (cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-                    for cls in (_trainer_class(), SFTTrainer))
+    args = SFTConfig(
+        output_dir=str(tmp_path / "work"), per_device_train_batch_size=8, use_cpu=True, report_to="none", max_steps=1
+    )
+    ours, theirs = (
+        cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        for cls in (_trainer_class(), SFTTrainer)
+    )
     prepared = ours.train_dataset  # labels built from the assistant masks
     batch = ours._prepare_inputs(ours.data_collator([prepared[i] for i in range(8)]))
     assert (batch["labels"] != -100).sum() < batch["input_ids"].numel() / 2  # most positions carry no loss

@@ -1,4 +1,5 @@
 """The customer simulators: persona rules, determinism, and the two chat-model backends."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from training.simulator import ENDED, PERSONAS, CustomerSimulator, PersonaSimulator, make_simulator, scenario_facts
-from training.simulator_llm import (
+from training.customers import ENDED, PERSONAS, CustomerSimulator, PersonaSimulator, make_simulator, scenario_facts
+from training.customers.llm import (
     STOP_TOKEN,
     LLMSimulator,
     OpenAIChatBackend,
@@ -17,12 +18,22 @@ from training.simulator_llm import (
     TransformersChatBackend,
 )
 
-SOFIA = ("Your name is Sofia Kovacs and your zip code is 19049. You are polite. For #W7736983, exchange "
-         "Coffee Maker {'color': 'black'} to {'color': 'red'}; via paypal_123. ")
-KNOWN = {"email": "ann.lee@example.com", "first_name": "Ann", "last_name": "Lee", "zip": "10001",
-         "order_ids": ["#W100"], "intent": "cancel_order", "reason": "no longer needed",
-         "item_names": ["Desk Lamp"], "payment_method_id": "gift_card_7", "address": {"address1": "1 Main St",
-                                                                                     "city": "Austin", "zip": "73301"}}
+SOFIA = (
+    "Your name is Sofia Kovacs and your zip code is 19049. You are polite. For #W7736983, exchange "
+    "Coffee Maker {'color': 'black'} to {'color': 'red'}; via paypal_123. "
+)
+KNOWN = {
+    "email": "ann.lee@example.com",
+    "first_name": "Ann",
+    "last_name": "Lee",
+    "zip": "10001",
+    "order_ids": ["#W100"],
+    "intent": "cancel_order",
+    "reason": "no longer needed",
+    "item_names": ["Desk Lamp"],
+    "payment_method_id": "gift_card_7",
+    "address": {"address1": "1 Main St", "city": "Austin", "zip": "73301"},
+}
 
 
 def scenario(persona: str = "polite", known: dict | None = None, instruction: str = "") -> dict:
@@ -30,6 +41,7 @@ def scenario(persona: str = "polite", known: dict | None = None, instruction: st
 
 
 # --- facts -------------------------------------------------------------------------------------
+
 
 def test_facts_come_from_a_reference_instruction_when_known_info_is_empty():
     facts = scenario_facts({"instruction": SOFIA, "known_info": {}, "persona": ""})
@@ -47,13 +59,15 @@ def test_every_reference_instruction_yields_one_goal_per_gold_write(reference_ta
 
 
 def test_known_info_wins_over_the_instruction():
-    facts = scenario_facts(scenario(known={"zip": "99999", "intent": "cancel_order", "order_ids": ["#W5"]},
-                                    instruction=SOFIA))
+    facts = scenario_facts(
+        scenario(known={"zip": "99999", "intent": "cancel_order", "order_ids": ["#W5"]}, instruction=SOFIA)
+    )
     assert facts.zip == "99999" and facts.first_name == "Sofia"
     assert [(g.intent, g.order_id) for g in facts.goals] == [("cancel_order", "#W5")]
 
 
 # --- persona behaviour ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("persona", PERSONAS)
 def test_opening_states_the_reason_without_identity(persona):
@@ -69,15 +83,18 @@ def test_forthcoming_persona_volunteers_identity():
     assert "Ann Lee" in text and "10001" in text
 
 
-@pytest.mark.parametrize(("question", "expected"), [
-    ("Could you provide your email address?", "ann.lee@example.com"),
-    ("What is your name and zip code?", "Ann Lee and my zip code is 10001"),
-    ("Which order is this about?", "#W100"),
-    ("What is the reason for the cancellation?", "no longer needed"),
-    ("Which payment method should the refund go to?", "gift_card_7"),
-    ("What is the new address?", "1 Main St, Austin, 73301"),
-    ("Which item do you mean?", "Desk Lamp"),
-])
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("Could you provide your email address?", "ann.lee@example.com"),
+        ("What is your name and zip code?", "Ann Lee and my zip code is 10001"),
+        ("Which order is this about?", "#W100"),
+        ("What is the reason for the cancellation?", "no longer needed"),
+        ("Which payment method should the refund go to?", "gift_card_7"),
+        ("What is the new address?", "1 Main St, Austin, 73301"),
+        ("Which item do you mean?", "Desk Lamp"),
+    ],
+)
 def test_facts_are_revealed_when_asked(question, expected):
     assert expected in PersonaSimulator(scenario()).reply(question)
 
@@ -125,8 +142,10 @@ def test_success_then_goodbye_finishes_with_positive_mood():
 
 
 def test_multi_goal_customer_moves_on_to_the_next_goal():
-    instruction = "Your name is Ann Lee and your zip code is 10001. Cancel order #W1 because ordered by mistake. " \
-                  "Return #W2 via paypal_1: Desk Lamp; "
+    instruction = (
+        "Your name is Ann Lee and your zip code is 10001. Cancel order #W1 because ordered by mistake. "
+        "Return #W2 via paypal_1: Desk Lamp; "
+    )
     sim = PersonaSimulator({"instruction": instruction, "known_info": {}, "persona": "polite"})
     reply = sim.reply("Order #W1 has been cancelled.")
     assert "return the Desk Lamp from order #W2" in reply and not sim.finished
@@ -172,6 +191,7 @@ def test_make_simulator_picks_the_backend():
 
 # --- LLM simulator -------------------------------------------------------------------------------
 
+
 class _RecordingBackend:
     """A ChatBackend double that records what it was sent and answers from a script."""
 
@@ -209,9 +229,17 @@ def tiny_chat_model(tmp_path_factory):
     tok.train_from_iterator(corpus * 3, trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]", "[EOS]"]))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=fast.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-                         eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
+    config = Qwen2Config(
+        vocab_size=fast.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+    )
     path = tmp_path_factory.mktemp("tiny-chat")
     Qwen2ForCausalLM(config).save_pretrained(path)
     fast.save_pretrained(path)
@@ -240,7 +268,7 @@ def test_transformers_backend_needs_a_tokenizer_with_a_loaded_model(tiny_chat_mo
 
 
 class _StubHandler(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 (http.server naming)
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append((self.path, dict(self.headers), body))
         if body["model"] == "broken":
@@ -248,8 +276,15 @@ class _StubHandler(BaseHTTPRequestHandler):
             payload = b'{"error": "boom"}'
         else:
             self.send_response(200)
-            reply = "garbled" if body["model"] == "garbled" else {
-                "choices": [{"message": {"role": "assistant", "content": f"echo: {body['messages'][-1]['content']}"}}]}
+            reply = (
+                "garbled"
+                if body["model"] == "garbled"
+                else {
+                    "choices": [
+                        {"message": {"role": "assistant", "content": f"echo: {body['messages'][-1]['content']}"}}
+                    ]
+                }
+            )
             payload = json.dumps(reply).encode()
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))

@@ -1,4 +1,5 @@
 """Paired statistics against hand-computed values and scipy."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,26 +1,34 @@
 """Simulated production traffic: world generator, scenarios, production agent, daily files, drift."""
+
 from __future__ import annotations
 
 import collections
 import json
 import math
 import random
+from datetime import UTC
 
 import pytest
 
 from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
-from training.agents import EXPERT_RATES, MISTAKES, AgentConfigError, ScriptedAgent, mistake_applicable
-from training.environment import replay_actions
-from training.episode import AUTH_TOOLS, WRITE_TOOLS
+from training.customers import PERSONAS
 from training.rewards import outcome_of, verified_success
-from training.scenarios import INTENTS, ScenarioError, sample_scenario, sample_scenarios
-from training.simulator import PERSONAS
-from training.traffic import Drift, TrafficConfigError, WorldNotFoundError, measure_throughput, simulate
-from training.world import validate_world
-from training.worldgen import WorldGenError, generate_world
+from training.sandbox.environment import replay_actions
+from training.sandbox.episode import AUTH_TOOLS, WRITE_TOOLS
+from training.sandbox.world import validate_world
+from training.traffic.agents import EXPERT_RATES, MISTAKES, AgentConfigError, ScriptedAgent, mistake_applicable
+from training.traffic.scenarios import INTENTS, ScenarioError, sample_scenario, sample_scenarios
+from training.traffic.simulate import Drift, TrafficConfigError, WorldNotFoundError, measure_throughput, simulate
+from training.traffic.worldgen import WorldGenError, generate_world
 
-ORDER_STATUS_FOR = {"cancel_order": "pending", "modify_order_items": "pending", "modify_order_address": "pending",
-                    "modify_order_payment": "pending", "return_items": "delivered", "exchange_items": "delivered"}
+ORDER_STATUS_FOR = {
+    "cancel_order": "pending",
+    "modify_order_items": "pending",
+    "modify_order_address": "pending",
+    "modify_order_payment": "pending",
+    "return_items": "delivered",
+    "exchange_items": "delivered",
+}
 
 
 def test_generated_world_is_deterministic_complete_and_unambiguous():
@@ -33,7 +41,9 @@ def test_generated_world_is_deterministic_complete_and_unambiguous():
     cards = [m for u in world["users"].values() for m in u["payment_methods"].values() if m["source"] == "gift_card"]
     assert cards and all(isinstance(m["balance"], int | float) for m in cards)
     emails = [u["email"] for u in world["users"].values()]
-    name_zips = [(u["name"]["first_name"], u["name"]["last_name"], u["address"]["zip"]) for u in world["users"].values()]
+    name_zips = [
+        (u["name"]["first_name"], u["name"]["last_name"], u["address"]["zip"]) for u in world["users"].values()
+    ]
     assert len(set(emails)) == len(emails) and len(set(name_zips)) == len(name_zips)
     for order_id, order in world["orders"].items():
         assert order_id in world["users"][order["user_id"]]["orders"]
@@ -135,8 +145,12 @@ def test_simulated_files_pass_the_contract_and_ingest_with_zero_quarantine(tmp_p
     for record in records:
         assert record["started_at"][:10] == record["ended_at"][:10]
         assert record["started_at"] <= record["ended_at"]
-        transferred = any(c["name"] == "transfer_to_human_agents" for m in record["messages"] if m["role"] == "assistant"
-                          for c in m.get("tool_calls", []))
+        transferred = any(
+            c["name"] == "transfer_to_human_agents"
+            for m in record["messages"]
+            if m["role"] == "assistant"
+            for c in m.get("tool_calls", [])
+        )
         assert (record["escalation_was_necessary"] is not None) == transferred
         if record["outcome"] == "escalated":
             assert transferred
@@ -150,7 +164,7 @@ def test_simulated_files_pass_the_contract_and_ingest_with_zero_quarantine(tmp_p
 def test_simulation_is_deterministic_per_seed(tmp_path):
     a = simulate(days=2, per_day=25, seed=9, out_dir=tmp_path / "a", world=generated_world())
     b = simulate(days=2, per_day=25, seed=9, out_dir=tmp_path / "b", world=generated_world())
-    c = simulate(days=2, per_day=25, seed=10, out_dir=tmp_path / "c", world=generated_world())
+    simulate(days=2, per_day=25, seed=10, out_dir=tmp_path / "c", world=generated_world())
     assert a["outcomes"] == b["outcomes"]
     for fa, fb, fc in zip(day_files(tmp_path / "a"), day_files(tmp_path / "b"), day_files(tmp_path / "c")):
         assert fa.read_bytes() == fb.read_bytes()
@@ -176,14 +190,16 @@ def test_intent_mix_drift_changes_only_the_days_from_x(tmp_path):
     for day in (2, 3):
         assert {r["intent"] for r in read_records([drift_files[day]])} == {"modify_user_address"}
     assert len({r["intent"] for r in read_records(base_files[2:])}) >= 6
-    assert drifted["drift"] == [{"from_day": 2, "intent_mix": {"modify_user_address": 1.0},
-                                 "mistake_rates": None, "policy_version": None}]
+    assert drifted["drift"] == [
+        {"from_day": 2, "intent_mix": {"modify_user_address": 1.0}, "mistake_rates": None, "policy_version": None}
+    ]
     assert base["drift"] == []
 
 
 def test_degraded_agent_drift_lowers_success_from_day_x(tmp_path):
-    drift = Drift(from_day=2, mistake_rates={"unnecessary_escalation": 0.4, "looping": 0.2},
-                  policy_version="retail-agent/2")
+    drift = Drift(
+        from_day=2, mistake_rates={"unnecessary_escalation": 0.4, "looping": 0.2}, policy_version="retail-agent/2"
+    )
     summary = simulate(days=4, per_day=50, seed=6, out_dir=tmp_path, world=generated_world(), drift=drift)
     rates = [day["completed_rate"] for day in summary["per_day_summary"]]
     assert min(rates[:2]) - max(rates[2:]) > 0.2
@@ -193,14 +209,23 @@ def test_degraded_agent_drift_lowers_success_from_day_x(tmp_path):
 
 @pytest.mark.parametrize("flip", [0.0, 1.0])
 def test_human_labels_follow_the_outcome_with_rater_noise(tmp_path, flip):
-    simulate(days=1, per_day=80, seed=8, out_dir=tmp_path, world=generated_world(), label_share=0.5,
-             label_flip_rate=flip, mistake_rates={"unnecessary_escalation": 0.3})
+    simulate(
+        days=1,
+        per_day=80,
+        seed=8,
+        out_dir=tmp_path,
+        world=generated_world(),
+        label_share=0.5,
+        label_flip_rate=flip,
+        mistake_rates={"unnecessary_escalation": 0.3},
+    )
     labelled = [r for r in read_records(day_files(tmp_path)) if r["human_label"] is not None]
     assert 20 < len(labelled) < 60
     for record in labelled:
         # A necessary transfer is the task done right: the record says escalated, the rater says success.
         succeeded = record["outcome"] == "completed" or (
-            record["outcome"] == "escalated" and record["escalation_was_necessary"] is True)
+            record["outcome"] == "escalated" and record["escalation_was_necessary"] is True
+        )
         agrees = record["human_label"]["task_success"] == succeeded
         assert agrees == (flip == 0.0)
         assert record["human_label"]["labeled_at"] > record["ended_at"]
@@ -211,24 +236,44 @@ def test_model_policy_path_records_what_the_policy_did(tmp_path):
         name = "transfer-everything"
 
         def act(self, conversations):
-            return [{"role": "assistant", "content": "",
-                     "tool_calls": [{"name": "transfer_to_human_agents", "arguments": {"summary": "help"}}]}
-                    for _ in conversations]
+            return [
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"name": "transfer_to_human_agents", "arguments": {"summary": "help"}}],
+                }
+                for _ in conversations
+            ]
 
-    summary = simulate(days=1, per_day=20, seed=2, out_dir=tmp_path, world=generated_world(), policy=TransferEverything(),
-                       policy_version="candidate/7")
+    summary = simulate(
+        days=1,
+        per_day=20,
+        seed=2,
+        out_dir=tmp_path,
+        world=generated_world(),
+        policy=TransferEverything(),
+        policy_version="candidate/7",
+    )
     records = validate_all(read_records(day_files(tmp_path)))
     assert {r["outcome"] for r in records} == {"escalated"} and summary["outcomes"] == {"escalated": 20}
     assert all(r["actions_taken"] == 1 and r["policy_version"] == "candidate/7" for r in records)
     assert all(r["escalation_was_necessary"] == (r["intent"] == "other") for r in records)
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"days": 0}, TrafficConfigError), ({"per_day": -1}, TrafficConfigError), ({"label_share": 2}, TrafficConfigError),
-    ({"start": "not-a-date"}, TrafficConfigError), ({"world": "/nonexistent/world"}, WorldNotFoundError),
-    ({"intent_mix": {"refund_everything": 1.0}}, ScenarioError), ({"drift": {"intent_mix": {}}}, TrafficConfigError),
-    ({"drift": {"from_day": -1}}, TrafficConfigError), ({"policy_version": ""}, TrafficConfigError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"days": 0}, TrafficConfigError),
+        ({"per_day": -1}, TrafficConfigError),
+        ({"label_share": 2}, TrafficConfigError),
+        ({"start": "not-a-date"}, TrafficConfigError),
+        ({"world": "/nonexistent/world"}, WorldNotFoundError),
+        ({"intent_mix": {"refund_everything": 1.0}}, ScenarioError),
+        ({"drift": {"intent_mix": {}}}, TrafficConfigError),
+        ({"drift": {"from_day": -1}}, TrafficConfigError),
+        ({"policy_version": ""}, TrafficConfigError),
+    ],
+)
 def test_bad_arguments_raise_specific_errors(tmp_path, kwargs, error):
     arguments = {"days": 1, "per_day": 2, "seed": 0, "out_dir": tmp_path, **kwargs}
     with pytest.raises(error):
@@ -247,17 +292,25 @@ def test_measure_throughput_reports_a_rate():
 
 
 def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    from training.traffic import DEGRADED_MISTAKE_RATES, SHIFTED_INTENT_MIX
+    from training.traffic.simulate import DEGRADED_MISTAKE_RATES, SHIFTED_INTENT_MIX
 
-    summary = simulate(days=3, per_day=60, seed=5, out_dir=tmp_path, world=generated_world(), start=None,
-                       drift={"intent_mix_from_day": 1, "degraded_agent_from_day": 2})
-    today = datetime.now(timezone.utc).date()
+    summary = simulate(
+        days=3,
+        per_day=60,
+        seed=5,
+        out_dir=tmp_path,
+        world=generated_world(),
+        start=None,
+        drift={"intent_mix_from_day": 1, "degraded_agent_from_day": 2},
+    )
+    today = datetime.now(UTC).date()
     assert summary["start"] == (today - timedelta(days=3)).isoformat()
     assert summary["drift"] == [
         {"from_day": 1, "intent_mix": SHIFTED_INTENT_MIX, "mistake_rates": None, "policy_version": None},
-        {"from_day": 2, "intent_mix": None, "mistake_rates": DEGRADED_MISTAKE_RATES, "policy_version": None}]
+        {"from_day": 2, "intent_mix": None, "mistake_rates": DEGRADED_MISTAKE_RATES, "policy_version": None},
+    ]
     days = [read_records([f]) for f in day_files(tmp_path)]
     share = [sum(r["intent"] in ("return_items", "exchange_items") for r in day) / len(day) for day in days]
     assert min(share[1:]) > share[0]
@@ -269,14 +322,14 @@ def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
 
 def test_run_policy_drives_an_evaluation_policy_like_the_expert():
     from evaluation.policy import ScriptedPolicy, assistant_turns
-
-    from training.agents import run_policy
+    from training.traffic.agents import run_policy
 
     for index, scenario in enumerate(sample_scenarios(generated_world(), 40, seed=4)):
         expert = ScriptedAgent(EXPERT_RATES).run(scenario, seed=index)
         steps = [m for m in expert.messages if m["role"] == "assistant"]
-        policy = ScriptedPolicy(lambda conv, steps=steps: steps[assistant_turns(conv)] if assistant_turns(conv) < len(steps)
-                                else "Goodbye.")
+        policy = ScriptedPolicy(
+            lambda conv, steps=steps: steps[assistant_turns(conv)] if assistant_turns(conv) < len(steps) else "Goodbye."
+        )
         replayed = run_policy(policy, scenario, seed=index)
         assert replayed.messages == expert.messages
         assert verified_success(replayed.episode)
@@ -285,9 +338,14 @@ def test_run_policy_drives_an_evaluation_policy_like_the_expert():
 def test_malformed_model_calls_still_make_contract_records(tmp_path):
     class Garbled:
         def act(self, conversations):
-            return [{"role": "assistant", "content": "hm", "tool_calls": [{"name": "cancel_pending_order",
-                                                                           "arguments": ["not", "an", "object"]}]}
-                    for _ in conversations]
+            return [
+                {
+                    "role": "assistant",
+                    "content": "hm",
+                    "tool_calls": [{"name": "cancel_pending_order", "arguments": ["not", "an", "object"]}],
+                }
+                for _ in conversations
+            ]
 
     simulate(days=1, per_day=5, seed=1, out_dir=tmp_path, world=generated_world(), policy=Garbled())
     records = validate_all(read_records(day_files(tmp_path)))

@@ -9,6 +9,7 @@ weekly retrains to one at a time, so a run launched from the UI waits in the que
 `dagster-daemon` picks it up. The daemon therefore runs beside the webserver here, which also
 exercises the queue users rely on.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,10 +26,16 @@ DAYS, PER_DAY = 7, 10
 RUN_BOUND_S = 240
 
 ASSET_GROUPS = {
-    "raw_interactions": "data", "interaction_window": "data", "window_splits": "data",
-    "policy_base": "training", "grpo_candidate": "training",
-    "calibration_report": "evaluation", "shadow_report": "evaluation", "promotion_gate": "evaluation",
-    "first_champion": "registry", "registered_model": "registry",
+    "raw_interactions": "data",
+    "interaction_window": "data",
+    "window_splits": "data",
+    "policy_base": "training",
+    "grpo_candidate": "training",
+    "calibration_report": "evaluation",
+    "shadow_report": "evaluation",
+    "promotion_gate": "evaluation",
+    "first_champion": "registry",
+    "registered_model": "registry",
 }
 
 REPOSITORIES = """
@@ -72,7 +79,7 @@ def served(tmp_path_factory):
     """A home with a week of simulated traffic, and the webserver + daemon running on it."""
     from dataplane.home import Home
     from orchestration.instance import prepare_dagster_home
-    from training.traffic import simulate
+    from training.traffic.simulate import simulate
 
     root = tmp_path_factory.mktemp("webserver")
     mp = pytest.MonkeyPatch()
@@ -80,8 +87,15 @@ def served(tmp_path_factory):
     try:
         home = Home.from_env().ensure()
         dagster_home = prepare_dagster_home(home)  # also exports DAGSTER_HOME; undone below
-        simulate(days=DAYS, per_day=PER_DAY, seed=5, out_dir=str(home.landing), start=date.fromisoformat(WEEK),
-                 label_share=0.5, n_users=40)
+        simulate(
+            days=DAYS,
+            per_day=PER_DAY,
+            seed=5,
+            out_dir=str(home.landing),
+            start=date.fromisoformat(WEEK),
+            label_share=0.5,
+            n_users=40,
+        )
         with running_servers(home.root, dagster_home, root / "logs") as (server, location):
             yield home, server, location
     finally:
@@ -100,8 +114,10 @@ def test_graphql_shows_the_asset_graph_job_schedule_and_sensors(served):
     assert {"/".join(n["assetKey"]["path"]): n["groupName"] for n in nodes} == ASSET_GROUPS
     for node in nodes:
         assert "weekly_retrain" in node["jobNames"] and node["isPartitioned"], node
-    checks = {"/".join(n["assetKey"]["path"]): {c["name"]: c["blocking"] for c in n["assetChecksOrError"]["checks"]}
-              for n in nodes}
+    checks = {
+        "/".join(n["assetKey"]["path"]): {c["name"]: c["blocking"] for c in n["assetChecksOrError"]["checks"]}
+        for n in nodes
+    }
     assert checks["raw_interactions"] == {"no_row_lost": True}
     assert {"window_gx_suite", "window_no_pii"} <= set(checks["interaction_window"])
 
@@ -124,8 +140,12 @@ def test_one_partition_launched_over_graphql_ingests_into_duckdb(served):
 
     home, server, location = served
     params = {
-        "selector": {"repositoryLocationName": location, "repositoryName": "__repository__",
-                     "jobName": "weekly_retrain", "assetSelection": [{"path": ["raw_interactions"]}]},
+        "selector": {
+            "repositoryLocationName": location,
+            "repositoryName": "__repository__",
+            "jobName": "weekly_retrain",
+            "assetSelection": [{"path": ["raw_interactions"]}],
+        },
         "executionMetadata": {"tags": [{"key": "dagster/partition", "value": WEEK}]},
         "runConfigData": {},
     }

@@ -8,6 +8,7 @@ and injected tool errors, so recovery is rewarded. Level 4: the raw window recor
 Arrow cannot hold the heterogeneous world dicts, so `initial_state`, `user_scenario` and `gold`
 travel as JSON strings; the environment's `reset` accepts either form.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.fields import as_dict
-from training.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
+from training.sandbox.prompting import initial_messages
+from training.tiny.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
 
 LEVELS = (1, 2, 3, 4)
 ADVERSARIAL_PERSONAS = frozenset({"angry", "confused", "terse", "play_dumb", "dumb", "adversarial"})
@@ -55,10 +57,12 @@ class CurriculumReport:
     intents: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"requested": {str(k): v for k, v in self.requested.items()},
-                "rows_per_level": {str(k): v for k, v in self.rows_per_level.items()},
-                "eligible_per_level": {str(k): v for k, v in self.eligible_per_level.items()},
-                "intents": dict(self.intents)}
+        return {
+            "requested": {str(k): v for k, v in self.requested.items()},
+            "rows_per_level": {str(k): v for k, v in self.rows_per_level.items()},
+            "eligible_per_level": {str(k): v for k, v in self.eligible_per_level.items()},
+            "intents": dict(self.intents),
+        }
 
 
 def opening_text(record: Mapping[str, Any]) -> str:
@@ -89,8 +93,11 @@ def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int
     scenario = as_dict(record.get("user_scenario")) or {}
     if str(scenario.get("persona", "")).lower() in ADVERSARIAL_PERSONAS:
         return 3
-    if record.get("intent") in rules.level1_intents and 0 < n_actions <= rules.level1_max_actions \
-            and is_self_contained(record):
+    if (
+        record.get("intent") in rules.level1_intents
+        and 0 < n_actions <= rules.level1_max_actions
+        and is_self_contained(record)
+    ):
         return 1
     if n_actions <= rules.level2_max_actions:
         return 2
@@ -98,7 +105,7 @@ def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int
 
 
 def is_training_task(record: Mapping[str, Any]) -> bool:
-    """Only interactions whose outcome was verified (they carry gold) become tasks (DESIGN 3)."""
+    """Only interactions whose outcome was verified (they carry gold) become tasks."""
     gold = as_dict(record.get("gold"))
     return isinstance(gold, dict) and bool(gold.get("actions") or gold.get("outputs"))
 
@@ -141,8 +148,6 @@ def _row_seed(seed: int, record_id: str, repeat: int) -> int:
 
 def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) -> dict[str, Any]:
     """One dataset row: the prompt plus everything `RetailEnvironment.reset` needs."""
-    from training.prompting import initial_messages
-
     row_seed = _row_seed(seed, str(record.get("interaction_id", "")), repeat)
     dump = lambda value: value if isinstance(value, str) else json.dumps(value, sort_keys=True)  # noqa: E731
     return {
@@ -160,9 +165,13 @@ def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) 
     }
 
 
-def select_rows(records: Iterable[Mapping[str, Any]], mix: Mapping[Any, float] | Iterable[int] = (1,),
-                seed: int = 0, size: int | None = None,
-                rules: LevelRules = LevelRules()) -> tuple[list[dict[str, Any]], CurriculumReport]:
+def select_rows(
+    records: Iterable[Mapping[str, Any]],
+    mix: Mapping[Any, float] | Iterable[int] = (1,),
+    seed: int = 0,
+    size: int | None = None,
+    rules: LevelRules = LevelRules(),
+) -> tuple[list[dict[str, Any]], CurriculumReport]:
     """Rows drawn per level share (seeded; a level is cycled when it has fewer records than asked)."""
     shares = parse_mix(mix)
     by_level: dict[int, list[Mapping[str, Any]]] = {level: [] for level in LEVELS}
@@ -198,13 +207,19 @@ def select_rows(records: Iterable[Mapping[str, Any]], mix: Mapping[Any, float] |
             rows.append(task_row(pool[i % len(pool)], level, seed, repeat=i // len(pool)))
         counts[level] = max(wanted, 0)
     rng.shuffle(rows)
-    report = CurriculumReport(shares, counts, {level: len(by_level[level]) for level in LEVELS},
-                              dict(Counter(row["intent"] for row in rows)))
+    report = CurriculumReport(
+        shares, counts, {level: len(by_level[level]) for level in LEVELS}, dict(Counter(row["intent"] for row in rows))
+    )
     return rows, report
 
 
-def build_dataset(records: Iterable[Mapping[str, Any]], mix: Mapping[Any, float] | Iterable[int] = (1,),
-                  seed: int = 0, size: int | None = None, rules: LevelRules = LevelRules()):
+def build_dataset(
+    records: Iterable[Mapping[str, Any]],
+    mix: Mapping[Any, float] | Iterable[int] = (1,),
+    seed: int = 0,
+    size: int | None = None,
+    rules: LevelRules = LevelRules(),
+):
     """`(datasets.Dataset, CurriculumReport)`: columns prompt, initial_state, user_scenario, gold,
     seed, compact, inject_tool_errors, escalation_was_necessary, level, interaction_id, intent."""
     from datasets import Dataset

@@ -1,5 +1,6 @@
 """A record's JSON fields (`initial_state`, `user_scenario`, `gold`, call arguments) arrive as text
 from the interaction log or DuckDB, or already parsed from a test or the simulator."""
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ folder by itself, so a killed run loses at most `save_steps` steps. At the end t
 saves the model (safetensors + tokenizer + generation config) under `<output_dir>/final` and writes
 `<output_dir>/result.json`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.checkpoints import last_checkpoint, save_final_model
+from training.checkpoints import last_checkpoint, load_policy, save_final_model
+from training.curriculum import build_dataset, tools_for_levels
 from training.grpo_config import ConfigError, GRPORunConfig, to_grpo_config, validate
 from training.reporting import Reporter, make_reporter
+from training.rewards import trl_reward_functions
+from training.sandbox.environment import environment_class
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -44,7 +48,6 @@ def training_environment_class(tools: tuple[str, ...] | None = None):
     terms already come, weighted and logged one by one, through `trl_reward_functions`, so the
     environment's own total would count them twice.
     """
-    from training.environment import environment_class
 
     class TrainingRetailEnvironment(environment_class(tools)):  # type: ignore[misc]
         get_reward = None  # not a function: TRL neither calls it nor exposes it as a tool
@@ -54,8 +57,11 @@ def training_environment_class(tools: tuple[str, ...] | None = None):
 
 
 def _finite_metrics(logs: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in logs.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+    return {
+        k: float(v)
+        for k, v in logs.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+    }
 
 
 def make_callback(reporter: Reporter, config: GRPORunConfig):
@@ -77,8 +83,9 @@ def make_callback(reporter: Reporter, config: GRPORunConfig):
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
-                reporter.progress(state.global_step, state.max_steps,
-                                  step_seconds=round(time.monotonic() - self.step_started, 3))
+                reporter.progress(
+                    state.global_step, state.max_steps, step_seconds=round(time.monotonic() - self.step_started, 3)
+                )
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or not logs:
@@ -90,9 +97,13 @@ def make_callback(reporter: Reporter, config: GRPORunConfig):
                 from mlflow.entities import Metric
 
                 now = int(time.time() * 1000)
-                self.client.log_batch(config.mlflow_run_id, metrics=[
-                    Metric(key=k.replace("@", "_at_"), value=v, timestamp=now, step=state.global_step)
-                    for k, v in values.items()])
+                self.client.log_batch(
+                    config.mlflow_run_id,
+                    metrics=[
+                        Metric(key=k.replace("@", "_at_"), value=v, timestamp=now, step=state.global_step)
+                        for k, v in values.items()
+                    ],
+                )
 
     return ReportingCallback()
 
@@ -102,10 +113,6 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     import torch
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
-
-    from training.bootstrap import load_policy
-    from training.curriculum import build_dataset, tools_for_levels
-    from training.rewards import trl_reward_functions
 
     records = config.records if config.records is not None else load_records(config.records_path)
     dataset, mix = build_dataset(records, config.levels, seed=config.seed, size=config.dataset_size)
@@ -118,7 +125,7 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
         reward_funcs=trl_reward_functions(config.reward_names, config.reward_weights),
         args=args,
         train_dataset=dataset,
-        processing_class=tokenizer,  # explicit: never let TRL load a stock tokenizer (TRL-NOTES trap 1)
+        processing_class=tokenizer,  # explicit: never let TRL load a stock tokenizer in place of ours
         environment_factory=training_environment_class(tools_for_levels(config.levels)),
         callbacks=[callback],
     )
@@ -141,8 +148,12 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
     trainer, mix = build_trainer(config, reporter)
     main = trainer.accelerator.is_main_process
     if main:
-        reporter.log("grpo starting", resumed_from=str(resume.path) if resume else None,
-                     level_mix=mix.to_dict(), config=config.to_dict())
+        reporter.log(
+            "grpo starting",
+            resumed_from=str(resume.path) if resume else None,
+            level_mix=mix.to_dict(),
+            config=config.to_dict(),
+        )
         if trainer.reporting_callback.client is not None:
             trainer.reporting_callback.client.log_dict(config.mlflow_run_id, mix.to_dict(), "curriculum_mix.json")
     output = trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)

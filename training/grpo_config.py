@@ -3,6 +3,7 @@
 Only the knobs this project decides are named here; any other TRL `GRPOConfig` field goes in
 `grpo_overrides` and is passed straight through, so TRL's fields are never restated.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from training.curriculum import CurriculumError, parse_mix
 from training.profiles import PROFILES, profile_kwargs
+from training.rewards import REWARD_TERMS, RewardConfigError, RewardWeights
 
 
 class ConfigError(ValueError):
@@ -60,19 +63,22 @@ class GRPORunConfig:
     grpo_overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "GRPORunConfig":
+    def from_dict(cls, raw: dict[str, Any]) -> GRPORunConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise ConfigError("unknown_field", ",".join(unknown),
-                              f"not a run setting (TRL fields go under 'grpo_overrides'); known: {sorted(known)}")
+            raise ConfigError(
+                "unknown_field",
+                ",".join(unknown),
+                f"not a run setting (TRL fields go under 'grpo_overrides'); known: {sorted(known)}",
+            )
         missing = [name for name in ("model_path", "output_dir") if not raw.get(name)]
         if missing:
             raise ConfigError("missing_field", ",".join(missing), "required")
         return cls(**raw)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "GRPORunConfig":
+    def from_file(cls, path: str | os.PathLike) -> GRPORunConfig:
         """Read a JSON or YAML (by suffix) config file."""
         text = Path(path).read_text(encoding="utf-8")
         if Path(path).suffix in (".yaml", ".yml"):
@@ -108,34 +114,46 @@ def model_context_length(model_path: str) -> int | None:
 
 def validate(config: GRPORunConfig, num_processes: int | None = None) -> None:
     """Raise `ConfigError` for anything that would fail after compute has started."""
-    from training.curriculum import CurriculumError, parse_mix
-    from training.rewards import REWARD_TERMS, RewardConfigError, RewardWeights
-
     processes = num_processes or _world_size()
-    positive = ("max_steps", "num_generations", "per_device_train_batch_size", "max_completion_length",
-                "save_steps", "max_tool_calling_iterations", "gradient_accumulation_steps")
+    positive = (
+        "max_steps",
+        "num_generations",
+        "per_device_train_batch_size",
+        "max_completion_length",
+        "save_steps",
+        "max_tool_calling_iterations",
+        "gradient_accumulation_steps",
+    )
     for name in positive:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError("not_positive", name, f"{value!r} must be an integer >= 1")
     if config.num_generations < 2:
-        raise ConfigError("too_few_generations", "num_generations",
-                          f"{config.num_generations}: GRPO compares at least 2 completions per prompt")
+        raise ConfigError(
+            "too_few_generations",
+            "num_generations",
+            f"{config.num_generations}: GRPO compares at least 2 completions per prompt",
+        )
     batch = config.per_device_train_batch_size * processes * config.gradient_accumulation_steps
     if batch % config.num_generations:
-        raise ConfigError("generations_do_not_divide_batch", "num_generations",
-                          f"{config.num_generations} does not divide the effective batch {batch} "
-                          f"(= per_device_train_batch_size {config.per_device_train_batch_size} x "
-                          f"{processes} processes x gradient_accumulation_steps "
-                          f"{config.gradient_accumulation_steps})")
+        raise ConfigError(
+            "generations_do_not_divide_batch",
+            "num_generations",
+            f"{config.num_generations} does not divide the effective batch {batch} "
+            f"(= per_device_train_batch_size {config.per_device_train_batch_size} x "
+            f"{processes} processes x gradient_accumulation_steps "
+            f"{config.gradient_accumulation_steps})",
+        )
     if not (config.learning_rate > 0 and config.temperature > 0 and config.beta >= 0):
-        raise ConfigError("bad_number", "learning_rate/temperature/beta",
-                          f"{config.learning_rate}/{config.temperature}/{config.beta} must be > 0, > 0, >= 0")
+        raise ConfigError(
+            "bad_number",
+            "learning_rate/temperature/beta",
+            f"{config.learning_rate}/{config.temperature}/{config.beta} must be > 0, > 0, >= 0",
+        )
     names = config.reward_names if config.reward_names is not None else list(REWARD_TERMS)
     unknown = [name for name in names if name not in REWARD_TERMS]
     if unknown or not names:
-        raise ConfigError("unknown_reward_name", "reward_names",
-                          f"{unknown or names} not among {sorted(REWARD_TERMS)}")
+        raise ConfigError("unknown_reward_name", "reward_names", f"{unknown or names} not among {sorted(REWARD_TERMS)}")
     try:
         RewardWeights.from_dict(config.reward_weights)
     except RewardConfigError as err:
@@ -152,15 +170,19 @@ def validate(config: GRPORunConfig, num_processes: int | None = None) -> None:
         raise ConfigError("missing_model", "model_path", f"no model (config.json) at {config.model_path}")
     context = model_context_length(config.model_path)
     if context is not None and config.max_completion_length >= context:
-        raise ConfigError("completion_beyond_context", "max_completion_length",
-                          f"{config.max_completion_length} >= the model's max_position_embeddings {context}")
+        raise ConfigError(
+            "completion_beyond_context",
+            "max_completion_length",
+            f"{config.max_completion_length} >= the model's max_position_embeddings {context}",
+        )
     if config.records is None and not config.records_path:
         raise ConfigError("missing_dataset", "records_path", "give records_path (JSON Lines) or records")
     if config.records_path and not Path(config.records_path).exists():
         raise ConfigError("missing_dataset", "records_path", f"no file at {config.records_path}")
     if (config.mlflow_run_id is None) != (config.mlflow_tracking_uri is None):
-        raise ConfigError("incomplete_mlflow", "mlflow_run_id",
-                          "set both mlflow_tracking_uri and mlflow_run_id, or neither")
+        raise ConfigError(
+            "incomplete_mlflow", "mlflow_run_id", "set both mlflow_tracking_uri and mlflow_run_id, or neither"
+        )
 
 
 def to_grpo_config(config: GRPORunConfig):

@@ -3,6 +3,7 @@
 A profile only sets TRL fields; `grpo_overrides` in the run config still wins over it, so an
 operator can change any knob without a code change.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,7 +36,13 @@ def profile_kwargs(profile: str, use_vllm: bool = False, use_liger: bool = False
         }
         if use_vllm:
             # Colocate: vLLM shares the training GPU; sleep mode frees its memory during the update.
-            kwargs.update({"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
-                           "vllm_enable_sleep_mode": True})
+            kwargs.update(
+                {
+                    "use_vllm": True,
+                    "vllm_mode": "colocate",
+                    "vllm_gpu_memory_utilization": 0.3,
+                    "vllm_enable_sleep_mode": True,
+                }
+            )
         return kwargs
     raise ValueError(f"unknown profile {profile!r}: expected one of {PROFILES}")

@@ -2,9 +2,10 @@
 
 Run by hand, the process prints one JSON object per line on stdout (easy to tail and to parse).
 A launcher that wants the events elsewhere names its own reporter class in $RETRAIN_REPORTER:
-Dagster's training asset injects `orchestration.pipes_reporter:PipesReporter`, which streams them
+Dagster's training asset injects `assets.pipes_reporter:PipesReporter`, which streams them
 through Dagster Pipes. The learner itself never imports an orchestrator.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -68,7 +69,7 @@ def make_reporter() -> Reporter:
     """The reporter named by $RETRAIN_REPORTER (`module:Class`), JSON lines on stdout otherwise.
 
     The launcher injects its own bridge this way (Dagster's training asset names
-    `orchestration.pipes_reporter:PipesReporter`), so the learner never imports the orchestrator.
+    `assets.pipes_reporter:PipesReporter`), so the learner never imports the orchestrator.
     """
     spec = os.environ.get(REPORTER_ENV)
     if not spec:

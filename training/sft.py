@@ -7,6 +7,7 @@ when the curriculum level uses compact results) replace the recorded ones, and t
 kept only when the replay is a verified success. So SFT sees exactly the format GRPO will produce,
 and never a trajectory that fails the verifier. A real instruct model skips this step.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict
-
+from training.rewards import verified_success
+from training.sandbox.environment import call_tool, environment_class
+from training.sandbox.prompting import initial_messages, tool_schemas
+from training.tiny.relabel import customer_names, name_pool, relabel_messages
 
 # Bumped whenever the rendered trajectories change for the same settings (2: compact orders show
 # item and payment ids only when an offered tool takes them), so a cached warm start trained on
@@ -28,7 +33,7 @@ TRAJECTORY_FORMAT = 2
 
 @dataclass(frozen=True)
 class SFTSettings:
-    """Warm-start knobs (TRL-NOTES trap 9: batch 16 and enough steps copy ids well)."""
+    """Warm-start knobs (batch 16 and enough steps copy ids well; batch 32 with half the steps copied them badly)."""
 
     steps: int = 300
     batch_size: int = 16
@@ -37,7 +42,9 @@ class SFTSettings:
     seed: int = 0
     compact: bool = True
     torch_threads: int | None = None  # 1 is far faster when other processes share the cores
-    gradient_checkpointing: bool = False  # TRL's SFT default (True) recomputes activations: ~25% slower, no gain at 1M params
+    gradient_checkpointing: bool = (
+        False  # TRL's SFT default (True) recomputes activations: ~25% slower, no gain at 1M params
+    )
     # The tools listed in the prompt (None: all); training.curriculum.tools_for_levels gives the
     # list a level's GRPO run and evaluation use, so SFT must render the same one.
     tools: tuple[str, ...] | None = None
@@ -47,7 +54,7 @@ class SFTSettings:
     # is what behaviour cloning from a real log gives and what the learning benchmark measures
     # GRPO's improvement over.
     verified_only: bool = True
-    # True: train on relabelled copies (training.relabel), one fresh copy per example drawn, so
+    # True: train on relabelled copies (training.tiny.relabel), one fresh copy per example drawn, so
     # identifiers can be fitted only by copying them. For a freshly built tiny policy, which
     # otherwise memorises the training customers' ids; a real base model does not need it.
     relabel: bool = False
@@ -59,18 +66,24 @@ def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
 
 
-def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int = 0,
-                      tools: tuple[str, ...] | None = None, verified_only: bool = True) -> list[dict] | None:
+def replay_trajectory(
+    record: Mapping[str, Any],
+    compact: bool = True,
+    seed: int = 0,
+    tools: tuple[str, ...] | None = None,
+    verified_only: bool = True,
+) -> list[dict] | None:
     """The record's conversation re-run in the environment offering `tools` (None: all), or None
     when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool)."""
-    from training.environment import call_tool, environment_class
-    from training.prompting import initial_messages
-    from training.rewards import verified_success
-
     env = environment_class(tools)()
-    env.reset(initial_state=record["initial_state"], user_scenario=record.get("user_scenario") or {},
-              gold=record.get("gold"), seed=seed, compact=compact,
-              escalation_was_necessary=record.get("escalation_was_necessary"))
+    env.reset(
+        initial_state=record["initial_state"],
+        user_scenario=record.get("user_scenario") or {},
+        gold=record.get("gold"),
+        seed=seed,
+        compact=compact,
+        escalation_was_necessary=record.get("escalation_was_necessary"),
+    )
     messages: list[dict[str, Any]] = initial_messages(dict(record), seed=seed)
     opened = False
     for message in record.get("messages") or ():
@@ -84,8 +97,13 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
         if not calls:
             messages.append({"role": "assistant", "content": message.get("content") or ""})
             break  # plain text ends a rollout in TRL's tool loop, so it ends the trajectory too
-        messages.append({"role": "assistant", "content": message.get("content") or "",
-                         "tool_calls": [chat_tool_call(c) for c in calls]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.get("content") or "",
+                "tool_calls": [chat_tool_call(c) for c in calls],
+            }
+        )
         for call in calls:
             result = call_tool(env, call["name"], as_dict(call.get("arguments")) or {})
             messages.append({"role": "tool", "name": call["name"], "content": result})
@@ -96,11 +114,10 @@ def replay_trajectory(record: Mapping[str, Any], compact: bool = True, seed: int
     return messages if not verified_only or verified_success(env.episode) else None
 
 
-def _replayed(records: Iterable[Mapping[str, Any]], compact: bool, tools: tuple[str, ...] | None,
-              verified_only: bool) -> list[tuple[list[dict], tuple[str, ...]]]:
+def _replayed(
+    records: Iterable[Mapping[str, Any]], compact: bool, tools: tuple[str, ...] | None, verified_only: bool
+) -> list[tuple[list[dict], tuple[str, ...]]]:
     """(trajectory, customer names) for every replayable record with gold."""
-    from training.relabel import customer_names
-
     out = []
     for record in records:
         if not as_dict(record.get("gold")):
@@ -111,27 +128,32 @@ def _replayed(records: Iterable[Mapping[str, Any]], compact: bool, tools: tuple[
     return out
 
 
-def sft_rows(records: Iterable[Mapping[str, Any]], compact: bool = True,
-             tools: tuple[str, ...] | None = None, verified_only: bool = True,
-             relabelled: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+def sft_rows(
+    records: Iterable[Mapping[str, Any]],
+    compact: bool = True,
+    tools: tuple[str, ...] | None = None,
+    verified_only: bool = True,
+    relabelled: int = 0,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """`{"messages", "tools"}` rows for TRL's SFTTrainer from every replayable record with gold
     (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool).
     `relabelled` > 0: that many rows instead, relabelled copies of the trajectories in turn
-    (training.relabel; names drawn from the replayed customers' own)."""
+    (training.tiny.relabel; names drawn from the replayed customers' own)."""
     return _rows(_replayed(records, compact, tools, verified_only), tools, relabelled, seed)
 
 
-def _rows(replayed: list[tuple[list[dict], tuple[str, ...]]], tools: tuple[str, ...] | None,
-          relabelled: int, seed: int) -> list[dict[str, Any]]:
-    from training.prompting import tool_schemas
-    from training.relabel import name_pool, relabel_messages
-
+def _rows(
+    replayed: list[tuple[list[dict], tuple[str, ...]]], tools: tuple[str, ...] | None, relabelled: int, seed: int
+) -> list[dict[str, Any]]:
     tools_json = json.dumps(list(tool_schemas(tools)))
     if not relabelled or not replayed:
         return [{"messages": messages, "tools": tools_json} for messages, _ in replayed]
     pool, rng = name_pool(names for _, names in replayed), random.Random(seed)
-    return [{"messages": relabel_messages(*replayed[i % len(replayed)], pool, rng), "tools": tools_json}
-            for i in range(relabelled)]
+    return [
+        {"messages": relabel_messages(*replayed[i % len(replayed)], pool, rng), "tools": tools_json}
+        for i in range(relabelled)
+    ]
 
 
 def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list[int]]]:
@@ -148,8 +170,13 @@ def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list
     out = []
     for row in rows:
         encoded = tokenizer.apply_chat_template(
-            row["messages"], tools=json.loads(row["tools"]), chat_template=template, tokenize=True,
-            return_dict=True, return_assistant_tokens_mask=True)
+            row["messages"],
+            tools=json.loads(row["tools"]),
+            chat_template=template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
         out.append({"input_ids": list(encoded["input_ids"]), "assistant_masks": list(encoded["assistant_masks"])})
     return out
 
@@ -176,16 +203,16 @@ def _trainer_class():
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             target = inputs["labels"][:, 1:]
             keep = target != -100
-            hidden = model.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
-                                         use_cache=False).last_hidden_state
+            hidden = model.get_decoder()(
+                input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"), use_cache=False
+            ).last_hidden_state
             logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
             wanted, count = target[keep], keep.sum().clamp(min=1)
             loss = F.cross_entropy(logits, wanted, reduction="sum") / count
             mode = "train" if model.training else "eval"
             with torch.no_grad():
                 log_probs = logits.log_softmax(-1)
-                self._metrics[mode]["mean_token_accuracy"].append(
-                    float((logits.argmax(-1) == wanted).sum() / count))
+                self._metrics[mode]["mean_token_accuracy"].append(float((logits.argmax(-1) == wanted).sum() / count))
                 self._metrics[mode]["entropy"].append(float(-(log_probs.exp() * log_probs).sum() / count))
             if mode == "train" and "attention_mask" in inputs:
                 self._total_train_tokens += int(inputs["attention_mask"].sum())
@@ -199,39 +226,62 @@ class NoTrajectoriesError(ValueError):
     """No record replayed into a verified trajectory: nothing to warm-start on."""
 
 
-def warm_start(base_path: str | os.PathLike, records: Iterable[Mapping[str, Any]], out_path: str | os.PathLike,
-               settings: SFTSettings = SFTSettings(), report: Any = None) -> dict[str, Any]:
+def warm_start(
+    base_path: str | os.PathLike,
+    records: Iterable[Mapping[str, Any]],
+    out_path: str | os.PathLike,
+    settings: SFTSettings = SFTSettings(),
+    report: Any = None,
+) -> dict[str, Any]:
     """SFT the model at `base_path` on verified trajectories; save to `out_path`; a summary dict."""
     from datasets import Dataset
     from trl import SFTConfig
-
-    from training.bootstrap import load_policy
-    from training.checkpoints import save_final_model
 
     if settings.torch_threads:
         import torch
 
         torch.set_num_threads(settings.torch_threads)
     replayed = _replayed(records, settings.compact, settings.tools, settings.verified_only)
-    rows = _rows(replayed, settings.tools,
-                 settings.steps * settings.batch_size if settings.relabel else 0, settings.seed)
+    rows = _rows(
+        replayed, settings.tools, settings.steps * settings.batch_size if settings.relabel else 0, settings.seed
+    )
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
     model, tokenizer = load_policy(base_path)
     out = Path(out_path)
     args = SFTConfig(
-        output_dir=str(out / "sft-work"), max_steps=settings.steps, per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler_type, warmup_steps=min(20, settings.steps // 10),
-        max_length=settings.max_length, seed=settings.seed, use_cpu=True,  # assistant_masks column masks the loss
-        report_to="none", save_strategy="no", logging_steps=max(1, settings.steps // 10), disable_tqdm=True,
-        dataloader_pin_memory=False, gradient_checkpointing=settings.gradient_checkpointing,
+        output_dir=str(out / "sft-work"),
+        max_steps=settings.steps,
+        per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_scheduler_type,
+        warmup_steps=min(20, settings.steps // 10),
+        max_length=settings.max_length,
+        seed=settings.seed,
+        use_cpu=True,  # assistant_masks column masks the loss
+        report_to="none",
+        save_strategy="no",
+        logging_steps=max(1, settings.steps // 10),
+        disable_tqdm=True,
+        dataloader_pin_memory=False,
+        gradient_checkpointing=settings.gradient_checkpointing,
     )
-    trainer = _trainer_class()(model=model, args=args, train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
-                         processing_class=tokenizer)
+    trainer = _trainer_class()(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+        processing_class=tokenizer,
+    )
     output = trainer.train()
     save_final_model(trainer.model, tokenizer, out)
-    summary = {"trajectories": len(replayed), "examples": len(rows), "relabelled": settings.relabel,
-               "steps": settings.steps, "train_loss": float(output.training_loss), "model_path": str(out)}
+    summary = {
+        "trajectories": len(replayed),
+        "examples": len(rows),
+        "relabelled": settings.relabel,
+        "steps": settings.steps,
+        "train_loss": float(output.training_loss),
+        "model_path": str(out),
+    }
     if report is not None:
         report(summary)
     return summary

@@ -1,11 +1,12 @@
 """Rewards: pure functions of an `Episode` (state and audit log), one module per family.
 
-`core` is the verifiable check, `outcome`, `efficiency` and `process` the shaping of DESIGN
-section 5, `registry` the names, weights and TRL adapters.
+`core` is the verifiable check, `outcome`, `efficiency` and `process` the shaping from the
+operators' playbook, `terms` the table of names, weights and TRL adapters.
 """
+
 from training.rewards.core import GoldError, verified_success
 from training.rewards.outcome import outcome_of
-from training.rewards.registry import (
+from training.rewards.terms import (
     REWARD_TERMS,
     RewardConfigError,
     RewardWeights,

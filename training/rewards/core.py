@@ -4,13 +4,14 @@ did the customer hear every gold fact, and did the agent gather the evidence it 
 Everything here reads an `Episode` only (the environment's states and audit log); nothing looks at
 the policy's text except the messages it sent to the customer, which are part of the audit log.
 """
+
 from __future__ import annotations
 
 import json
 import re
 from typing import Any
 
-from training.episode import (
+from training.sandbox.episode import (
     AUTH_TOOLS,
     ESCALATION_TOOL,
     MESSAGE_TOOL,
@@ -18,6 +19,7 @@ from training.episode import (
     AuditEntry,
     Episode,
 )
+from training.sandbox.tools import replay_actions
 
 # Thousands separators only when they group exactly three digits, so "1,2,3" stays three numbers.
 _NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
@@ -77,8 +79,11 @@ def gold_actions(episode: Episode) -> list[dict[str, Any]]:
     if not isinstance(actions, list):
         raise GoldError("gold_actions_not_list", "gold['actions'] must be a list", gold)
     for action in actions:
-        if not isinstance(action, dict) or not isinstance(action.get("name"), str) \
-                or not isinstance(action.get("arguments", {}), dict):
+        if (
+            not isinstance(action, dict)
+            or not isinstance(action.get("name"), str)
+            or not isinstance(action.get("arguments", {}), dict)
+        ):
             raise GoldError("bad_gold_action", f"not a {{name, arguments}} object: {action!r:.200}", gold)
     return actions
 
@@ -89,9 +94,6 @@ def expected_final_state(episode: Episode) -> dict[str, Any]:
     Gold calls that fail in the reference (e.g. a second modification of one order) change nothing,
     exactly as they did when the gold was verified, so their errors are not a reason to reject.
     """
-    # Imported here: the environment may import the rewards for get_reward().
-    from training.environment import replay_actions
-
     final, _errors = replay_actions(episode.initial_state, gold_actions(episode))
     return final
 
@@ -99,7 +101,7 @@ def expected_final_state(episode: Episode) -> dict[str, Any]:
 def state_matches_gold(episode: Episode) -> bool:
     """Final state equals the gold replay, record for record.
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> world = {"users": {}, "orders": {}, "products": {}}
     >>> state_matches_gold(Episode(world, world, [], gold={"actions": [], "outputs": []}))
     True
@@ -115,7 +117,7 @@ def _comparable(state: dict[str, Any]) -> dict[str, Any]:
 def outputs_told(episode: Episode) -> bool:
     """Every gold output string appears in some message sent to the customer.
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> ep = Episode({}, {}, [], told=["Your refund is $54.04."], gold={"actions": [], "outputs": ["54.04"]})
     >>> outputs_told(ep)
     True
@@ -142,7 +144,7 @@ def required_evidence(episode: Episode) -> set[tuple[str, ...]]:
 
     A read-only task (order status), or one whose gold write fails in the reference (insufficient
     gift-card balance), leaves the state untouched, so the state check alone would pass an agent
-    that did nothing (TRL-NOTES trap 8). Required instead: the gold's own non-write calls, and a
+    that did nothing (a policy finds such a hole within tens of steps). Required instead: the gold's own non-write calls, and a
     read of every record the gold's writes name (the order's details, the user's profile), which is
     what the answer to the customer must rest on.
     """
@@ -172,7 +174,7 @@ def verified_success(episode: Episode) -> bool:
     An episode without gold, or whose gold has nothing to check (no calls and no outputs), is never
     a success: nothing certifies it, and "doing nothing" must not pass.
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> world = {"users": {}, "orders": {}, "products": {}}
     >>> verified_success(Episode(world, world, [], gold=None))
     False

@@ -1,11 +1,12 @@
-"""Efficiency shaping: long conversations cost, short verified ones earn (DESIGN section 5).
+"""Efficiency shaping: long conversations cost, short verified ones earn (the operators' playbook).
 
 Actions are `Episode.actions`: every tool call except talking to the customer and thinking.
 """
+
 from __future__ import annotations
 
-from training.episode import Episode
 from training.rewards.core import verified_success
+from training.sandbox.episode import Episode
 
 MAX_ACTIONS = 10  # more than this many actions is penalised
 QUICK_ACTIONS = 3  # a verified success in fewer than this many actions is rewarded
@@ -14,7 +15,7 @@ QUICK_ACTIONS = 3  # a verified success in fewer than this many actions is rewar
 def too_many_actions(episode: Episode) -> float:
     """1.0 when the agent took more than 10 actions (default weight -0.5).
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> reads = [AuditEntry("get_order_details", {"order_id": f"#W{i}"}, "{}", False, False) for i in range(11)]
     >>> too_many_actions(Episode({}, {}, reads))
     1.0
@@ -25,7 +26,7 @@ def too_many_actions(episode: Episode) -> float:
 def quick_completion(episode: Episode) -> float:
     """1.0 for a verified success in fewer than 3 actions (default weight +1).
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> quick_completion(Episode({}, {}, [], gold=None))
     0.0
     """

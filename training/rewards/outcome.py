@@ -1,14 +1,15 @@
-"""Outcome shaping: how the conversation ended (DESIGN section 5, the operators' playbook).
+"""Outcome shaping: how the conversation ended (the operators' playbook).
 
 Each term returns an indicator or a measure; its magnitude (+10 completed, -5 failed, ...) is the
 term's weight in `RewardWeights`, so operators retune the playbook in configuration, not code.
 """
+
 from __future__ import annotations
 
 from typing import Literal
 
-from training.episode import Episode
 from training.rewards.core import verified_success
+from training.sandbox.episode import Episode
 
 Outcome = Literal["completed", "failed", "escalated"]
 
@@ -18,7 +19,7 @@ def outcome_of(episode: Episode) -> Outcome:
 
     Verified success wins over a transfer: the work was done and checked, whatever came after.
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> outcome_of(Episode({}, {}, [], gold=None))
     'failed'
     """
@@ -30,7 +31,7 @@ def outcome_of(episode: Episode) -> Outcome:
 def completed(episode: Episode) -> float:
     """1.0 when the episode is a verified success, else 0.0 (default weight +10).
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> completed(Episode({}, {}, [], gold=None))
     0.0
     """
@@ -40,7 +41,7 @@ def completed(episode: Episode) -> float:
 def failed(episode: Episode) -> float:
     """1.0 when the episode neither succeeded nor was escalated (default weight -5).
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> failed(Episode({}, {}, [], gold=None))
     1.0
     """
@@ -54,7 +55,7 @@ def _escalated(episode: Episode) -> bool:
 def escalated_necessary(episode: Episode) -> float:
     """1.0 for an escalation the record marks as necessary (default weight +2).
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> handoff = AuditEntry("transfer_to_human_agents", {"summary": "x"}, "Transfer successful", False, False)
     >>> escalated_necessary(Episode({}, {}, [handoff], escalation_was_necessary=True))
     1.0
@@ -65,7 +66,7 @@ def escalated_necessary(episode: Episode) -> float:
 def escalated_unnecessary(episode: Episode) -> float:
     """1.0 for an escalation not known to be necessary (unknown counts as unnecessary; weight -1).
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> handoff = AuditEntry("transfer_to_human_agents", {"summary": "x"}, "Transfer successful", False, False)
     >>> escalated_unnecessary(Episode({}, {}, [handoff], escalation_was_necessary=None))
     1.0
@@ -79,7 +80,7 @@ def sentiment(episode: Episode) -> float:
     A negative mood is not punished here: the outcome terms already price failure, and a success
     with a grumpy customer is still a success.
 
-    >>> from training.episode import Episode
+    >>> from training.sandbox.episode import Episode
     >>> sentiment(Episode({}, {}, [], gold=None, sentiment_delta=0.8))
     0.0
     """

@@ -1,15 +1,16 @@
-"""Process penalties: how the agent got there (DESIGN section 5).
+"""Process penalties: how the agent got there (the operators' playbook).
 
 Each term counts violations in the audit log, so two violations cost twice one. Writes count
 whether or not they succeeded: attempting an unjustified or unauthenticated write is the violation.
 """
+
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from training.episode import MESSAGE_TOOL, WRITE_TOOLS, AuditEntry, Episode
 from training.rewards.core import successful_auth_users
+from training.sandbox.episode import MESSAGE_TOOL, WRITE_TOOLS, AuditEntry, Episode
 
 USER_WRITE = "modify_user_address"
 
@@ -44,7 +45,7 @@ def step_order(episode: Episode) -> float:
     An order write needs `get_order_details` of that order first; `modify_user_address` needs
     `get_user_details` of that user. Reading something else does not justify the write.
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> write = AuditEntry("cancel_pending_order", {"order_id": "#W1", "reason": "no longer needed"}, "{}", True, False)
     >>> step_order(Episode({}, {}, [write]))
     1.0
@@ -72,7 +73,7 @@ def skipped_verification(episode: Episode) -> float:
     a record with no known owner counts unless somebody was identified: the write itself will fail,
     and the step-order and outcome terms price that.
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> auth = AuditEntry("find_user_id_by_email", {"email": "a@b.c"}, "ann_1", False, False)
     >>> write = AuditEntry("modify_user_address", {"user_id": "ann_1"}, "{}", True, False)
     >>> skipped_verification(Episode({}, {}, [write])), skipped_verification(Episode({}, {}, [auth, write]))
@@ -99,7 +100,7 @@ def unauthenticated_reads(episode: Episode) -> float:
     read-only task (order status) would pay the same for skipping identification as for doing it.
     Reads of records that do not exist are not counted: they reveal nothing.
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> state = {"orders": {"#W1": {"user_id": "ann_1"}}}
     >>> read = AuditEntry("get_order_details", {"order_id": "#W1"}, "{}", False, False)
     >>> auth = AuditEntry("find_user_id_by_email", {"email": "a@b.c"}, "ann_1", False, False)
@@ -125,7 +126,7 @@ def looping(episode: Episode) -> float:
     return what it returned), or when the earlier call was a write (it either fails or applies the
     change twice). Re-reading an order after writing to it is checking, not looping.
 
-    >>> from training.episode import AuditEntry, Episode
+    >>> from training.sandbox.episode import AuditEntry, Episode
     >>> read = AuditEntry("get_order_details", {"order_id": "#W1"}, "{}", False, False)
     >>> looping(Episode({}, {}, [read, read, read]))
     2.0

@@ -1,0 +1,128 @@
+"""Curriculum level 1: a verified interaction reduced to a short, self-contained task.
+
+A tiny policy cannot yet coax facts out of an angry or confused customer, so level 1 keeps the
+task (same world, same gold, same verifiable reward) and replaces the recorded conversation with
+a cooperative customer whose opening message states everything the gold needs: who they are
+(name and zip when known, else email) and the order and request. Only short single-intent tasks qualify. The
+same transformation serves training (the GRPO dataset) and evaluation of a model trained at this
+level (`EvalConfig.level = 1`), so both see one task format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from training.fields import as_dict
+from training.sandbox.prompting import SYSTEM_POLICY
+
+LEVEL1_INTENTS = ("order_status", "cancel_order")
+LEVEL1_MAX_ACTIONS = 3
+# The tools a level-1 task can need. A level-1 policy is offered only these: the fifteen schemas
+# of the full tool set would be two thirds of a tiny policy's prompt, paid on every turn.
+LEVEL1_TOOLS = (
+    "find_user_id_by_email",
+    "find_user_id_by_name_zip",
+    "get_order_details",
+    "cancel_pending_order",
+    "send_message_to_customer",
+    "transfer_to_human_agents",
+)
+
+
+def _by_name_zip(known: Mapping[str, Any]) -> bool:
+    # Name and zip are preferred when known: two short names spelled a letter a token and a zip
+    # of five digits are easier for a tiny policy to copy into its first call than a 20-character
+    # email, and the customer's message says them the same way the call does.
+    return bool(known.get("first_name") and known.get("last_name") and known.get("zip"))
+
+
+def _identity(known: Mapping[str, Any]) -> str | None:
+    if _by_name_zip(known):
+        return f"I am {known['first_name']} {known['last_name']}, zip code {known['zip']}"
+    if known.get("email"):
+        return f"my email is {known['email']}"
+    return None
+
+
+def level1_opening(
+    record: Mapping[str, Any], intents: tuple[str, ...] = LEVEL1_INTENTS, max_actions: int = LEVEL1_MAX_ACTIONS
+) -> str | None:
+    """The cooperative customer's first message, or None when the record is not a level-1 task."""
+    gold = as_dict(record.get("gold"))
+    actions = gold.get("actions") or []
+    if record.get("intent") not in intents or not 0 < len(actions) <= max_actions:
+        return None
+    known = as_dict(record.get("user_scenario")).get("known_info") or {}
+    identity, orders = _identity(known), known.get("order_ids") or []
+    if identity is None or len(orders) != 1:
+        return None
+    if record["intent"] == "order_status":
+        return f"Hi, {identity}. What is the status of order {orders[0]}?"
+    reason = next((a["arguments"].get("reason") for a in actions if a.get("name") == "cancel_pending_order"), None)
+    if not reason:
+        return None
+    return f"Hi, {identity}. Please cancel order {orders[0]}, reason: {reason}."
+
+
+def as_level1(
+    record: Mapping[str, Any], intents: tuple[str, ...] = LEVEL1_INTENTS, max_actions: int = LEVEL1_MAX_ACTIONS
+) -> dict[str, Any] | None:
+    """A copy of `record` as a level-1 task (cooperative customer, stated opening), or None."""
+    opening = level1_opening(record, intents, max_actions)
+    if opening is None:
+        return None
+    scenario = dict(as_dict(record.get("user_scenario")))
+    scenario["persona"] = "polite forthcoming"
+    task = dict(record)
+    task["user_scenario"] = scenario
+    task["messages"] = [{"role": "system", "content": SYSTEM_POLICY}, {"role": "user", "content": opening}]
+    return task
+
+
+def _call(name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    # Tool results are filled in by training.sft.replay_trajectory, which re-runs the calls.
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]},
+        {"role": "tool", "name": name, "content": ""},
+    ]
+
+
+def level1_demonstration(task: Mapping[str, Any], escalate: bool = False) -> dict[str, Any]:
+    """The expert conversation for a level-1 task (from `as_level1`): authenticate, read, act, tell.
+
+    This is what SFT warm-starts a tiny policy on, so it can emit the calls GRPO then improves.
+    `escalate=True` gives instead what an over-cautious production agent logs (the
+    `unnecessary_escalation` mistake of `training.traffic.agents`): it authenticates and reads the order,
+    then hands the customer to a human rather than acting. Such a conversation never verifies.
+    """
+    known = as_dict(task["user_scenario"]).get("known_info") or {}
+    order_id = known["order_ids"][0]
+    state = as_dict(task["initial_state"])
+    if _by_name_zip(known):
+        auth = (
+            "find_user_id_by_name_zip",
+            {"first_name": known["first_name"], "last_name": known["last_name"], "zip": known["zip"]},
+        )
+    else:
+        auth = ("find_user_id_by_email", {"email": known["email"]})
+    messages = list(task["messages"]) + _call(*auth) + _call("get_order_details", {"order_id": order_id})
+    if escalate:
+        summary = (
+            f"Customer wants order {order_id} cancelled."
+            if task["intent"] == "cancel_order"
+            else f"Customer asks for the status of order {order_id}."
+        )
+        messages += _call("transfer_to_human_agents", {"summary": summary})
+        return {**task, "messages": messages}
+    if task["intent"] == "cancel_order":
+        reason = next(
+            a["arguments"]["reason"] for a in as_dict(task["gold"])["actions"] if a["name"] == "cancel_pending_order"
+        )
+        messages += _call("cancel_pending_order", {"order_id": order_id, "reason": reason})
+        told = f"Order {order_id} is cancelled."
+    else:
+        told = f"Order {order_id} is {state['orders'][order_id]['status']}."
+    messages += _call("send_message_to_customer", {"message": told})
+    messages.append({"role": "assistant", "content": "Thank you."})
+    return {**task, "messages": messages}

@@ -1,0 +1,96 @@
+"""Identifier relabelling: SFT copies of a trajectory that can be fitted only by copying.
+
+A policy must copy the customer's name, zip and order id from the conversation into its calls.
+A tiny policy SFT-trained on a few hundred real trajectories fits the identifiers by memorising
+them instead (each training customer's zip follows from their name after a few epochs), and
+then writes a training customer's zip for a customer it never saw: measured in
+bench/results/learning.md, copying took ~1,000 SFT steps to emerge. Relabelling removes the
+shortcut: each copy of a trajectory gets fresh identifiers, consistently throughout the
+conversation (every identifier-like run of digits becomes another run of the same length; the
+customer's names become other names from the log; amounts are kept), so an identifier in a call is predictable only from
+where it appears earlier in the same conversation. The system prompt and the tool schemas are
+left as they are, and the structure (which tool, which argument, which words) never changes.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from training.fields import as_dict
+
+# Identifiers are runs of four or more digits (zip, order id, user id suffix, item and payment
+# ids). Shorter runs and any run inside a decimal amount are left alone: prices, refunds and
+# counts must still add up the way the conversation states them.
+_DIGIT_RUN = re.compile(r"(?<![\d.])\d{4,}(?![\d])(?!\.\d)")
+
+
+def customer_names(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """The customer's first and last name as the scenario knows them (empty when unknown)."""
+    known = as_dict(record.get("user_scenario")).get("known_info") or {}
+    return tuple(str(known[k]) for k in ("first_name", "last_name") if known.get(k))
+
+
+def name_pool(names: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """Every name in `names` (one sequence per customer, e.g. from `customer_names`): the names a
+    relabelled copy draws from (a log's own names, so the tokenizer built on that log spells them)."""
+    return tuple(sorted({name for customer in names for name in customer}))
+
+
+class Relabeller:
+    """One consistent renaming: the same digit run or name maps to the same replacement."""
+
+    def __init__(self, names: Sequence[str], pool: Sequence[str], rng: random.Random):
+        self._rng = rng
+        self._digits: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+        for name in names:
+            if name not in self._names:
+                new = rng.choice(pool) if pool else name
+                self._names[name], self._names[name.lower()] = new, new.lower()
+        words = sorted(self._names, key=len, reverse=True)
+        # Letters only as the boundary: a user id (`omar_schmidt_5859`) or an email spells the
+        # name between underscores and dots, which `\b` would not split.
+        alternatives = "|".join(map(re.escape, words))
+        self._name_re = re.compile(rf"(?<![A-Za-z])({alternatives})(?![A-Za-z])") if words else None
+
+    def _digit_run(self, match: re.Match) -> str:
+        run = match.group(0)
+        if run not in self._digits:
+            self._digits[run] = "".join(self._rng.choice("0123456789") for _ in run)
+        return self._digits[run]
+
+    def text(self, value: str) -> str:
+        value = _DIGIT_RUN.sub(self._digit_run, value)
+        if self._name_re is not None:
+            value = self._name_re.sub(lambda m: self._names[m.group(0)], value)
+        return value
+
+    def value(self, value: Any) -> Any:
+        """Strings relabelled, inside dicts and lists too; numbers and other values as they are."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {key: self.value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        return value
+
+
+def relabel_messages(
+    messages: Sequence[Mapping[str, Any]], names: Sequence[str], pool: Sequence[str], rng: random.Random
+) -> list[dict[str, Any]]:
+    """A copy of a chat-form trajectory with its identifiers relabelled (the system message kept)."""
+    relabeller = Relabeller(names, pool, rng)
+    out = []
+    for message in messages:
+        if message.get("role") == "system":
+            out.append(dict(message))
+            continue
+        copy = {
+            key: relabeller.value(item) if key in ("content", "tool_calls") else item for key, item in message.items()
+        }
+        out.append(copy)
+    return out

@@ -1,0 +1,374 @@
+"""The production agent of simulated traffic: a scripted policy with realistic mistakes.
+
+It drives a real `RetailEnvironment` conversation with the persona customer: greets, asks for
+identification and parses the customer's answer, authenticates, reads the order, proposes the
+change, performs it (or tells the fact, or hands over to a person) and says goodbye. What it wants
+to do comes from the scenario's gold (it "understands" the request perfectly); everything it knows
+about the customer's identity comes from the conversation itself. Mistakes are drawn per
+conversation from `mistake_rates`; with every rate at zero it is the expert, whose trajectories are
+verified successful. `run_policy` drives any model policy (`act(conversations)`) instead.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from training.sandbox.environment import RetailEnvironment, call_tool
+from training.sandbox.episode import Episode
+from training.sandbox.prompting import initial_messages
+from training.traffic.scenarios import Scenario
+
+MISTAKES = (
+    "wrong_order",
+    "cancel_non_pending",
+    "unnecessary_escalation",
+    "looping",
+    "skipped_authentication",
+    "wrong_item",
+)
+DEFAULT_MISTAKE_RATES: dict[str, float] = {
+    "wrong_order": 0.03,
+    "cancel_non_pending": 0.02,
+    "unnecessary_escalation": 0.03,
+    "looping": 0.02,
+    "skipped_authentication": 0.03,
+    "wrong_item": 0.03,
+}
+EXPERT_RATES: dict[str, float] = {name: 0.0 for name in MISTAKES}
+# When several mistakes are drawn for one conversation, the one that derails it earliest wins.
+_PRECEDENCE = ("unnecessary_escalation", "looping", "cancel_non_pending", "wrong_order", "wrong_item")
+_LOOP_REPEATS = 8
+_MAX_ID_ASKS = 3
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_NAME_ZIP = re.compile(r"name is ([A-Z][\w'-]*) ([A-Z][\w' -]*?) and my zip code is (\d{5})")
+_ASK_ID = (
+    "Thanks for reaching out, I'm happy to help. To verify your identity, could you please provide "
+    "your email, or your first name, last name and zip code?"
+)
+_ASK_ID_AGAIN = (
+    "I understand. I do need to verify your identity before I can look at your account. Could you "
+    "please provide your email, or your name and zip code?"
+)
+
+
+class AgentConfigError(ValueError):
+    """Bad mistake rates (unknown name or a rate outside [0, 1])."""
+
+
+def validate_mistake_rates(rates: Mapping[str, float] | None) -> dict[str, float]:
+    """Full rate dict (missing names default to DEFAULT_MISTAKE_RATES); rejects unknown names."""
+    if rates is None:
+        return dict(DEFAULT_MISTAKE_RATES)
+    unknown = sorted(set(rates) - set(MISTAKES))
+    if unknown:
+        raise AgentConfigError(f"unknown mistake(s) {unknown}; known: {list(MISTAKES)}")
+    for name, rate in rates.items():
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+            raise AgentConfigError(f"mistake rate {name}={rate!r} must be a number in [0, 1]")
+    return {name: float(rates.get(name, DEFAULT_MISTAKE_RATES[name])) for name in MISTAKES}
+
+
+@dataclass
+class Conversation:
+    """One finished conversation: contract-form messages, the environment it ran in, what went wrong."""
+
+    messages: list[dict[str, Any]]
+    env: RetailEnvironment
+    mistakes: list[str] = field(default_factory=list)
+
+    @property
+    def episode(self) -> Episode:
+        return self.env.episode
+
+
+class ModelPolicy(Protocol):
+    """Any policy: the next assistant message for each live conversation (evaluation.policy shape)."""
+
+    def act(self, conversations: list[list[dict[str, Any]]]) -> list[dict[str, Any]]: ...
+
+
+def start_conversation(scenario: Scenario, seed: int) -> tuple[RetailEnvironment, list[dict[str, Any]]]:
+    """A reset environment for the scenario and the opening messages (system policy, customer)."""
+    env = RetailEnvironment()
+    env.reset(
+        initial_state=scenario.initial_state,
+        user_scenario=scenario.user_scenario,
+        gold=scenario.gold,
+        seed=seed,
+        escalation_was_necessary=scenario.escalation_was_necessary,
+        customer_id=scenario.user_id,
+    )
+    # The environment's simulator has already spoken its opening for this (scenario, seed);
+    # initial_messages rebuilds the same words without advancing that simulator.
+    return env, initial_messages({"user_scenario": scenario.user_scenario}, seed=seed)
+
+
+class _Turns:
+    """Appends each tool call and its result to the transcript in contract form."""
+
+    def __init__(self, env: RetailEnvironment, messages: list[dict[str, Any]]) -> None:
+        self.env, self.messages = env, messages
+
+    def call(self, name: str, arguments: dict[str, Any]) -> str:
+        self.messages.append(
+            {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+        )
+        result = call_tool(self.env, name, arguments)
+        self.messages.append({"role": "tool", "name": name, "content": result})
+        return result
+
+    def say(self, text: str) -> str:
+        return self.call("send_message_to_customer", {"message": text})
+
+
+def _parse_identity(text: str) -> dict[str, str] | None:
+    if m := _NAME_ZIP.search(text):
+        return {"first_name": m.group(1), "last_name": m.group(2), "zip": m.group(3)}
+    if m := _EMAIL.search(text):
+        return {"email": m.group(0)}
+    return None
+
+
+class ScriptedAgent:
+    """The scripted production agent; `mistake_rates` all zero makes it the expert."""
+
+    def __init__(self, mistake_rates: Mapping[str, float] | None = None) -> None:
+        self.rates = validate_mistake_rates(mistake_rates)
+
+    def draw_mistakes(self, scenario: Scenario, rng: random.Random) -> list[str]:
+        """The mistakes this conversation will make: drawn per rate, kept if applicable, one derailer at most."""
+        drawn = [name for name in MISTAKES if rng.random() < self.rates[name]]
+        applicable = [name for name in drawn if mistake_applicable(name, scenario)]
+        derailer = next((name for name in _PRECEDENCE if name in applicable), None)
+        return [name for name in applicable if name == "skipped_authentication" or name == derailer]
+
+    def run(self, scenario: Scenario, seed: int = 0) -> Conversation:
+        """Play one conversation to its end; deterministic for (scenario, seed)."""
+        rng = random.Random(f"agent:{seed}")
+        mistakes = self.draw_mistakes(scenario, rng)
+        env, messages = start_conversation(scenario, seed)
+        _Script(scenario, _Turns(env, messages), mistakes, rng).play()
+        return Conversation(messages, env, mistakes)
+
+
+def _other_orders(scenario: Scenario) -> list[str]:
+    return [oid for oid in scenario.initial_state["orders"] if oid != scenario.order_id]
+
+
+def mistake_applicable(mistake: str, scenario: Scenario) -> bool:
+    """Whether `mistake` can happen in `scenario` (e.g. a wrong order needs a second order)."""
+    intent, orders = scenario.intent, scenario.initial_state["orders"]
+    if mistake in ("skipped_authentication", "looping"):
+        return True
+    if mistake == "unnecessary_escalation":
+        return intent != "other"
+    if mistake == "cancel_non_pending":
+        return intent in ("return_items", "exchange_items")
+    if mistake == "wrong_order":
+        if intent == "order_status":  # a wrong order with the same status would still answer right
+            status = orders[scenario.order_id]["status"]
+            return any(orders[o]["status"] != status for o in _other_orders(scenario))
+        return scenario.write is not None and scenario.order_id is not None and bool(_other_orders(scenario))
+    if mistake == "wrong_item":
+        write = scenario.write
+        if write is None or "item_ids" not in write["arguments"]:
+            return False
+        chosen = set(write["arguments"]["item_ids"])
+        return any(item["item_id"] not in chosen for item in orders[scenario.order_id]["items"])
+    raise AgentConfigError(f"unknown mistake {mistake!r}")
+
+
+class _Script:
+    """One conversation of the scripted agent (see the module docstring for the flow)."""
+
+    def __init__(self, scenario: Scenario, turns: _Turns, mistakes: list[str], rng: random.Random) -> None:
+        self.s, self.t, self.mistakes, self.rng = scenario, turns, mistakes, rng
+
+    def play(self) -> None:
+        if "skipped_authentication" not in self.mistakes and not self._authenticate():
+            self._end("I'm sorry, I could not verify your identity, so I can't make changes today. Goodbye.")
+            return
+        if "unnecessary_escalation" in self.mistakes:
+            self._transfer("Customer request looks complicated; handing over.")
+            return
+        if "looping" in self.mistakes:
+            self._loop(self._read_target())
+            return
+        if self.s.intent == "other":
+            self._transfer(self.s.gold["actions"][-1]["arguments"]["summary"])
+            return
+        read = self._read_target()
+        if self.s.intent == "order_status":
+            self._tell_status(read)
+            return
+        self._write()
+
+    def _authenticate(self) -> bool:
+        reply = self.t.say(_ASK_ID)
+        for attempt in range(_MAX_ID_ASKS):
+            identity = _parse_identity(reply)
+            if identity is not None:
+                tool = "find_user_id_by_email" if "email" in identity else "find_user_id_by_name_zip"
+                if not self.t.call(tool, identity).startswith("Error"):
+                    return True
+            if attempt + 1 < _MAX_ID_ASKS:
+                reply = self.t.say(_ASK_ID_AGAIN)
+        return False
+
+    def _transfer(self, summary: str) -> None:
+        # No announcement first: the persona customer leaves on hearing "transfer", and a rollout
+        # stops as soon as the customer has left, so the hand-over itself would never happen.
+        self.t.call("transfer_to_human_agents", {"summary": summary})
+
+    def _end(self, text: str) -> None:
+        if not self.t.env.simulator.finished:
+            self.t.say(text)
+
+    def _target_order(self) -> str | None:
+        if "wrong_order" not in self.mistakes:
+            return self.s.order_id
+        orders = self.s.initial_state["orders"]
+        others = _other_orders(self.s)
+        if self.s.intent == "order_status":
+            others = [o for o in others if orders[o]["status"] != orders[self.s.order_id]["status"]]
+        return self.rng.choice(others)
+
+    def _read_target(self) -> tuple[str, dict[str, Any]]:
+        """(name, arguments) of the read that justifies the action; performs it."""
+        order_id = self._target_order()
+        if order_id is None:
+            read = ("get_user_details", {"user_id": self.s.user_id})
+        else:
+            read = ("get_order_details", {"order_id": order_id})
+        self.result = self.t.call(*read)
+        return read
+
+    def _loop(self, read: tuple[str, dict[str, Any]]) -> None:
+        for _ in range(_LOOP_REPEATS):
+            self.t.call(*read)
+        self._end("I'm sorry, I'm having trouble with our system right now. Please try again later.")
+
+    def _tell_status(self, read: tuple[str, dict[str, Any]]) -> None:
+        order_id = read[1]["order_id"]
+        status = json.loads(self.result)["status"] if not self.result.startswith("Error") else "unknown"
+        self.t.say(f"Your request has been completed: order {order_id} is currently {status}.")
+        self._end("Is there anything else I can help you with? Have a great day!")
+
+    def _write(self) -> None:
+        write = self.s.write
+        assert write is not None  # every non-read, non-escalation scenario has a gold write
+        name, arguments = write["name"], dict(write["arguments"])
+        if "order_id" in arguments:
+            arguments["order_id"] = self._target_order()
+        if "cancel_non_pending" in self.mistakes:
+            name, arguments = "cancel_pending_order", {"order_id": arguments["order_id"], "reason": "no longer needed"}
+        if "wrong_item" in self.mistakes:
+            arguments = self._swap_item(arguments)
+        for product_id in self._products_of(arguments):
+            self.t.call("get_product_details", {"product_id": product_id})
+        self.t.say(_proposal(name, arguments, self.s))
+        result = self.t.call(name, arguments)
+        if result.startswith("Error"):
+            self._end(f"I'm sorry, I was unable to complete that: {result[len('Error: ') :]}. Have a good day.")
+            return
+        self.t.say(_confirmation(name, arguments, self.s))
+        self._end("Is there anything else I can help you with? Have a great day!")
+
+    def _swap_item(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        chosen = list(arguments["item_ids"])
+        order = self.s.initial_state["orders"][self.s.order_id]
+        spare = [item["item_id"] for item in order["items"] if item["item_id"] not in chosen]
+        chosen[self.rng.randrange(len(chosen))] = self.rng.choice(spare)
+        return {**arguments, "item_ids": sorted(chosen) if "new_item_ids" not in arguments else chosen}
+
+    def _products_of(self, arguments: dict[str, Any]) -> list[str]:
+        if "new_item_ids" not in arguments:
+            return []
+        order = self.s.initial_state["orders"].get(arguments["order_id"], {"items": []})
+        by_item = {item["item_id"]: item["product_id"] for item in order["items"]}
+        return list(dict.fromkeys(by_item[i] for i in arguments["item_ids"] if i in by_item))
+
+
+# Worded so the persona customer recognises the action proposed, then the action done.
+_PROPOSALS = {
+    "cancel_pending_order": "I can cancel order {o} (reason: {reason}).",
+    "return_delivered_order_items": "I can return the {items} from order {o}, refunded to {pm}.",
+    "exchange_delivered_order_items": "I can exchange the {items} from order {o} for the new variant, settling "
+    "any price difference with {pm}.",
+    "modify_pending_order_items": "I can modify the {items} in order {o} to the new variant, settling any price "
+    "difference with {pm}.",
+    "modify_pending_order_address": "I can update the shipping address of order {o} to {address}.",
+    "modify_pending_order_payment": "I can switch the payment method of order {o} to {pm}.",
+    "modify_user_address": "I can update the default address on your account to {address}.",
+}
+_DONE_TEXT = {
+    "cancel_pending_order": "Order {o} has been cancelled.",
+    "return_delivered_order_items": "The return of order {o} has been requested.",
+    "exchange_delivered_order_items": "The exchange for order {o} has been requested.",
+    "modify_pending_order_items": "The items of order {o} have been modified.",
+    "modify_pending_order_address": "The shipping address of order {o} has been updated.",
+    "modify_pending_order_payment": "The payment method of order {o} has been updated.",
+    "modify_user_address": "Your default address has been updated.",
+}
+
+
+def _fill(template: str, a: dict[str, Any], scenario: Scenario) -> str:
+    order = scenario.initial_state["orders"].get(scenario.order_id or "", {"items": []})
+    names = {item["item_id"]: item["name"] for item in order["items"]}
+    address = ", ".join(str(a.get(k)) for k in ("address1", "address2", "city", "state", "zip", "country"))
+    return template.format(
+        o=a.get("order_id"),
+        reason=a.get("reason"),
+        pm=a.get("payment_method_id"),
+        items=" and the ".join(names.get(i, f"item {i}") for i in a.get("item_ids", [])),
+        address=address,
+    )
+
+
+def _proposal(name: str, a: dict[str, Any], scenario: Scenario) -> str:
+    """The confirmation question for a write."""
+    return _fill(_PROPOSALS[name], a, scenario) + " Shall I proceed?"
+
+
+def _confirmation(name: str, a: dict[str, Any], scenario: Scenario) -> str:
+    """The report after a successful write."""
+    return _fill(_DONE_TEXT[name], a, scenario)
+
+
+def run_policy(policy: ModelPolicy, scenario: Scenario, seed: int = 0, max_turns: int = 30) -> Conversation:
+    """Drive one conversation with a model policy; ends on a transfer, a turn without tool calls, or max_turns."""
+    env, messages = start_conversation(scenario, seed)
+    for _ in range(max_turns):
+        message = policy.act([messages])[0]
+        raw = list(message.get("tool_calls") or [])
+        # The record must hold a string name and an object of arguments whatever the model emitted;
+        # the environment still sees the raw call and answers a malformed one with an Error.
+        calls = [
+            {
+                "name": str(c.get("name")),
+                "arguments": c["arguments"]
+                if isinstance(c.get("arguments"), dict)
+                else {"raw": str(c.get("arguments"))[:500]},
+            }
+            for c in raw
+        ]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": str(message.get("content") or ""),
+                **({"tool_calls": calls} if calls else {}),
+            }
+        )
+        for call, original in zip(calls, raw):
+            result = call_tool(env, original.get("name"), original.get("arguments") or {})
+            messages.append({"role": "tool", "name": call["name"], "content": result})
+            if env.done:  # as in evaluation rollouts: nothing runs after a transfer or a departure
+                break
+        if not calls or env.done:
+            break
+    return Conversation(messages, env, [])
