@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,15 +96,7 @@ class ImportSummary:
     disagreements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "rater": self.rater,
-            "labels": self.labels,
-            "inserted": self.inserted,
-            "unchanged": self.unchanged,
-            "positives": self.positives,
-            "disagreements": self.disagreements,
-        }
+        return asdict(self)
 
 
 def check_rater(rater: Any) -> str:
@@ -296,7 +288,8 @@ def import_labels(
         problems = sorted(problems + store_problems, key=lambda p: p.line_no)
         if problems:
             raise LabelFileError(str(path), problems)
-        rows = [(x.interaction_id, x.rater, x.task_success, x.labeled_at, x.note, str(path), now) for x in new]
+        source = str(Path(path).resolve())
+        rows = [(x.interaction_id, x.rater, x.task_success, x.labeled_at, x.note, source, now) for x in new]
         if rows:
             con.executemany("INSERT INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         con.commit()
