@@ -129,3 +129,27 @@ def test_cli_and_dagster_read_the_same_mlflow_settings(home, monkeypatch):
     resources = default_resources()
     assert isinstance(resources["mlflow"], MLflowTracking) and resources["mlflow"].model_name == "shop-agent"
     assert resources["mlflow"].uri(home) == "http://mlflow.internal:5000"
+
+
+def test_a_bad_grpo_setting_fails_before_any_compute_or_mlflow_run(landed):
+    """The asset validates the run config it builds, so a bad setting never starts the trainer."""
+    from assets.handoffs import PolicyBase
+    from assets.partitions import weekly_partitions
+    from evaluation.registry import mlflow_client
+
+    @dg.asset(name="policy_base", partitions_def=weekly_partitions)
+    def stub_policy_base():
+        return PolicyBase(path=str(landed.models / "none"), source="base_model")
+
+    config = {"ops": {"grpo_candidate": {"config": {"num_generations": 3, "per_device_train_batch_size": 4}}}}
+    result = _materialize(
+        [data.raw_interactions, data.interaction_window, data.window_splits, stub_policy_base, training.grpo_candidate],
+        config,
+    )
+    assert not result.success
+    [failure] = result.get_step_failure_events()
+    assert failure.step_key == "grpo_candidate"
+    description = failure.step_failure_data.user_failure_data.description
+    assert "generations_do_not_divide_batch" in description and "'num_generations'" in description
+    assert not list(landed.week_dir(WEEK).glob("run-*/grpo_config.json"))
+    assert mlflow_client(landed.mlflow_uri).search_experiments(filter_string="name != 'Default'") == []
