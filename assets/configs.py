@@ -40,11 +40,12 @@ def config_from_dataclass(
     prefix: str = "",
     defaults: Mapping[str, Any] | None = None,
     module: str | None = None,
+    doc: str | None = None,
 ) -> type[dg.Config]:
     """A Dagster `Config` subclass of `base` with a field `prefix + f.name` per field `f` of the
     dataclass `source` (minus `exclude`, which the asset supplies itself): same type, default
     (unless `defaults` names it) and help. `module` names where the class lives, for Dagster's
-    and pickle's references to it."""
+    and pickle's references to it; `doc` is its docstring (default: `base`'s, else `source`'s)."""
     defaults = dict(defaults or {})
     hints = typing.get_type_hints(source)
     excluded = set(exclude)
@@ -61,7 +62,7 @@ def config_from_dataclass(
     clash = set(fields) & set(base.model_fields)
     if clash:
         raise TypeError(f"{name}: {sorted(clash)} are declared both on {base.__name__} and {source.__name__}")
-    doc = base.__doc__ if base is not dg.Config else source.__doc__
+    doc = doc or (base.__doc__ if base is not dg.Config else source.__doc__)
     return pydantic.create_model(name, __base__=base, __doc__=doc, __module__=module or __name__, **fields)
 
 

@@ -68,7 +68,12 @@ SUPPLIED_BY_ASSET = (
     "mlflow_run_id",
 )
 GRPOTrainingConfig = config_from_dataclass(
-    GRPORunConfig, "GRPOTrainingConfig", exclude=SUPPLIED_BY_ASSET, module=__name__
+    GRPORunConfig,
+    "GRPOTrainingConfig",
+    exclude=SUPPLIED_BY_ASSET,
+    module=__name__,
+    doc="The knobs of a GRPO update (training.grpo_config.GRPORunConfig's own fields); any other TRL "
+    "GRPOConfig field goes in `grpo_overrides`.",
 )
 
 
