@@ -5,6 +5,7 @@ import json
 
 import dagster as dg
 
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow, WindowSplits
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from assets.weekdata import week_dir
@@ -77,10 +78,10 @@ def _run_metrics(calibration: dict, shadow: dict) -> tuple[dict, dict]:
 def promotion_gate(
     context: dg.AssetExecutionContext,
     config: GateSettings,
-    interaction_window: dict,
-    window_splits: dict,
-    policy_base: dict,
-    grpo_candidate: dict,
+    interaction_window: ValidatedWindow,
+    window_splits: WindowSplits,
+    policy_base: PolicyBase,
+    grpo_candidate: GRPOCandidate,
     calibration_report: dict,
     shadow_report: dict,
     home: HomeResource,
@@ -95,12 +96,12 @@ def promotion_gate(
         GateInputs(
             candidate,
             baseline,
-            data_valid=bool(interaction_window["validation_success"]),
+            data_valid=bool(interaction_window.validation_success),
             proxy_rewards=calibration_report["proxy_rewards"],
             human_success=calibration_report["human_success"],
-            training_rewards=grpo_candidate["reward_curve"],
-            baseline_kind="champion" if policy_base["source"] == "champion" else "base_model",
-            data_detail=", ".join(interaction_window.get("failed_expectations", [])),
+            training_rewards=grpo_candidate.reward_curve,
+            baseline_kind="champion" if policy_base.source == "champion" else "base_model",
+            data_detail=", ".join(interaction_window.failed_expectations),
         ),
         GateConfig(**config.model_dump()),
     )
@@ -110,14 +111,14 @@ def promotion_gate(
         mlflow.uri(h),
         WeekRun(
             week=context.partition_key,
-            window_hash=interaction_window["content_hash"],
-            window_frame=pd.DataFrame({"rows": [interaction_window["rows"]]}),
+            window_hash=interaction_window.content_hash,
+            window_frame=pd.DataFrame({"rows": [interaction_window.rows]}),
             gate_report=report,
             params={
-                "candidate_path": grpo_candidate["path"],
-                "baseline_path": policy_base["path"],
-                "baseline_source": policy_base["source"],
-                "window_rows": interaction_window["rows"],
+                "candidate_path": grpo_candidate.path,
+                "baseline_path": policy_base.path,
+                "baseline_source": policy_base.source,
+                "window_rows": interaction_window.rows,
             },
             metrics=metrics,
             tool_distribution=tools,
@@ -125,28 +126,28 @@ def promotion_gate(
                 "candidate": calibration_report["candidate"]["failure_modes"],
                 "champion": calibration_report["baseline"]["failure_modes"],
             },
-            reward_curve=grpo_candidate["reward_curve"],
+            reward_curve=grpo_candidate.reward_curve,
             samples=samples,
-            validation={"success": interaction_window["validation_success"]},
+            validation={"success": interaction_window.validation_success},
             tags={"dagster_run_id": context.run_id, "dagster_run_url": _dagster_run_url(context.run_id)},
         ),
-        run_id=grpo_candidate["mlflow_run_id"],
+        run_id=grpo_candidate.mlflow_run_id,
         artifact_location=h.mlflow_artifacts.as_uri(),
     )
     lineage = {
         "week": context.partition_key,
-        "window_hash": interaction_window["content_hash"],
-        "validation": "passed" if interaction_window["validation_success"] else "failed",
+        "window_hash": interaction_window.content_hash,
+        "validation": "passed" if interaction_window.validation_success else "failed",
         "run_id": run_id,
         "dagster_run_id": context.run_id,
-        "window_rows": interaction_window["rows"],
+        "window_rows": interaction_window.rows,
         "calibration_rows": calibration_report["set"]["rows"],
         "shadow_rows": shadow_report["set"]["rows"],
         "shadow_success": shadow_report["candidate"]["summary"]["success_rate"],
         "violation_rate": candidate.violation_rate,
-        "base_model": policy_base["path"],
+        "base_model": policy_base.path,
     }
-    request = {"model_path": grpo_candidate["path"], "lineage": lineage, "report": report.to_dict()}
+    request = {"model_path": grpo_candidate.path, "lineage": lineage, "report": report.to_dict()}
     (week_dir(h, context.partition_key) / "promotion_request.json").write_text(
         json.dumps(request, indent=2, default=str)
     )
@@ -187,11 +188,11 @@ _REGISTRY_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPO
 )
 def first_champion(
     context: dg.AssetExecutionContext,
-    policy_base: dict,
-    interaction_window: dict,
+    policy_base: PolicyBase,
+    interaction_window: ValidatedWindow,
     calibration_report: dict,
     shadow_report: dict,
-    grpo_candidate: dict,
+    grpo_candidate: GRPOCandidate,
     home: HomeResource,
     mlflow: MLflowTracking,
 ):
@@ -203,13 +204,13 @@ def first_champion(
     `registered_model`, after every gate passed against this same base model.
     """
     h = home.home
-    if policy_base["source"] == "champion":
-        version, reason = None, f"a champion exists (v{policy_base['champion_version']})"
+    if policy_base.source == "champion":
+        version, reason = None, f"a champion exists (v{policy_base.champion_version})"
     else:
         _, base = outcomes(calibration_report, shadow_report)
         lineage = {
-            "window_hash": interaction_window["content_hash"],
-            "base_model": policy_base["path"],
+            "window_hash": interaction_window.content_hash,
+            "base_model": policy_base.path,
             "shadow_success": shadow_report["baseline"]["summary"]["success_rate"],
             "calibration_success": calibration_report["baseline"]["summary"]["success_rate"],
             "violation_rate": base.violation_rate,
@@ -218,11 +219,11 @@ def first_champion(
         try:
             version = register_base_champion(
                 mlflow.uri(h),
-                policy_base["path"],
+                policy_base.path,
                 context.partition_key,
                 lineage,
                 name=mlflow.model_name,
-                run_id=grpo_candidate["mlflow_run_id"],
+                run_id=grpo_candidate.mlflow_run_id,
                 artifact_location=h.mlflow_artifacts.as_uri(),
             )
         except ModelDirError as err:
@@ -247,7 +248,7 @@ def first_champion(
 def registered_model(
     context: dg.AssetExecutionContext,
     promotion_gate: dict,
-    grpo_candidate: dict,
+    grpo_candidate: GRPOCandidate,
     first_champion: dict,
     home: HomeResource,
     mlflow: MLflowTracking,
@@ -258,7 +259,7 @@ def registered_model(
     try:
         version = register_candidate(
             mlflow.uri(h),
-            grpo_candidate["path"],
+            grpo_candidate.path,
             context.partition_key,
             promotion_gate["lineage"],
             promotion_gate["report"],

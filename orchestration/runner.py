@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from assets.partitions import WeekError, week_key, weekly_partitions
+from assets.resources import MLflowTracking
 from dataplane.home import Home
 from evaluation.gates import GateReport, approve
-from evaluation.registry import DEFAULT_MODEL_NAME, register_candidate, rollback
+from evaluation.registry import register_candidate, rollback
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
 
@@ -100,11 +101,9 @@ def run_week(
 
 
 def mlflow_target(home: Home) -> tuple[str, str]:
-    """(tracking URI, registered model name): the same settings the Dagster resource reads."""
-    return (
-        os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_uri,
-        os.environ.get("RETRAIN_MODEL_NAME", DEFAULT_MODEL_NAME),
-    )
+    """(tracking URI, registered model name), read by the Dagster resource itself."""
+    tracking = MLflowTracking.from_env()
+    return tracking.uri(home), tracking.model_name
 
 
 class NoDecisionError(FileNotFoundError):
@@ -118,7 +117,7 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
     """
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
-    path = home.root / "runs" / key / "promotion_request.json"
+    path = home.week_dir(key) / "promotion_request.json"
     if not path.exists():
         raise NoDecisionError(
             f"week {key} has no promotion decision at {path}: run it first (retrain run --week {key})"

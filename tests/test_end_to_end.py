@@ -23,34 +23,9 @@ WEEK_A, WEEK_B = "2026-11-16", "2026-11-23"
 
 
 def _config(**gates) -> dict:
-    return {
-        "ops": {
-            "policy_base": {
-                "config": {
-                    "sft_steps": 6,
-                    "sft_batch_size": 4,
-                    "probe_prompts": 2,
-                    "min_tool_call_rate": 0.0,
-                    "level": 1,
-                }
-            },
-            "grpo_candidate": {
-                "config": {
-                    "max_steps": 2,
-                    "save_steps": 1,
-                    "dataset_size": 8,
-                    "max_completion_length": 96,
-                    "levels": {"1": 1.0},
-                    "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
-                }
-            },
-            "calibration_report": {
-                "config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32, "level": 1}
-            },
-            "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-            "promotion_gate": {"config": {"min_human_labels": 2, **gates}},
-        }
-    }
+    from orchestration.demo import demo_run_config
+
+    return demo_run_config("ci", gates)
 
 
 PERMISSIVE = dict(
