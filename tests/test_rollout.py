@@ -8,8 +8,7 @@ import pytest
 
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.metrics import paired_outcomes, success_rate
-from evaluation.policy import Conversation, ScriptedPolicy, ScriptError
-from evaluation.rollout import RolloutError, record_id_of, run_rollouts, trial_seed
+from evaluation.rollout import record_id_of, run_rollouts
 from evaluation.stats import mcnemar_exact
 from tests.helpers_eval import (
     RecordingPolicy,
@@ -18,6 +17,8 @@ from tests.helpers_eval import (
     make_records,
     random_policy,
 )
+from training.policies import HFPolicy, ScriptedPolicy, ScriptError
+from training.sandbox.rollout import Conversation, RolloutError, trial_seed
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +184,6 @@ def tiny_policy_dir(tmp_path_factory, records):
 def hf_policy(tiny_policy_dir):
     import torch
 
-    from evaluation.policy import HFPolicy
-
     policy = HFPolicy(str(tiny_policy_dir), max_new_tokens=10)
     # A fresh initialisation has near-uniform logits and repeats one token; wider weights make the
     # greedy output depend on the prompt, so batched-vs-single comparisons are not vacuous.
@@ -241,8 +240,6 @@ def test_hf_policy_batched_equals_one_at_a_time(hf_policy, records):
 
 
 def test_hf_policy_reports_a_prompt_that_outgrew_the_context(tiny_policy_dir, records):
-    from evaluation.policy import HFPolicy
-
     policy = HFPolicy(str(tiny_policy_dir), max_new_tokens=4)
     policy.context_limit = 100  # far below the prompt (system policy + tool schemas)
     trial = run_rollouts(policy, records[:1], max_turns=3)[0]
@@ -366,8 +363,6 @@ def test_prefix_cache_never_reuses_a_stale_prefix(hf_policy, records):
 
 
 def test_prefix_cache_off_or_full_gives_the_same_outputs(tiny_policy_dir, hf_policy, records):
-    from evaluation.policy import HFPolicy
-
     convs = _conversations(records)
     expected = hf_policy.complete(convs)
     for options in ({"prefix_cache": False}, {"cache_bytes": 0}):
@@ -378,8 +373,6 @@ def test_prefix_cache_off_or_full_gives_the_same_outputs(tiny_policy_dir, hf_pol
 
 
 def test_sampling_is_reproducible_from_the_seed(hf_policy, records):
-    from evaluation.policy import HFPolicy
-
     convs = _conversations(records)
 
     def sample(seed):
