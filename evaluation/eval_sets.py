@@ -73,9 +73,10 @@ class StoredSet:
     stored. `key` names it within its table (a calibration version, a shadow week); `created` is
     False when a set already stored was returned instead of a new one."""
 
-    table: ClassVar[str]  # where sets of this kind are stored
-    key_column: ClassVar[str]  # the table's column holding `key`
-    label_format: ClassVar[str]  # how a message names one set, from its key
+    # Per kind: its stored rows, in position order, by key; one row's insert; how a message names it.
+    select_sql: ClassVar[str]
+    insert_sql: ClassVar[str]
+    label_format: ClassVar[str]
 
     key: str
     interaction_ids: tuple[str, ...]
@@ -98,7 +99,11 @@ class StoredSet:
 class CalibrationSet(StoredSet):
     """One frozen calibration version."""
 
-    table, key_column, label_format = "calibration_sets", "version", "calibration set {}"
+    select_sql = "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE version = ? ORDER BY position"
+    insert_sql = (
+        "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)"
+    )
+    label_format = "calibration set {}"
 
     @property
     def version(self) -> str:
@@ -108,7 +113,9 @@ class CalibrationSet(StoredSet):
 class ShadowSet(StoredSet):
     """The shadow set of one week, most recent conversation first."""
 
-    table, key_column, label_format = "shadow_sets", "week", "shadow set of {}"
+    select_sql = "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position"
+    insert_sql = "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)"
+    label_format = "shadow set of {}"
 
     @property
     def week(self) -> str:
@@ -119,11 +126,7 @@ S = TypeVar("S", bound=StoredSet)
 
 
 def _load(con: duckdb.DuckDBPyConnection, kind: type[S], key: str) -> S | None:
-    # Table and column names are the classes' own constants, never caller input.
-    rows = con.execute(
-        f"SELECT interaction_id, set_hash, created_at FROM {kind.table} WHERE {kind.key_column} = ? ORDER BY position",
-        [key],
-    ).fetchall()
+    rows = con.execute(kind.select_sql, [key]).fetchall()
     if not rows:
         return None
     return kind(key, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
@@ -133,11 +136,7 @@ def _store(con: duckdb.DuckDBPyConnection, kind: type[S], key: str, ids: Sequenc
     """Insert a new set (every id must be in `interactions`) and return it with `created=True`."""
     set_hash = _set_hash(con, ids)
     created_at = now or datetime.now(UTC)
-    con.executemany(
-        f"INSERT INTO {kind.table} ({kind.key_column}, position, interaction_id, set_hash, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [[key, i, rid, set_hash, created_at] for i, rid in enumerate(ids)],
-    )
+    con.executemany(kind.insert_sql, [[key, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
     stored = _load(con, kind, key)
     assert stored is not None
     return replace(stored, created=True)
