@@ -16,10 +16,10 @@ from assets.partitions import weekly_partitions
 from assets.pipes_reporter import SPEC as PIPES_REPORTER
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, train_records, week_dir
-from evaluation.policy import HFPolicy
 from evaluation.registry import champion_info, download_champion
 from evaluation.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
+from training.policies import HFPolicy
 from training.reporting import REPORTER_ENV
 from training.sandbox.environment import TOOL_NAMES
 from training.sandbox.prompting import initial_messages
