@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dataplane.contract import validate_record
-from evaluation.policy import ScriptedPolicy, assistant_message, assistant_turns
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import expert_steps, make_records
 from tests.helpers_traffic import NOW, generated_world, read_records
@@ -34,6 +33,7 @@ from training.customers import (
 from training.customers.config import API_KEY_SETTING, CUSTOMER_SETTING, CustomerSpec, parse_customer
 from training.customers.llm import STOP_TOKEN, OpenAIChatBackend
 from training.customers.prompts import persona_key, system_prompt
+from training.policies import ScriptedPolicy, assistant_message, assistant_turns
 from training.sandbox.environment import RetailEnvironment
 from training.traffic.simulate import simulate
 
