@@ -186,16 +186,25 @@ def read_label_file(path: str | Path, rater: str, now: datetime) -> tuple[list[t
     return labels, problems
 
 
-_REVIEW_LABELS = """
+# Two fixed statements (SQL is never assembled at run time): with the review table, and without it
+# (a read-only reader of a store that predates the table).
+_ALL_LABELS = """SELECT * FROM (
     SELECT interaction_id, rater, task_success, labeled_at, note, 'review' AS source FROM labels
     WHERE ($ids IS NULL OR interaction_id IN (SELECT unnest($ids)))
-    UNION ALL"""
-_RECORD_LABELS = """
+    UNION ALL
     SELECT interaction_id, record->'human_label'->>'rater' AS rater, human_task_success AS task_success,
            CAST(record->'human_label'->>'labeled_at' AS TIMESTAMPTZ) AS labeled_at, NULL AS note,
            'record' AS source FROM interactions
     WHERE human_task_success IS NOT NULL AND ($ids IS NULL OR interaction_id IN (SELECT unnest($ids)))
-"""
+) WHERE ($since IS NULL OR labeled_at >= $since) AND ($before IS NULL OR labeled_at < $before)
+    ORDER BY interaction_id, labeled_at, rater"""
+_RECORD_LABELS_ONLY = """SELECT * FROM (
+    SELECT interaction_id, record->'human_label'->>'rater' AS rater, human_task_success AS task_success,
+           CAST(record->'human_label'->>'labeled_at' AS TIMESTAMPTZ) AS labeled_at, NULL AS note,
+           'record' AS source FROM interactions
+    WHERE human_task_success IS NOT NULL AND ($ids IS NULL OR interaction_id IN (SELECT unnest($ids)))
+) WHERE ($since IS NULL OR labeled_at >= $since) AND ($before IS NULL OR labeled_at < $before)
+    ORDER BY interaction_id, labeled_at, rater"""
 
 
 def labels_for(
@@ -210,9 +219,7 @@ def labels_for(
     # A store created before the labels table existed gets it from its next writer; until then a
     # read-only reader finds the records' own labels only.
     has_table = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'labels'").fetchone()[0] > 0
-    sources = (_REVIEW_LABELS if has_table else "") + _RECORD_LABELS
-    query = f"SELECT * FROM ({sources}) WHERE ($since IS NULL OR labeled_at >= $since) "
-    query += "AND ($before IS NULL OR labeled_at < $before) ORDER BY interaction_id, labeled_at, rater"
+    query = _ALL_LABELS if has_table else _RECORD_LABELS_ONLY
     rows = con.execute(query, {"ids": wanted, "since": labeled_since, "before": labeled_before}).fetchall()
     found: dict[str, list[Label]] = {}
     for rid, rater, success, at, note, source in rows:
