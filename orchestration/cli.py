@@ -17,6 +17,7 @@ from dataplane.ingest import InputPathError, ingest_paths
 from evaluation.gates import ApprovalError
 from evaluation.registry import RegistryError
 from orchestration.demo import run_demo
+from orchestration.run_config import RunConfigFileError
 from orchestration.runner import NoDecisionError, RetrainBusyError, approve_week, rollback_champion, run_week
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
@@ -84,7 +85,7 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_week(args.week, config_file=args.config)
-    except (WeekError, FileNotFoundError, json.JSONDecodeError) as err:
+    except (WeekError, FileNotFoundError, json.JSONDecodeError, RunConfigFileError) as err:
         raise CliError(str(err)) from err
     except RetrainBusyError as err:
         raise CliError(str(err), code=1) from err
