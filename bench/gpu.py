@@ -7,7 +7,9 @@ The trainer is `training.grpo.run` with the preset's grpo_candidate settings, on
 and the dataset size cut to the bench. Prints one JSON object: seconds per step (the first step,
 which compiles and warms caches, is reported apart), generated tokens per second and peak GPU memory.
 
-    python bench/gpu.py [--preset configs/qwen2.5-0.5b-instruct.yaml] [--steps 4] [--no-vllm] [--out FILE]
+    python bench/gpu.py [--preset configs/qwen2.5-0.5b-instruct.yaml] [--steps 4] [--no-vllm] [--out FILE] [--record]
+
+`--record` writes the figures to bench/results/gpu.md and refreshes bench/RESULTS.md from it.
 
 On a machine without CUDA it refuses at once (exit 2) and measures nothing.
 """
@@ -27,10 +29,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from orchestration.run_config import load_run_config  # noqa: E402 - after the path setup above
+from assemble_results import assemble  # noqa: E402 - after the path setup above
+
+from orchestration.run_config import load_run_config  # noqa: E402
 from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy  # noqa: E402
 
 DEFAULT_PRESET = ROOT / "configs" / "qwen2.5-0.5b-instruct.yaml"
@@ -57,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps to time (>= 2: the first is warm-up)")
     parser.add_argument("--no-vllm", action="store_true", help="generate with transformers instead of vLLM")
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
+    parser.add_argument("--record", action="store_true", help="record the figures in bench/RESULTS.md")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error(f"--steps {args.steps}: at least 2 (the first step is warm-up and timed apart)")
@@ -167,6 +173,27 @@ def parameter_count(model_dir: Path) -> int:
     return total
 
 
+def record(
+    result: dict[str, Any],
+    results_dir: Path = ROOT / "bench" / "results",
+    results_md: Path = ROOT / "bench" / "RESULTS.md",
+) -> Path:
+    """Write `result` as bench/results/gpu.md and refresh RESULTS.md from the per-area files."""
+    rows = "\n".join(f"| `{key}` | {json.dumps(value)} |" for key, value in result.items())
+    path = results_dir / "gpu.md"
+    path.write_text(
+        "# GPU step time (`bench/gpu.py`)\n\n"
+        f"Measured on {time.strftime('%Y-%m-%d', time.gmtime())} with "
+        f"`python bench/gpu.py --preset {result['preset']} --steps {result['steps']}`"
+        f"{' --no-vllm' if result['generation'] == 'transformers' else ''}: a model of Qwen2.5-0.5B's "
+        "transformer shape built from config (random weights, the project tokenizer), the preset's GRPO "
+        "settings. Step time excludes the first (warm-up) step.\n\n"
+        f"| figure | value |\n| --- | --- |\n{rows}\n"
+    )
+    results_md.write_text(assemble(results_md, results_dir))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -179,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
+    if args.record:
+        print(f"recorded in {record(result)}", file=sys.stderr)
     return 0
 
 

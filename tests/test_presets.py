@@ -151,3 +151,22 @@ def test_gpu_bench_refuses_without_cuda(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "Nothing was measured" in err
     assert not out.exists()
+
+
+def test_gpu_bench_records_its_figures_in_results(tmp_path):
+    bench = _gpu_bench()
+    results = tmp_path / "results"
+    results.mkdir()
+    overview = tmp_path / "RESULTS.md"
+    overview.write_text("# Benchmark results\n\n## Headline figures\n\nkept\n")
+    result = {
+        "device": "test device",
+        "preset": "configs/x.yaml",
+        "steps": 3,
+        "generation": "colocate",
+        "step_seconds": 1.5,
+    }
+    path = bench.record(result, results_dir=results, results_md=overview)
+    text = overview.read_text()
+    assert path == results / "gpu.md" and "## GPU step time (`bench/gpu.py`)" in text
+    assert "| `step_seconds` | 1.5 |" in text and "kept" in text
