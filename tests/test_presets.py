@@ -103,11 +103,18 @@ def test_a_bad_retrain_run_config_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_retrain_run_takes_a_preset(home, capsys):
-    """`retrain run --config` runs the job with the preset. With an empty log the window fails
-    validation, so the run stops long before the base model would be loaded."""
+@pytest.mark.parametrize("how", ["--config", "RETRAIN_RUN_CONFIG"])
+def test_retrain_run_takes_a_preset(how, home, capsys, monkeypatch):
+    """`retrain run --config`, or `retrain run` in a deployment naming the preset in RETRAIN_RUN_CONFIG,
+    runs the job with it. With an empty log the window fails validation, so the run stops long
+    before the base model would be loaded."""
     preset = REPO_ROOT / "configs" / "qwen2.5-0.5b-instruct.yaml"
-    code = main(["run", "--week", "2026-11-16", "--config", str(preset)])
+    argv = ["run", "--week", "2026-11-16"]
+    if how == "--config":
+        argv += ["--config", str(preset)]
+    else:
+        monkeypatch.setenv("RETRAIN_RUN_CONFIG", str(preset))
+    code = main(argv)
     assert code == 1, capsys.readouterr()
     run_id = capsys.readouterr().out.split("dagster run ")[1].split(")")[0]
     with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
