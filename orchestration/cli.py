@@ -19,6 +19,7 @@ from evaluation.registry import RegistryError
 from orchestration.cli_errors import CliError
 from orchestration.demo import run_demo
 from orchestration.review import add_review_parser
+from orchestration.run_config import RunConfigFileError
 from orchestration.runner import NoDecisionError, RetrainBusyError, approve_week, rollback_champion, run_week
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
@@ -78,7 +79,7 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_week(args.week, config_file=args.config)
-    except (WeekError, FileNotFoundError, json.JSONDecodeError) as err:
+    except (WeekError, FileNotFoundError, json.JSONDecodeError, RunConfigFileError) as err:
         raise CliError(str(err)) from err
     except RetrainBusyError as err:
         raise CliError(str(err), code=1) from err

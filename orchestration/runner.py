@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from assets.partitions import WeekError, week_key, weekly_partitions
@@ -18,6 +17,7 @@ from evaluation.gates import GateReport, approve
 from evaluation.registry import register_candidate, rollback
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
+from orchestration.run_config import load_run_config, scheduled_run_config
 
 
 class RetrainBusyError(RuntimeError):
@@ -63,17 +63,6 @@ def checked_week(week: str) -> str:
     return key
 
 
-def load_run_config(path: str | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    text = Path(path).read_text()
-    if path.endswith((".yaml", ".yml")):
-        import yaml
-
-        return yaml.safe_load(text) or {}
-    return json.loads(text)
-
-
 def run_week(
     week: str,
     config_file: str | None = None,
@@ -90,7 +79,9 @@ def run_week(
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
     prepare_dagster_home(home)
-    config = dict(run_config or load_run_config(config_file))
+    # No config given: the preset RETRAIN_RUN_CONFIG names, as the schedule's runs get it (the
+    # progress logger added below would otherwise make the config non-empty and hide the preset).
+    config = dict(run_config or load_run_config(config_file) or scheduled_run_config() or {})
     if terse and "loggers" not in config:
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
