@@ -246,6 +246,7 @@ def grpo_candidate(
             "reward_curve": curve,
             "final_step": result["final_step"],
             "level_mix": result.get("level_mix"),
+            "reward_weights": dict(config.reward_weights),  # evaluation prices rewards as training did
         },
         metadata={
             "model_path": dg.MetadataValue.path(result["model_path"]),

@@ -19,7 +19,7 @@ from datetime import date, timedelta
 from assets.partitions import week_key
 from dataplane.home import Home
 from evaluation.registry import champion_info, find_base_version, find_week_version
-from orchestration.runner import run_week
+from orchestration.runner import WeekRun, run_week
 from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
@@ -54,32 +54,33 @@ DEMO_RUN_CONFIG = {
 }
 
 
-def _summary_rows(week: str, home: Home) -> list[str]:
-    folder = home.root / "runs" / week
-    request = folder / "promotion_request.json"
-    if not request.exists():
-        return [f"  week {week}: no promotion decision (see the Dagster run for the failed step)"]
-    data = json.loads(request.read_text())
-    report, lineage = data["report"], data["lineage"]
-    cal = json.loads((folder / "calibration_report.json").read_text())
-    sha = json.loads((folder / "shadow_report.json").read_text())
+def _summary_rows(result: WeekRun) -> list[str]:
+    """The week as Dagster recorded it: the promotion decision of the run."""
+    decision = result.decision
+    if decision is None:
+        return [f"  week {result.week}: no promotion decision (see the Dagster run for the failed step)"]
+    report, lineage = decision.report, decision.lineage
     rows = [
-        f"  week {week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
-        f"validation {lineage['validation']}, baseline = {report['baseline_kind']}",
+        f"  week {result.week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
+        f"validation {lineage['validation']}, baseline = {report.baseline_kind}",
         f"    {'metric':32s} {'candidate':>10s} {'baseline':>10s}",
     ]
-    for label, rep in (("calibration", cal), ("shadow", sha)):
+    for label in ("calibration", "shadow"):
+        summary = decision.metrics.get(label, {})
         for metric in ("success_rate", "pass_hat_2", "policy_violation_rate", "actions_per_task"):
-            if metric in rep["candidate"]["summary"]:
+            if metric in summary.get("candidate", {}):
                 rows.append(
-                    f"    {label + ' ' + metric:32s} {rep['candidate']['summary'][metric]:10.3f} "
-                    f"{rep['baseline']['summary'][metric]:10.3f}"
+                    f"    {label + ' ' + metric:32s} {summary['candidate'][metric]:10.3f} "
+                    f"{summary['baseline'][metric]:10.3f}"
                 )
     rows.append(f"    {'gate':32s} {'value':>10s} {'verdict':>10s}")
-    for gate in report["gates"]:
-        value = "n/a" if gate["value"] is None else f"{gate['value']:.3f}"
-        rows.append(f"    {gate['name']:32s} {value:>10s} {gate['verdict']:>10s}")
-    rows.append(f"    decision: {report['decision']}")
+    for gate in report.gates:
+        value = "n/a" if gate.value is None else f"{gate.value:.3f}"
+        rows.append(f"    {gate.name:32s} {value:>10s} {gate.verdict:>10s}")
+    rows.append(f"    decision: {decision.decision} ({decision.reason})")
+    if decision.failure_mode_rises:
+        rises = ", ".join(f"{j.mode} +{j.jump:.2f}" for j in decision.failure_mode_rises)
+        rows.append(f"    failure modes up more than 10 points since last week (investigate): {rises}")
     return rows
 
 
@@ -124,12 +125,13 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
     base = find_base_version(home.mlflow_uri)
     for result in results:
-        print("\n".join(_summary_rows(result.week, home)))
+        print("\n".join(_summary_rows(result)))
         if base is not None and base[1] == result.week:
             print(f"    first champion: the base model, registered as version {base[0]} (no champion existed)")
         version = find_week_version(home.mlflow_uri, result.week)
+        why = f"decision {result.decision.decision}" if result.decision else "the run did not reach the gate"
         print(
-            f"    registered: {'version ' + str(version) if version else 'no (a gate did not pass)'}"
+            f"    registered: {'version ' + str(version) if version else 'no (' + why + ')'}"
             f"   dagster run {result.run_id}"
         )
     champion = champion_info(home.mlflow_uri)
@@ -138,4 +140,4 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     print("open the UIs on this data:")
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")
     print(f"  .venv/bin/mlflow ui --backend-store-uri {home.mlflow_uri}   # http://127.0.0.1:5000")
-    return 0 if all(r.success or r.materialized for r in results) else 1
+    return 0 if all(r.success for r in results) else 1
