@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from datetime import date
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,8 @@ def test_never_trained_on_fails_when_an_evaluated_customer_is_in_the_train_split
 def labelled(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("traffic")
     simulate(days=1, per_day=40, seed=3, out_dir=str(out), start=date(2026, 11, 16), label_share=1.0, n_users=40)
-    records = [json.loads(line) for f in sorted(glob.glob(f"{out}/**/*.jsonl", recursive=True)) for line in open(f)]
+    files = sorted(Path(f) for f in glob.glob(f"{out}/**/*.jsonl", recursive=True))
+    records = [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
     return [r for r in records if r.get("human_label")]
 
 
