@@ -19,7 +19,7 @@ from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.decision import PromotionDecision
 from evaluation.failure_modes import compare_weeks
-from evaluation.gates import GATE_NAMES, GateConfig, GateInputs, GateReport, evaluate_gates
+from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.run_log import WeekRun, log_week_run
 from training.rewards import RewardWeights
@@ -86,6 +86,8 @@ def _gate_check(gate) -> dg.AssetCheckResult:
             "verdict": gate.verdict,
             "detail": gate.detail[:500],
             "lift": gate.lift,
+            "rule": GATE_RULES[gate.name],
+            **gate.extra,  # the statistic's parts (e.g. proxy_delta, success_delta)
         },
     )
 

@@ -73,7 +73,7 @@ TINY_RUN_CONFIG = {
                 "max_tool_drift": 1.0,
                 "min_reward_alignment": 0.0,
                 "violation_tolerance": 1.0,
-                "hacking_flat_tolerance": -1.0,
+                "hacking_excess_max": 1.0e6,
             }
         },
     }

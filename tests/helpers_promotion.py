@@ -99,10 +99,19 @@ def stand_ins(candidate: str, model_dir: Path, base_dir: Path, reward_weights: d
     return [window, base, trained, cal, sha]
 
 
-def run_promotion(home, instance, week: str, candidate: str, tmp_path: Path, gate_config: dict | None = None):
+def run_promotion(
+    home,
+    instance,
+    week: str,
+    candidate: str,
+    tmp_path: Path,
+    gate_config: dict | None = None,
+    base_dir: Path | None = None,
+):
     """Materialize the promotion path for `week` with `candidate`'s scripted evaluation."""
+    base = base_dir or fake_model(tmp_path / "base")
     assets = [
-        *stand_ins(candidate, fake_model(tmp_path / f"cand-{week}"), fake_model(tmp_path / "base")),
+        *stand_ins(candidate, fake_model(tmp_path / f"cand-{week}"), base),
         promotion_gate,
         first_champion,
         registered_model,

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from assets.decisions import latest_decision
-from evaluation.gates import GATE_NAMES
+from assets.decisions import latest_decision, run_decision
+from evaluation.gates import GATE_NAMES, GATE_RULES
 from evaluation.registry import champion_info, find_base_version, find_week_version, mlflow_client
+from orchestration.demo import _summary_rows
 from orchestration.incidents import list_incidents
 from orchestration.instance import prepare_dagster_home
+from orchestration.runner import WeekRun
 from tests.helpers_promotion import run_promotion
 
 WEEK, NEXT = "2026-11-16", "2026-11-23"
@@ -45,6 +47,8 @@ def test_a_rejected_week_is_a_successful_run_that_registers_nothing(home, instan
     assert not checks["gate_calibration_improvement"].passed
     assert checks["gate_calibration_improvement"].metadata["verdict"].value == "fail"
     assert checks["gate_data_valid"].passed
+    alarm = checks["gate_reward_hacking_alarm"].metadata  # the statistic, documented with its parts
+    assert alarm["rule"].value == GATE_RULES["reward_hacking_alarm"] and "proxy_delta" in alarm
     assert "champion_is_this_version" not in checks  # registration skipped, so its check too
     # The decision reached Dagster (the asset's value and its metadata), not a side file.
     decision = latest_decision(instance, WEEK)
@@ -57,6 +61,11 @@ def test_a_rejected_week_is_a_successful_run_that_registers_nothing(home, instan
     assert run.data.tags["gate_decision"] == "reject"
     assert run.data.tags["gate_reason"] == decision.reason
     assert list_incidents(home) == []
+    # What `retrain run` and the demo print comes from the run's own record of the decision.
+    week_run = WeekRun(WEEK, result.run_id, result.success, sorted(_materialized(result)), run_decision(result, WEEK))
+    assert week_run.decision == decision
+    summary = "\n".join(_summary_rows(week_run))
+    assert f"decision: reject ({decision.reason})" in summary and "calibration_improvement" in summary
 
 
 def test_a_promoted_week_registers_the_decision_it_was_handed(home, instance, tmp_path):
@@ -101,3 +110,23 @@ def test_a_failure_mode_rise_is_flagged_without_blocking(home, instance, tmp_pat
 def test_gate_thresholds_come_from_run_config(home, instance, tmp_path):
     result = run_promotion(home, instance, WEEK, "identical", tmp_path, {"calibration_min_margin": -1.0})
     assert result.success and _checks(result)["gate_calibration_improvement"].passed
+
+
+def test_a_real_failure_still_fails_the_run_and_files_an_incident(home, instance, tmp_path):
+    from assets.resources import HomeResource
+    from orchestration.sensors import retrain_failure_incident
+
+    # A base model folder that is not a model: registering the first champion is an error.
+    result = run_promotion(home, instance, WEEK, "better", tmp_path, base_dir=tmp_path / "no-model")
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE")
+    context = dg.build_run_status_sensor_context(
+        sensor_name="retrain_failure_incident",
+        dagster_event=failure,
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(result.run_id),
+    ).for_run_failure()
+    retrain_failure_incident(context, home=HomeResource(root=str(home.root)))
+    [incident] = list_incidents(home)
+    assert incident["kind"] == "run_failure" and incident["evidence"]["run_id"] == result.run_id
+    assert "first_champion" in incident["evidence"]["failed_steps"]
