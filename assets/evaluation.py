@@ -64,6 +64,16 @@ def alignment_evidence(labelled: list[dict], reward_weights: dict[str, float]) -
     return rewards, human, summary
 
 
+def run_reward_weights(grpo_candidate: dict) -> dict[str, float]:
+    """The reward-weight overrides the candidate trained with; evaluation prices rewards the same way."""
+    if "reward_weights" not in grpo_candidate:
+        raise dg.Failure(
+            f"grpo_candidate {grpo_candidate.get('path')!r} does not say which reward weights trained it "
+            "(materialized before they were recorded): retrain the week"
+        )
+    return dict(grpo_candidate["reward_weights"])
+
+
 def _report_metadata(report: PairReport) -> dict:
     cand, base = report.candidate.summary, report.baseline.summary
     ci = report.bootstrap_ci
@@ -128,7 +138,7 @@ def calibration_report(
         raise dg.Failure(f"no calibration task at curriculum level {config.level} among {len(records)} records")
     context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
     # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
-    weights = dict(grpo_candidate.get("reward_weights") or {})
+    weights = run_reward_weights(grpo_candidate)
     pair = evaluate_pair(
         grpo_candidate["path"],
         policy_base["path"],
@@ -197,7 +207,7 @@ def shadow_report(
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
         tools=tools_for_levels([config.level]),
-        reward_weights=dict(grpo_candidate.get("reward_weights") or {}),
+        reward_weights=run_reward_weights(grpo_candidate),
     )
     report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))
     yield dg.MaterializeResult(value=report, metadata={**_report_metadata(pair), "shadow_rows": len(records)})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from assets.evaluation import _never_trained_on, alignment_evidence
+from assets.evaluation import _never_trained_on, alignment_evidence, run_reward_weights
 from assets.promotion import GateSettings
 from evaluation.gates import GateConfig
 from evaluation.replay import reward_alignment
@@ -53,6 +53,14 @@ def test_alignment_is_scored_with_the_weights_the_candidate_trained_with(labelle
     assert summary["auc"] == pytest.approx(reward_alignment(labelled, inverted)["auc"])
     assert summary["auc"] < 0.5 < default["auc"]  # a reward that pays failure is not aligned
     assert rewards != default_rewards
+
+
+def test_evaluation_refuses_a_candidate_that_does_not_say_its_reward_weights():
+    import dagster as dg
+
+    assert run_reward_weights({"path": "m", "reward_weights": {"looping": -2.0}}) == {"looping": -2.0}
+    with pytest.raises(dg.Failure, match="reward weights"):
+        run_reward_weights({"path": "m"})
 
 
 def test_gate_settings_are_the_gate_config_declared_once():
