@@ -28,7 +28,17 @@ WEEK = "2026-11-16"
 CI_SIZES = {
     "ops": {
         "policy_base": {"config": {"sft_batch_size": 8, "probe_prompts": 4, "level": 1}},
-        "grpo_candidate": {"config": {"max_steps": 2, "save_steps": 1, "dataset_size": 8, "max_completion_length": 96}},
+        # Two steps of one group each measured zero reward spread, so no update and a failed
+        # weights_changed; eight steps of two groups give the policy gradient something to follow.
+        "grpo_candidate": {
+            "config": {
+                "max_steps": 8,
+                "save_steps": 4,
+                "dataset_size": 16,
+                "per_device_train_batch_size": 8,
+                "max_completion_length": 96,
+            }
+        },
         "calibration_report": {
             "config": {"trials": 2, "max_tasks": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}
         },
