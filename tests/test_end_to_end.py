@@ -1,13 +1,19 @@
 """The real `weekly_retrain` job, end to end on the tiny model, through the home's Dagster instance.
 
-One week at the product's settings: every threshold (the tool-call probe, every gate) and the
-reward are the defaults, and nothing is added to the GRPO config; only the stages' sizes are shrunk
-to CI size, and the tiny model trains and is evaluated at curriculum level 1, as in the demo. The
-week has no champion, so its base model becomes the first one (v1) and its GRPO candidate is gated
-against it. Today's tiny model does not beat it in a few steps, so the gates reject the candidate:
-the run succeeds with decision `reject`, nothing but the first champion is registered, no incident
-is filed, and the MLflow week run keeps every gate's evidence. The promotion path itself (a
-promote, a hold and an approval, a failure-mode rise) is covered in tests/test_promotion_path.py.
+Sizes are shrunk to CI size and the tiny model trains and is evaluated at curriculum level 1, as in
+the demo; every threshold (the tool-call probe, every gate) and the reward are the product's.
+
+1. At the product's settings, today's tiny model fails every GRPO rollout alike (reward -5, zero
+   spread in every group), so the update has no gradient and changes no weight: the blocking
+   `weights_changed` check fails the run, a real failure, and the failure sensor files an incident.
+   Nothing is evaluated or registered.
+2. The same week re-run with one training override, an entropy bonus (named below), moves the
+   weights, so the candidate reaches the gates at their default thresholds. It does not beat the
+   base model: the run succeeds with decision `reject`, only the first champion (the base model)
+   is registered, no incident is filed, and the MLflow week run keeps every gate's evidence.
+
+The promotion path itself (a promote, a hold and an approval, a failure-mode rise) is covered
+without models in tests/test_promotion_path.py.
 """
 
 from __future__ import annotations
@@ -28,17 +34,7 @@ WEEK = "2026-11-16"
 CI_SIZES = {
     "ops": {
         "policy_base": {"config": {"sft_batch_size": 8, "probe_prompts": 4, "level": 1}},
-        # Two steps of one group each measured zero reward spread, so no update and a failed
-        # weights_changed; eight steps of two groups give the policy gradient something to follow.
-        "grpo_candidate": {
-            "config": {
-                "max_steps": 8,
-                "save_steps": 4,
-                "dataset_size": 16,
-                "per_device_train_batch_size": 8,
-                "max_completion_length": 96,
-            }
-        },
+        "grpo_candidate": {"config": {"max_steps": 2, "save_steps": 1, "dataset_size": 8, "max_completion_length": 96}},
         "calibration_report": {
             "config": {"trials": 2, "max_tasks": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}
         },
@@ -47,8 +43,18 @@ CI_SIZES = {
 }
 
 
+# The one override of the second run: without it a GRPO update of the tiny model has no signal.
+ENTROPY_BONUS = {"grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}
+
+
+def _with_entropy_bonus() -> dict:
+    config = json.loads(json.dumps(CI_SIZES))
+    config["ops"]["grpo_candidate"]["config"].update(ENTROPY_BONUS)
+    return config
+
+
 @pytest.fixture(scope="module")
-def week_run(tmp_path_factory):
+def week_runs(tmp_path_factory):
     import os
 
     from dataplane.home import Home
@@ -69,7 +75,10 @@ def week_run(tmp_path_factory):
             label_share=0.6,
             n_users=80,
         )
-        yield home, run_week(WEEK, run_config=CI_SIZES, home=home)
+        defaults = run_week(WEEK, run_config=CI_SIZES, home=home)
+        incident = _file_failure_incident(home, defaults.run_id)
+        bonus = run_week(WEEK, run_config=_with_entropy_bonus(), home=home)  # the warm start is reused
+        yield home, defaults, incident, bonus
     finally:
         for name, value in old.items():
             if value is None:
@@ -78,11 +87,47 @@ def week_run(tmp_path_factory):
                 os.environ[name] = value
 
 
-def test_an_ordinary_week_at_default_settings_is_a_successful_rejection(week_run):
+def _file_failure_incident(home, run_id: str) -> list[dict]:
+    """What the daemon does with a failed run: evaluate `retrain_failure_incident` on it."""
+    import dagster as dg
+
+    from assets.resources import HomeResource
+    from orchestration.incidents import list_incidents
+    from orchestration.sensors import retrain_failure_incident
+
+    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+        run = instance.get_run_by_id(run_id)
+        if run.is_success:
+            return list_incidents(home)
+        [failure] = [
+            e.dagster_event
+            for e in instance.all_logs(run_id)
+            if e.dagster_event is not None and e.dagster_event.event_type_value == "PIPELINE_FAILURE"
+        ]
+        context = dg.build_run_status_sensor_context(
+            sensor_name="retrain_failure_incident", dagster_event=failure, dagster_instance=instance, dagster_run=run
+        ).for_run_failure()
+        retrain_failure_incident(context, home=HomeResource(root=str(home.root)))
+    return list_incidents(home)
+
+
+def test_at_the_products_settings_a_training_without_signal_fails_loudly(week_runs):
+    from evaluation.registry import champion_info
+
+    home, defaults, incidents, _ = week_runs
+    assert not defaults.success and defaults.decision is None
+    assert "grpo_candidate" in defaults.materialized  # trained, then its blocking check failed
+    assert not {"calibration_report", "promotion_gate", "registered_model"} & set(defaults.materialized)
+    [incident] = incidents
+    assert incident["kind"] == "run_failure" and incident["evidence"]["run_id"] == defaults.run_id
+    assert champion_info(home.mlflow_uri) is None
+
+
+def test_an_ordinary_week_at_default_gates_is_a_successful_rejection(week_runs):
     from evaluation.registry import champion_info, find_week_version
     from orchestration.incidents import list_incidents
 
-    home, run = week_run
+    home, defaults, _, run = week_runs
     assert run.success, run
     assert run.decision is not None and run.decision.decision == "reject", run.decision
     assert run.decision.report.config.min_human_labels == 20  # the product's thresholds, untouched
@@ -91,13 +136,13 @@ def test_an_ordinary_week_at_default_settings_is_a_successful_rejection(week_run
     assert find_week_version(home.mlflow_uri, WEEK) is None
     champion = champion_info(home.mlflow_uri)
     assert champion.version == 1 and champion.tags["role"] == "base"  # the first champion, nothing else
-    assert list_incidents(home) == []
+    assert [i["evidence"]["run_id"] for i in list_incidents(home)] == [defaults.run_id]  # none for the reject
 
 
-def test_the_first_champion_is_the_base_model_with_its_shadow_estimate(week_run):
+def test_the_first_champion_is_the_base_model_with_its_shadow_estimate(week_runs):
     from evaluation.registry import mlflow_client
 
-    home, run = week_run
+    home, _, _, run = week_runs
     base = mlflow_client(home.mlflow_uri).get_model_version("retail-agent", "1")
     assert base.tags["role"] == "base" and base.tags["base_of_week"] == WEEK and "week" not in base.tags
     # What the health sensor holds the base to while it serves: its own shadow success.
@@ -106,15 +151,13 @@ def test_the_first_champion_is_the_base_model_with_its_shadow_estimate(week_run)
     assert base.source.endswith("/base_model")
 
 
-def test_the_rejected_week_keeps_its_evidence_in_mlflow_and_dagster(week_run):
+def test_the_rejected_week_keeps_its_evidence_in_mlflow_and_dagster(week_runs):
     import dagster as dg
 
     from evaluation.registry import mlflow_client
-    from evaluation.run_log import find_week_runs
 
-    home, run = week_run
-    [run_id] = find_week_runs(home.mlflow_uri, WEEK)
-    assert run_id == run.decision.mlflow_run_id
+    home, _, _, run = week_runs
+    run_id = run.decision.mlflow_run_id
     client = mlflow_client(home.mlflow_uri)
     logged = client.get_run(run_id)
     assert logged.data.tags["gate_decision"] == "reject"
