@@ -5,7 +5,7 @@ import dagster as dg
 
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
-from evaluation.decision import PromotionDecision
+from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
 from evaluation.registry import (
     ModelDirError,
     NotPromotableError,
@@ -72,7 +72,7 @@ def first_champion(
     champion = champion_info(mlflow.uri(h), mlflow.model_name)
     context.log.info(reason)
     return dg.MaterializeResult(
-        value={"version": version, "reason": reason},
+        value=FirstChampion(version, reason),
         metadata={"registered_version": version, "reason": reason, "champion": champion.version if champion else None},
     )
 
@@ -88,7 +88,7 @@ def first_champion(
 def registered_model(
     context: dg.AssetExecutionContext,
     promotion_gate: PromotionDecision,
-    first_champion: dict,
+    first_champion: FirstChampion,
     home: HomeResource,
     mlflow: MLflowTracking,
 ):
@@ -118,7 +118,7 @@ def registered_model(
         raise dg.Failure(str(err), allow_retries=False) from err
     champion = champion_info(mlflow.uri(h), mlflow.model_name)
     yield dg.MaterializeResult(
-        value={"name": mlflow.model_name, "version": version},
+        value=RegisteredVersion(mlflow.model_name, version),
         metadata={
             "model": mlflow.model_name,
             "version": version,

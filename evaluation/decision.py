@@ -70,3 +70,20 @@ class PromotionDecision:
             failure_modes=dict(data.get("failure_modes") or {}),
             failure_mode_rises=tuple(ModeJump(**j) for j in data.get("failure_mode_rises") or ()),
         )
+
+
+@dataclass(frozen=True)
+class FirstChampion:
+    """What `first_champion` did this week: the base model's version when it registered it (None
+    when a champion already existed), and why."""
+
+    version: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """The model version a promoted week registered and made `champion`."""
+
+    name: str
+    version: int

@@ -10,6 +10,7 @@ production ones.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -23,9 +24,11 @@ from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
 
-# Demo sizes for a 2-core CPU: stage sizes only. Every threshold (the tool-call probe, the gates)
-# and the reward are the product's defaults, so what the demo shows is what a deployment decides;
-# the SFT keeps its default 300 steps, the least that passes the probe on the tiny model.
+# Demo sizes for a 2-core CPU. Every threshold (the tool-call probe, the gates) and the reward are
+# the product's defaults, so what the demo shows is what a deployment decides; the SFT keeps its
+# default 300 steps (120 left the tiny model below the probe's 0.5). One training override: the
+# tiny model fails every GRPO rollout alike, so without an entropy bonus the update has no gradient
+# and `weights_changed` stops the week (tests/test_end_to_end.py shows both).
 DEMO_RUN_CONFIG = {
     "ops": {
         "policy_base": {"config": {"sft_batch_size": 8, "probe_prompts": 8, "level": 1}},
@@ -39,6 +42,7 @@ DEMO_RUN_CONFIG = {
                 "max_completion_length": 160,
                 "temperature": 0.8,
                 "levels": {"1": 1.0},
+                "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
             }
         },
         "calibration_report": {
