@@ -3,6 +3,7 @@
 
 import dagster as dg
 
+from assets.handoffs import ValidatedWindow, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import DuckDBStore, HomeResource
 from dataplane.ingest import ingest_paths
@@ -98,12 +99,12 @@ def interaction_window(
     report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows, name=info.week)
     yield from _window_checks(report, info, raw_interactions, config)
     yield dg.MaterializeResult(
-        value={
+        value=ValidatedWindow(
             **info.to_dict(),
-            "validation_success": report.success,
-            "validation_path": str(report.results_path),
-            "failed_expectations": list(report.failed),
-        },
+            validation_success=report.success,
+            validation_path=str(report.results_path),
+            failed_expectations=tuple(report.failed),
+        ),
         metadata={
             "rows": info.rows,
             "content_hash": info.content_hash,
@@ -167,14 +168,14 @@ def _window_checks(report, info, ingest: dict, config: WindowConfig):
 def window_splits(
     context: dg.AssetExecutionContext,
     config: SplitConfig,
-    interaction_window: dict,
+    interaction_window: ValidatedWindow,
     home: HomeResource,
     store: DuckDBStore,
 ):
     """Train / calibration / shadow by a stable hash of customer_id; held-out customers never train."""
     fractions = (config.train, config.calibration, config.shadow)
     with store.connect(home.home, read_only=True) as con:
-        splits = split_window(window_records(con, interaction_window["week"]), fractions)
+        splits = split_window(window_records(con, interaction_window.week), fractions)
     counts = split_counts(splits)
     overlap = customers_in_several_splits(splits)
     yield dg.AssetCheckResult(
@@ -183,11 +184,11 @@ def window_splits(
         metadata={"customers_in_two_splits": len(overlap), "sample": dg.MetadataValue.json(sorted(overlap)[:5])},
     )
     yield dg.MaterializeResult(
-        value={
-            "week": interaction_window["week"],
-            "counts": counts,
-            "fractions": list(fractions),
-            "window_hash": interaction_window["content_hash"],
-        },
+        value=WindowSplits(
+            week=interaction_window.week,
+            counts=counts,
+            fractions=fractions,
+            window_hash=interaction_window.content_hash,
+        ),
         metadata=dict(counts),
     )

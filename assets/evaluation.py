@@ -5,14 +5,14 @@ from functools import partial
 
 import dagster as dg
 
+from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import weekly_partitions
-from assets.resources import DuckDBStore, HomeResource
+from assets.resources import Curriculum, DuckDBStore, HomeResource
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from evaluation.eval_sets import build_shadow_set, calibration_eligible, current_calibration_set, freeze_calibration_set
 from evaluation.replay import proxy_reward, reward_alignment
 from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
-from training.curriculum import tools_for_levels
 from training.rewards import RewardWeights
 
 
@@ -25,12 +25,11 @@ class EvalConfig(dg.Config):
     seed: int = 0
     max_turns: int = 12
     compact: bool = True  # short tool results, as the curriculum's first level trains with
-    level: int = 4  # 1: evaluate on the level-1 form of each held-out task (a model trained at level 1)
     max_new_tokens: int = 128
 
 
-def _split_fn(window_splits: dict):
-    return partial(split_of, fractions=tuple(window_splits["fractions"]))
+def _split_fn(window_splits: WindowSplits):
+    return partial(split_of, fractions=window_splits.fractions)
 
 
 def _never_trained_on(splits: dict, evaluated: list[dict]) -> dg.AssetCheckResult:
@@ -64,14 +63,15 @@ def alignment_evidence(labelled: list[dict], reward_weights: dict[str, float]) -
     return rewards, human, summary
 
 
-def run_reward_weights(grpo_candidate: dict) -> dict[str, float]:
+def run_reward_weights(grpo_candidate: GRPOCandidate) -> dict[str, float]:
     """The reward-weight overrides the candidate trained with; evaluation prices rewards the same way."""
-    if "reward_weights" not in grpo_candidate:
+    if not hasattr(grpo_candidate, "reward_weights"):
+        # A candidate stored before its value carried the weights cannot be priced honestly.
         raise dg.Failure(
-            f"grpo_candidate {grpo_candidate.get('path')!r} does not say which reward weights trained it "
+            f"grpo_candidate {grpo_candidate.path!r} does not say which reward weights trained it "
             "(materialized before they were recorded): retrain the week"
         )
-    return dict(grpo_candidate["reward_weights"])
+    return dict(grpo_candidate.reward_weights)
 
 
 def _report_metadata(report: PairReport) -> dict:
@@ -112,11 +112,12 @@ def _report_metadata(report: PairReport) -> dict:
 def calibration_report(
     context: dg.AssetExecutionContext,
     config: EvalConfig,
-    window_splits: dict,
-    policy_base: dict,
-    grpo_candidate: dict,
+    window_splits: WindowSplits,
+    policy_base: PolicyBase,
+    grpo_candidate: GRPOCandidate,
     home: HomeResource,
     store: DuckDBStore,
+    curriculum: Curriculum,
 ):
     """Candidate vs baseline on the frozen calibration set, plus reward alignment with human labels."""
     h = home.home
@@ -133,22 +134,22 @@ def calibration_report(
             frozen = freeze_calibration_set(con, eligible, split_of=_split_fn(window_splits))
         records = frozen.records(con)
     yield _never_trained_on(splits, records)
-    evaluated = at_level(records, config.level)[: config.max_tasks]
+    evaluated = at_level(records, curriculum.level)[: config.max_tasks]
     if not evaluated:
-        raise dg.Failure(f"no calibration task at curriculum level {config.level} among {len(records)} records")
+        raise dg.Failure(f"no calibration task at curriculum level {curriculum.level} among {len(records)} records")
     context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
     # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
     weights = run_reward_weights(grpo_candidate)
     pair = evaluate_pair(
-        grpo_candidate["path"],
-        policy_base["path"],
+        grpo_candidate.path,
+        policy_base.path,
         evaluated,
         k=config.trials,
         seed=config.seed,
         max_turns=config.max_turns,
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
-        tools=tools_for_levels([config.level]),
+        tools=curriculum.tools,
         reward_weights=weights,
     )
     labelled = [r for r in records if r.get("human_label")]
@@ -176,11 +177,12 @@ def calibration_report(
 def shadow_report(
     context: dg.AssetExecutionContext,
     config: EvalConfig,
-    window_splits: dict,
-    policy_base: dict,
-    grpo_candidate: dict,
+    window_splits: WindowSplits,
+    policy_base: PolicyBase,
+    grpo_candidate: GRPOCandidate,
     home: HomeResource,
     store: DuckDBStore,
+    curriculum: Curriculum,
 ):
     """Candidate vs baseline replaying recent held-out conversations, paired per conversation."""
     h = home.home
@@ -194,19 +196,19 @@ def shadow_report(
     if not records:
         raise dg.Failure("the shadow split of this window holds no conversation with gold")
     context.log.info(f"shadow: {len(records)} conversations, candidate and baseline")
-    records = at_level(records, config.level)
+    records = at_level(records, curriculum.level)
     if not records:
-        raise dg.Failure(f"no shadow conversation at curriculum level {config.level}")
+        raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level}")
     pair = evaluate_pair(
-        grpo_candidate["path"],
-        policy_base["path"],
+        grpo_candidate.path,
+        policy_base.path,
         records,
         k=1,
         seed=config.seed,
         max_turns=config.max_turns,
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
-        tools=tools_for_levels([config.level]),
+        tools=curriculum.tools,
         reward_weights=run_reward_weights(grpo_candidate),
     )
     report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))

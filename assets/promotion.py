@@ -6,15 +6,14 @@ Only an error (an exception, a failed data check upstream) fails the run.
 """
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import dataclasses
 import os
-import typing
 
 import dagster as dg
 import pandas as pd
-import pydantic
 
+from assets.configs import config_from_dataclass
 from assets.decisions import decision_metadata, latest_decision, previous_week
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.decision import PromotionDecision
@@ -24,18 +23,8 @@ from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.run_log import WeekRun, log_week_run
 from training.rewards import RewardWeights
 
-
-def _settings_from(config_type: type) -> type[dg.Config]:
-    """A Dagster Config with the dataclass's fields, types, defaults and help: declared once."""
-    hints = typing.get_type_hints(config_type)
-    fields = {
-        f.name: (hints[f.name], pydantic.Field(default=f.default, description=f.metadata.get("help")))
-        for f in dataclasses.fields(config_type)
-    }
-    return pydantic.create_model("GateSettings", __base__=dg.Config, __doc__=config_type.__doc__, **fields)
-
-
-GateSettings = _settings_from(GateConfig)
+# The thresholds are declared once, on GateConfig; the Dagster config is built from its fields.
+GateSettings = config_from_dataclass(GateConfig, "GateSettings", module=__name__)
 
 
 def _dagster_run_url(run_id: str) -> str:
@@ -119,9 +108,9 @@ FAILURE_MODE_CHECK = dg.AssetCheckSpec("failure_modes_week_over_week", asset="pr
 def promotion_gate(
     context: dg.AssetExecutionContext,
     config: GateSettings,
-    interaction_window: dict,
-    policy_base: dict,
-    grpo_candidate: dict,
+    interaction_window: ValidatedWindow,
+    policy_base: PolicyBase,
+    grpo_candidate: GRPOCandidate,
     calibration_report: CalibrationReport,
     shadow_report: ShadowReport,
     home: HomeResource,
@@ -134,12 +123,12 @@ def promotion_gate(
         GateInputs(
             candidate,
             baseline,
-            data_valid=bool(interaction_window["validation_success"]),
+            data_valid=bool(interaction_window.validation_success),
             proxy_rewards=calibration_report.proxy_rewards,
             human_success=calibration_report.human_success,
-            training_rewards=grpo_candidate["reward_curve"],
-            baseline_kind="champion" if policy_base["source"] == "champion" else "base_model",
-            data_detail=", ".join(interaction_window.get("failed_expectations", [])),
+            training_rewards=grpo_candidate.reward_curve,
+            baseline_kind="champion" if policy_base.source == "champion" else "base_model",
+            data_detail=", ".join(interaction_window.failed_expectations),
             success_worth=RewardWeights.from_dict(calibration_report.reward_weights).success_worth(),
         ),
         GateConfig(**config.model_dump()),
@@ -160,14 +149,14 @@ def promotion_gate(
         mlflow.uri(h),
         WeekRun(
             week=week,
-            window_hash=interaction_window["content_hash"],
-            window_frame=pd.DataFrame({"rows": [interaction_window["rows"]]}),
+            window_hash=interaction_window.content_hash,
+            window_frame=pd.DataFrame({"rows": [interaction_window.rows]}),
             gate_report=report,
             params={
-                "candidate_path": grpo_candidate["path"],
-                "baseline_path": policy_base["path"],
-                "baseline_source": policy_base["source"],
-                "window_rows": interaction_window["rows"],
+                "candidate_path": grpo_candidate.path,
+                "baseline_path": policy_base.path,
+                "baseline_source": policy_base.source,
+                "window_rows": interaction_window.rows,
             },
             # The baseline is logged as `champion` (run_log's naming); rises as their own metrics.
             metrics={
@@ -176,9 +165,9 @@ def promotion_gate(
             },
             tool_distribution=_tool_shares(calibration_report),
             failure_modes={"candidate": modes, "champion": calibration_report.pair.baseline.failure_modes},
-            reward_curve=grpo_candidate["reward_curve"],
+            reward_curve=grpo_candidate.reward_curve,
             samples=samples,
-            validation={"success": interaction_window["validation_success"]},
+            validation={"success": interaction_window.validation_success},
             tags={
                 "dagster_run_id": context.run_id,
                 "dagster_run_url": _dagster_run_url(context.run_id),
@@ -186,23 +175,23 @@ def promotion_gate(
                 "failure_mode_rises": ", ".join(j.mode for j in rises) or "none",
             },
         ),
-        run_id=grpo_candidate["mlflow_run_id"],
+        run_id=grpo_candidate.mlflow_run_id,
         artifact_location=h.mlflow_artifacts.as_uri(),
     )
     lineage = {
         "week": week,
-        "window_hash": interaction_window["content_hash"],
-        "validation": "passed" if interaction_window["validation_success"] else "failed",
+        "window_hash": interaction_window.content_hash,
+        "validation": "passed" if interaction_window.validation_success else "failed",
         "run_id": run_id,
         "dagster_run_id": context.run_id,
-        "window_rows": interaction_window["rows"],
+        "window_rows": interaction_window.rows,
         "calibration_rows": calibration_report.rows,
         "shadow_rows": shadow_report.rows,
         "shadow_success": shadow_report.pair.candidate.summary["success_rate"],
         "violation_rate": candidate.violation_rate,
-        "base_model": policy_base["path"],
+        "base_model": policy_base.path,
     }
-    decision = PromotionDecision(week, report, grpo_candidate["path"], lineage, run_id, summaries, modes, rises)
+    decision = PromotionDecision(week, report, grpo_candidate.path, lineage, run_id, summaries, modes, rises)
     for gate in report.gates:
         yield _gate_check(gate)
     yield _failure_mode_check(decision, previous)

@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 import dagster as dg
 
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
@@ -28,11 +29,11 @@ _REGISTRY_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPO
 )
 def first_champion(
     context: dg.AssetExecutionContext,
-    policy_base: dict,
-    interaction_window: dict,
+    policy_base: PolicyBase,
+    interaction_window: ValidatedWindow,
     calibration_report: CalibrationReport,
     shadow_report: ShadowReport,
-    grpo_candidate: dict,
+    grpo_candidate: GRPOCandidate,
     home: HomeResource,
     mlflow: MLflowTracking,
 ):
@@ -44,13 +45,13 @@ def first_champion(
     `registered_model`, after every gate passed against this same base model.
     """
     h = home.home
-    if policy_base["source"] == "champion":
-        version, reason = None, f"a champion exists (v{policy_base['champion_version']})"
+    if policy_base.source == "champion":
+        version, reason = None, f"a champion exists (v{policy_base.champion_version})"
     else:
         _, base = outcomes(calibration_report.pair, shadow_report.pair)
         lineage = {
-            "window_hash": interaction_window["content_hash"],
-            "base_model": policy_base["path"],
+            "window_hash": interaction_window.content_hash,
+            "base_model": policy_base.path,
             "shadow_success": shadow_report.pair.baseline.summary["success_rate"],
             "calibration_success": calibration_report.pair.baseline.summary["success_rate"],
             "violation_rate": base.violation_rate,
@@ -59,11 +60,11 @@ def first_champion(
         try:
             version = register_base_champion(
                 mlflow.uri(h),
-                policy_base["path"],
+                policy_base.path,
                 context.partition_key,
                 lineage,
                 name=mlflow.model_name,
-                run_id=grpo_candidate["mlflow_run_id"],
+                run_id=grpo_candidate.mlflow_run_id,
                 artifact_location=h.mlflow_artifacts.as_uri(),
             )
         except ModelDirError as err:

@@ -11,15 +11,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
+from pydantic import field_validator
 
+from assets.configs import setting_field
 from dataplane.home import Home
 from dataplane.store import open_store
-from evaluation.registry import mlflow_client
+from evaluation.registry import DEFAULT_MODEL_NAME, mlflow_client
+from training.curriculum import CurriculumError, parse_mix, tools_for_levels
+from training.grpo_config import GRPORunConfig
 
 
 def _env_or_default(name: str, default: str | None) -> dg.EnvVar | str | None:
     # EnvVar keeps the value out of the UI and run storage; the default keeps a fresh clone working.
     return dg.EnvVar(name) if os.environ.get(name) else default
+
+
+def _resolved(value: dg.EnvVar | str | None) -> str | None:
+    # Inside a run Dagster hands the resource the variable's value; code outside a run (the CLI)
+    # holds the EnvVar itself, whose string is the variable's name, so read the value here.
+    return value.get_value() if isinstance(value, dg.EnvVar) else value
 
 
 class HomeResource(dg.ConfigurableResource):
@@ -53,27 +63,61 @@ class MLflowTracking(dg.ConfigurableResource):
     """The MLflow tracking server / store and the registered model name."""
 
     tracking_uri: str | None = None  # default: sqlite:///<home>/mlflow.db
-    model_name: str = "retail-agent"
+    model_name: str = DEFAULT_MODEL_NAME
     ui_url: str | None = None  # where people open the MLflow UI, for links in metadata
 
+    @classmethod
+    def from_env(cls) -> MLflowTracking:
+        """The MLflow settings as the environment sets them: the one place that reads
+        MLFLOW_TRACKING_URI, RETRAIN_MODEL_NAME and RETRAIN_MLFLOW_UI_URL (Dagster and the CLI alike)."""
+        return cls(
+            tracking_uri=_env_or_default("MLFLOW_TRACKING_URI", None),
+            model_name=os.environ.get("RETRAIN_MODEL_NAME") or DEFAULT_MODEL_NAME,
+            ui_url=_env_or_default("RETRAIN_MLFLOW_UI_URL", None),
+        )
+
     def uri(self, home: Home) -> str:
-        return self.tracking_uri or home.mlflow_uri
+        return _resolved(self.tracking_uri) or home.mlflow_uri
 
     def run_url(self, home: Home, run_id: str) -> str:
         """Where a person opens this MLflow run (`mlflow ui` on the embedded store by default)."""
         experiment = mlflow_client(self.uri(home)).get_run(run_id).info.experiment_id
-        base = (self.ui_url or "http://127.0.0.1:5000").rstrip("/")
+        base = (_resolved(self.ui_url) or "http://127.0.0.1:5000").rstrip("/")
         return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+
+
+class Curriculum(dg.ConfigurableResource):
+    """The run's curriculum, set once per run: GRPO trains on `levels`; the SFT warm start, the
+    tool-call probe and both evaluations use the form of the hardest level in it (level 1: the
+    rewritten short tasks and level 1's tool list; any other: the conversations as recorded)."""
+
+    levels: dict[str, float] = setting_field(GRPORunConfig, "levels")
+
+    @field_validator("levels")
+    @classmethod
+    def _known_levels(cls, levels: dict[str, float]) -> dict[str, float]:
+        try:
+            parse_mix(levels)
+        except CurriculumError as err:
+            raise ValueError(f"curriculum.levels {levels!r} is refused ({err.rule}): {err.detail}") from err
+        return levels
+
+    @property
+    def level(self) -> int:
+        """The hardest level of the mix: the task form a policy trained on it is warm-started and judged on."""
+        return max(parse_mix(self.levels))
+
+    @property
+    def tools(self) -> tuple[str, ...] | None:
+        """The tools offered at this curriculum (None: all), the same for SFT, GRPO and evaluation."""
+        return tools_for_levels(self.levels)
 
 
 def default_resources() -> dict:
     return {
         "home": HomeResource(root=_env_or_default("RETRAIN_HOME", None)),
         "store": DuckDBStore(path=_env_or_default("RETRAIN_DUCKDB_PATH", None)),
-        "mlflow": MLflowTracking(
-            tracking_uri=_env_or_default("MLFLOW_TRACKING_URI", None),
-            model_name=os.environ.get("RETRAIN_MODEL_NAME", "retail-agent"),
-            ui_url=_env_or_default("RETRAIN_MLFLOW_UI_URL", None),
-        ),
+        "mlflow": MLflowTracking.from_env(),
+        "curriculum": Curriculum(),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }

@@ -5,18 +5,21 @@ import hashlib
 import json
 import math
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import dagster as dg
 
+from assets.configs import config_from_dataclass, dataclass_kwargs
+from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import weekly_partitions
 from assets.pipes_reporter import SPEC as PIPES_REPORTER
-from assets.resources import DuckDBStore, HomeResource, MLflowTracking
+from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, train_records, week_dir
-from evaluation.policy import HFPolicy
 from evaluation.registry import champion_info, download_champion
 from evaluation.run_log import open_week_run
-from training.curriculum import tools_for_levels
+from training.grpo_config import ConfigError, GRPORunConfig, validate
+from training.policies import HFPolicy
 from training.reporting import REPORTER_ENV
 from training.sandbox.environment import TOOL_NAMES
 from training.sandbox.prompting import initial_messages
@@ -25,46 +28,53 @@ from training.tiny.bootstrap import ensure_base_policy
 from training.tiny.level1 import level1_demonstration
 
 
-class PolicyConfig(dg.Config):
-    """Where the week's policy starts: the champion, else the base model (tiny and local by default)."""
+class _PolicyKnobs(dg.Config):
+    """Where the week's policy starts: the champion, else the base model (tiny and local by default).
+
+    The `sft_*` settings are `training.sft.SFTSettings`' own fields, generated from it; the
+    curriculum level comes from the run's `curriculum` resource."""
 
     base_model: str = ""  # a local folder (or a hub id, with network); empty: build the tiny model
     use_champion: bool = True
     sft_warm_start: bool = True  # a real instruct model may skip it
-    sft_steps: int = 300
-    sft_batch_size: int = 16
     # Copy pretraining of the tiny base before SFT (training.tiny.pretrain): a freshly built model
     # cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
     copy_pretrain_steps: int = 0
-    # SFT on relabelled copies (training.tiny.relabel: fresh identifiers in every example), so the tiny
-    # model learns to copy ids instead of memorising the training customers'. In one run copying
-    # emerged by ~300 SFT steps instead of ~1,000, not in two others (bench/results/learning.md).
-    sft_relabel: bool = True
-    sft_learning_rate: float = 1e-3
-    level: int = 4  # 1: warm-start and probe on level-1 tasks (the tiny demo model), 4: as recorded
     probe_prompts: int = 8
     min_tool_call_rate: float = 0.5
 
 
-class GRPOTrainingConfig(dg.Config):
-    """The knobs of a GRPO update; any other TRL GRPOConfig field goes in `grpo_overrides_json`."""
+PolicyConfig = config_from_dataclass(
+    SFTSettings,
+    "PolicyConfig",
+    base=_PolicyKnobs,
+    prefix="sft_",
+    exclude=("tools",),  # the curriculum's tool list, so SFT renders the one GRPO and evaluation offer
+    # SFT on relabelled copies (training.tiny.relabel: fresh identifiers in every example), so the tiny
+    # model learns to copy ids instead of memorising the training customers'. In one run copying
+    # emerged by ~300 SFT steps instead of ~1,000, not in two others (bench/results/learning.md).
+    defaults={"relabel": True},
+    module=__name__,
+)
 
-    max_steps: int = 20
-    num_generations: int = 4
-    per_device_train_batch_size: int = 4
-    max_completion_length: int = 256
-    learning_rate: float = 1e-4
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    max_tool_calling_iterations: int = 4
-    temperature: float = 1.0
-    save_steps: int = 10
-    seed: int = 0
-    levels: dict[str, float] = {"1": 1.0}
-    dataset_size: int = 64
-    reward_weights: dict[str, float] = {}
-    profile: str = "cpu"
-    grpo_overrides_json: str = "{}"
+# What the asset itself supplies to a GRPO run; every other GRPORunConfig field is a Dagster setting.
+SUPPLIED_BY_ASSET = (
+    "model_path",
+    "output_dir",
+    "records_path",
+    "records",
+    "levels",  # the run's curriculum resource
+    "mlflow_tracking_uri",
+    "mlflow_run_id",
+)
+GRPOTrainingConfig = config_from_dataclass(
+    GRPORunConfig,
+    "GRPOTrainingConfig",
+    exclude=SUPPLIED_BY_ASSET,
+    module=__name__,
+    doc="The knobs of a GRPO update (training.grpo_config.GRPORunConfig's own fields); any other TRL "
+    "GRPOConfig field goes in `grpo_overrides`.",
+)
 
 
 def _sft_records(train: list[dict], level: int) -> list[dict]:
@@ -95,14 +105,15 @@ def _probe_tool_calls(model_path: str, records: list[dict], n: int, tools: tuple
 def policy_base(
     context: dg.AssetExecutionContext,
     config: PolicyConfig,
-    window_splits: dict,
+    window_splits: WindowSplits,
     home: HomeResource,
     store: DuckDBStore,
     mlflow: MLflowTracking,
+    curriculum: Curriculum,
 ):
     """The model this week starts from: the MLflow champion, else the (warm-started) base model."""
     h = home.home
-    tools = tools_for_levels([config.level])  # the list GRPO and evaluation at this level offer
+    level = curriculum.level
     train = train_records(h, store, window_splits)
     champion = champion_info(mlflow.uri(h), mlflow.model_name) if config.use_champion else None
     if champion is not None:
@@ -120,33 +131,27 @@ def policy_base(
         )
         source, sft = "base_model", None
         if config.sft_warm_start:
-            settings = SFTSettings(
-                steps=config.sft_steps,
-                batch_size=config.sft_batch_size,
-                tools=tools,
-                relabel=config.sft_relabel,
-                learning_rate=config.sft_learning_rate,
-            )
+            settings = SFTSettings(tools=curriculum.tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
             # Named after what it warm-starts and how (a copy-pretrained base, other SFT settings,
             # another level or trajectory format get their own folder), so a cached warm start is reused only when it is
             # the one this configuration would train.
-            recipe = hashlib.sha256(repr((settings, config.level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
+            recipe = hashlib.sha256(repr((settings, level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
             warm = h.models / f"{'base' if config.base_model else path.name}-sft-{recipe}"
             if not (warm / "config.json").exists():
-                demos = _sft_records(train, config.level)
+                demos = _sft_records(train, level)
                 context.log.info(
                     f"SFT warm start of {path} on {len(demos)} train-split trajectories "
-                    f"(level {config.level}, {config.sft_steps} steps, relabel {config.sft_relabel})"
+                    f"(level {level}, {settings.steps} steps, relabel {settings.relabel})"
                 )
                 sft = warm_start(path, demos, warm, settings)
             path = warm
-    rate = _probe_tool_calls(str(path), at_level(train, config.level), config.probe_prompts, tools)
+    rate = _probe_tool_calls(str(path), at_level(train, level), config.probe_prompts, curriculum.tools)
     yield dg.AssetCheckResult(
         check_name="policy_emits_tool_calls",
         passed=rate >= config.min_tool_call_rate,
         metadata={"tool_call_rate": rate, "threshold": config.min_tool_call_rate, "model_path": str(path)},
     )
-    value = {"path": str(path), "source": source, "champion_version": champion.version if champion else None}
+    value = PolicyBase(path=str(path), source=source, champion_version=champion.version if champion else None)
     metadata = {"source": source, "model_path": dg.MetadataValue.path(str(path)), "tool_call_rate": rate}
     if champion is not None:
         metadata["champion_version"] = champion.version
@@ -187,11 +192,12 @@ def _reward_curve(out_dir: Path) -> list[float]:
 def grpo_candidate(
     context: dg.AssetExecutionContext,
     config: GRPOTrainingConfig,
-    policy_base: dict,
-    window_splits: dict,
+    policy_base: PolicyBase,
+    window_splits: WindowSplits,
     home: HomeResource,
     store: DuckDBStore,
     mlflow: MLflowTracking,
+    curriculum: Curriculum,
     pipes_subprocess_client: dg.PipesSubprocessClient,
 ):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
@@ -205,20 +211,24 @@ def grpo_candidate(
     with records_path.open("w") as handle:
         for record in train_records(h, store, window_splits):
             handle.write(json.dumps(record) + "\n")
+    run_config = GRPORunConfig(
+        model_path=policy_base.path,
+        output_dir=str(out / "grpo"),
+        records_path=str(records_path),
+        levels=curriculum.levels,
+        **dataclass_kwargs(config, GRPORunConfig),
+    )
+    try:
+        validate(run_config, num_processes=1)  # the subprocess is one process (no accelerate launch)
+    except ConfigError as err:
+        # A bad setting fails the same way on every retry: say so before any compute or MLflow run.
+        raise dg.Failure(str(err), allow_retries=False) from err
     run_id = open_week_run(
         mlflow.uri(h), context.partition_key, context.run_id, artifact_location=h.mlflow_artifacts.as_uri()
     )
-    run_config = {
-        "model_path": policy_base["path"],
-        "output_dir": str(out / "grpo"),
-        "records_path": str(records_path),
-        "mlflow_tracking_uri": mlflow.uri(h),
-        "mlflow_run_id": run_id,
-        **{k: v for k, v in config.model_dump().items() if k != "grpo_overrides_json"},
-        "grpo_overrides": json.loads(config.grpo_overrides_json),
-    }
+    run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
     config_path = out / "grpo_config.json"
-    config_path.write_text(json.dumps(run_config, indent=2, sort_keys=True))
+    config_path.write_text(json.dumps(asdict(run_config), indent=2, sort_keys=True))
     pipes_subprocess_client.run(
         command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)],
         context=context,
@@ -227,12 +237,12 @@ def grpo_candidate(
     result = json.loads((out / "grpo" / "result.json").read_text())
     curve = _reward_curve(out / "grpo")
     loss = float(result.get("train_loss", float("nan")))
-    changed = weights_digest(result["model_path"]) != weights_digest(policy_base["path"])
+    changed = weights_digest(result["model_path"]) != weights_digest(policy_base.path)
     yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
     yield dg.AssetCheckResult(
         check_name="weights_changed",
         passed=changed,
-        metadata={"base": policy_base["path"], "candidate": result["model_path"]},
+        metadata={"base": policy_base.path, "candidate": result["model_path"]},
     )
     yield dg.AssetCheckResult(
         check_name="reward_curve_logged",
@@ -240,14 +250,14 @@ def grpo_candidate(
         metadata={"points": len(curve)},
     )
     yield dg.MaterializeResult(
-        value={
-            "path": result["model_path"],
-            "mlflow_run_id": run_id,
-            "reward_curve": curve,
-            "final_step": result["final_step"],
-            "level_mix": result.get("level_mix"),
-            "reward_weights": dict(config.reward_weights),  # evaluation prices rewards as training did
-        },
+        value=GRPOCandidate(
+            path=result["model_path"],
+            mlflow_run_id=run_id,
+            final_step=result["final_step"],
+            reward_curve=curve,
+            level_mix=result.get("level_mix"),
+            reward_weights=dict(run_config.reward_weights),  # evaluation prices rewards as training did
+        ),
         metadata={
             "model_path": dg.MetadataValue.path(result["model_path"]),
             "final_step": result["final_step"],

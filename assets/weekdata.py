@@ -6,6 +6,7 @@ asset recomputes the same split from the stored window instead of trusting a cop
 
 from pathlib import Path
 
+from assets.handoffs import WindowSplits
 from assets.resources import DuckDBStore
 from dataplane.home import Home
 from dataplane.splits import split_window
@@ -14,18 +15,19 @@ from training.tiny.level1 import as_level1
 
 
 def week_dir(home: Home, partition_key: str) -> Path:
-    path = home.inside(f"runs/{partition_key}")
+    """The week's folder (`Home.week_dir`), created for an asset to write into."""
+    path = home.week_dir(partition_key)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def split_records(home: Home, store: DuckDBStore, window_splits: dict) -> dict[str, list[dict]]:
+def split_records(home: Home, store: DuckDBStore, window_splits: WindowSplits) -> dict[str, list[dict]]:
     with store.connect(home, read_only=True) as con:
-        records = window_records(con, window_splits["week"])
-    return split_window(records, tuple(window_splits["fractions"]))
+        records = window_records(con, window_splits.week)
+    return split_window(records, window_splits.fractions)
 
 
-def train_records(home: Home, store: DuckDBStore, window_splits: dict) -> list[dict]:
+def train_records(home: Home, store: DuckDBStore, window_splits: WindowSplits) -> list[dict]:
     """Train-split records that carry gold: the only interactions that become training tasks."""
     return [r for r in split_records(home, store, window_splits)["train"] if r.get("gold")]
 

@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from evaluation.policy import HFPolicy, ScriptedPolicy  # noqa: E402
 from evaluation.rollout import run_rollouts  # noqa: E402
 from tests.helpers_eval import expert_policy, make_records  # noqa: E402
+from training.policies import HFPolicy, ScriptedPolicy  # noqa: E402
 from training.sandbox.prompting import initial_messages  # noqa: E402
 
 

@@ -33,6 +33,12 @@ class Home:
             raise HomePathError(f"path {str(relative)!r} escapes the home folder {self.root}")
         return candidate
 
+    def week_dir(self, week: str) -> Path:
+        """`<home>/runs/<week>`: everything one week's run writes (checkpoints, reports, the
+        promotion request); the one place that knows the layout. A week that would leave the home
+        (`..`, an absolute path) is refused like any configured path."""
+        return self.inside(f"runs/{week}")
+
     @property
     def landing(self) -> Path:
         return self.root / "landing"

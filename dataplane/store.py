@@ -88,6 +88,17 @@ SCHEMA = (
         set_hash VARCHAR NOT NULL,
         created_at TIMESTAMPTZ NOT NULL,
         PRIMARY KEY (week, position))""",
+    # Human review labels (dataplane/labels.py): one per (interaction, rater); the record itself
+    # is never changed, a label only annotates it.
+    """CREATE TABLE IF NOT EXISTS labels (
+        interaction_id VARCHAR NOT NULL,
+        rater VARCHAR NOT NULL,
+        task_success BOOLEAN NOT NULL,
+        labeled_at TIMESTAMPTZ NOT NULL,
+        note VARCHAR,
+        source_file VARCHAR NOT NULL,
+        imported_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (interaction_id, rater))""",
 )
 
 

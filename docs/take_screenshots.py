@@ -17,7 +17,6 @@ Chromium runs with a fresh profile and background networking off, and only ever 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -42,43 +41,6 @@ CHROMIUM_FLAGS = [
     "--window-size=1600,1000",
 ]
 
-# Stage sizes shrunk so the week runs in minutes on a CPU; the gates are permissive so the
-# screenshot shows a registered champion (the real policy lives in the asset configs' defaults).
-TINY_RUN_CONFIG = {
-    "ops": {
-        "policy_base": {
-            "config": {"sft_steps": 6, "sft_batch_size": 4, "probe_prompts": 2, "min_tool_call_rate": 0.0, "level": 1}
-        },
-        "grpo_candidate": {
-            "config": {
-                "max_steps": 2,
-                "save_steps": 1,
-                "dataset_size": 8,
-                "max_completion_length": 96,
-                "levels": {"1": 1.0},
-                # a two-step GRPO on equal rewards has zero advantage; the entropy
-                # bonus makes the weights move so `weights_changed` passes
-                "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
-            }
-        },
-        "calibration_report": {
-            "config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32, "level": 1}
-        },
-        "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-        "promotion_gate": {
-            "config": {
-                "min_human_labels": 2,
-                "calibration_min_margin": -1.0,
-                "shadow_margin": -1.0,
-                "max_tool_drift": 1.0,
-                "min_reward_alignment": 0.0,
-                "violation_tolerance": 1.0,
-                "hacking_excess_max": 1.0e6,
-            }
-        },
-    }
-}
-
 LATEST_RUN = """
 query { runsOrError(filter: {pipelineName: "weekly_retrain"}, limit: 1) {
   ... on Runs { results { runId status } } } }
@@ -91,6 +53,7 @@ def prepare_home(root: Path) -> str:
 
     os.environ["RETRAIN_HOME"] = str(root)
     from dataplane.home import Home
+    from orchestration.demo import PERMISSIVE_GATES, demo_run_config
     from orchestration.runner import run_week
     from training.traffic.simulate import simulate
 
@@ -104,7 +67,9 @@ def prepare_home(root: Path) -> str:
         label_share=0.6,
         n_users=80,
     )
-    run = run_week(WEEK, run_config=json.loads(json.dumps(TINY_RUN_CONFIG)), home=home)
+    # CI-sized stages and permissive gates, so the screenshot shows a registered champion (the
+    # real policy lives in the asset configs' defaults).
+    run = run_week(WEEK, run_config=demo_run_config("ci", PERMISSIVE_GATES), home=home)
     print(f"week {run.week}: run {run.run_id} success={run.success} materialized={run.materialized}")
     return run.run_id
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import duckdb
 
@@ -68,10 +68,17 @@ class TrainingLeakError(AssertionError):
 
 
 @dataclass(frozen=True)
-class CalibrationSet:
-    """One frozen calibration version. `created` is False when an existing version was returned."""
+class StoredSet:
+    """One stored evaluation set: its ids in stored order, the hash over their content, when it was
+    stored. `key` names it within its table (a calibration version, a shadow week); `created` is
+    False when a set already stored was returned instead of a new one."""
 
-    version: str
+    # Per kind: its stored rows, in position order, by key; one row's insert; how a message names it.
+    select_sql: ClassVar[str]
+    insert_sql: ClassVar[str]
+    label_format: ClassVar[str]
+
+    key: str
     interaction_ids: tuple[str, ...]
     set_hash: str
     created_at: datetime
@@ -81,26 +88,58 @@ class CalibrationSet:
     def rows(self) -> int:
         return len(self.interaction_ids)
 
+    @property
+    def label(self) -> str:
+        return self.label_format.format(self.key)
+
     def records(self, con: duckdb.DuckDBPyConnection) -> list[dict]:
         return load_records(con, list(self.interaction_ids))
 
 
-@dataclass(frozen=True)
-class ShadowSet:
+class CalibrationSet(StoredSet):
+    """One frozen calibration version."""
+
+    select_sql = "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE version = ? ORDER BY position"
+    insert_sql = (
+        "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)"
+    )
+    label_format = "calibration set {}"
+
+    @property
+    def version(self) -> str:
+        return self.key
+
+
+class ShadowSet(StoredSet):
     """The shadow set of one week, most recent conversation first."""
 
-    week: str
-    interaction_ids: tuple[str, ...]
-    set_hash: str
-    created_at: datetime
-    created: bool = False
+    select_sql = "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position"
+    insert_sql = "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)"
+    label_format = "shadow set of {}"
 
     @property
-    def rows(self) -> int:
-        return len(self.interaction_ids)
+    def week(self) -> str:
+        return self.key
 
-    def records(self, con: duckdb.DuckDBPyConnection) -> list[dict]:
-        return load_records(con, list(self.interaction_ids))
+
+S = TypeVar("S", bound=StoredSet)
+
+
+def _load(con: duckdb.DuckDBPyConnection, kind: type[S], key: str) -> S | None:
+    rows = con.execute(kind.select_sql, [key]).fetchall()
+    if not rows:
+        return None
+    return kind(key, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
+
+
+def _store(con: duckdb.DuckDBPyConnection, kind: type[S], key: str, ids: Sequence[str], now: datetime | None) -> S:
+    """Insert a new set (every id must be in `interactions`) and return it with `created=True`."""
+    set_hash = _set_hash(con, ids)
+    created_at = now or datetime.now(UTC)
+    con.executemany(kind.insert_sql, [[key, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
+    stored = _load(con, kind, key)
+    assert stored is not None
+    return replace(stored, created=True)
 
 
 def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -147,16 +186,6 @@ def _set_hash(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def _load_calibration(con: duckdb.DuckDBPyConnection, version: str) -> CalibrationSet | None:
-    rows = con.execute(
-        "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE version = ? ORDER BY position",
-        [version],
-    ).fetchall()
-    if not rows:
-        return None
-    return CalibrationSet(version, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
-
-
 def calibration_versions(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Every stored version, oldest first."""
     ensure_tables(con)
@@ -169,13 +198,13 @@ def calibration_versions(con: duckdb.DuckDBPyConnection) -> list[str]:
 def calibration_set(con: duckdb.DuckDBPyConnection, version: str) -> CalibrationSet | None:
     """A stored version by name, or None."""
     ensure_tables(con)
-    return _load_calibration(con, version)
+    return _load(con, CalibrationSet, version)
 
 
 def current_calibration_set(con: duckdb.DuckDBPyConnection) -> CalibrationSet | None:
     """The most recently frozen version, or None before the first freeze."""
     versions = calibration_versions(con)
-    return _load_calibration(con, versions[-1]) if versions else None
+    return _load(con, CalibrationSet, versions[-1]) if versions else None
 
 
 def _next_version(existing: Sequence[str]) -> str:
@@ -208,12 +237,12 @@ def freeze_calibration_set(
     ensure_tables(con)
     existing = calibration_versions(con)
     if existing and version is None and not force_new:
-        current = _load_calibration(con, existing[-1])
+        current = _load(con, CalibrationSet, existing[-1])
         assert current is not None
         return current
     ids = _validated_ids(records, split_of)
     if version is not None and version in existing:
-        stored = _load_calibration(con, version)
+        stored = _load(con, CalibrationSet, version)
         assert stored is not None
         if stored.set_hash != _set_hash(con, ids):
             raise EvalSetError(
@@ -226,16 +255,7 @@ def freeze_calibration_set(
             "new_version_needs_force",
             f"calibration versions {existing} exist; a new version {version!r} needs force_new=True",
         )
-    name = version or _next_version(existing)
-    set_hash = _set_hash(con, ids)
-    created_at = now or datetime.now(UTC)
-    con.executemany(
-        "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-        [[name, i, rid, set_hash, created_at] for i, rid in enumerate(ids)],
-    )
-    stored = _load_calibration(con, name)
-    assert stored is not None
-    return CalibrationSet(stored.version, stored.interaction_ids, stored.set_hash, stored.created_at, created=True)
+    return _store(con, CalibrationSet, version or _next_version(existing), ids, now)
 
 
 def _validated_ids(records: Sequence[dict], split_of: SplitFn) -> list[str]:
@@ -270,19 +290,10 @@ def select_shadow(
     return keep[:size]
 
 
-def _load_shadow(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
-    rows = con.execute(
-        "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position", [week]
-    ).fetchall()
-    if not rows:
-        return None
-    return ShadowSet(week, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
-
-
 def shadow_set(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
     """The stored shadow set of `week`, or None."""
     ensure_tables(con)
-    return _load_shadow(con, week)
+    return _load(con, ShadowSet, week)
 
 
 def build_shadow_set(
@@ -300,25 +311,16 @@ def build_shadow_set(
     conversations as the original run did.
     """
     ensure_tables(con)
-    stored = _load_shadow(con, week)
+    stored = _load(con, ShadowSet, week)
     if stored is not None:
         return stored
     chosen = select_shadow(records, size, split_of)
     if not chosen:
         raise EvalSetError("empty_set", f"week {week}: no shadow-split records with gold")
-    ids = [r["interaction_id"] for r in chosen]
-    set_hash = _set_hash(con, ids)
-    created_at = now or datetime.now(UTC)
-    con.executemany(
-        "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-        [[week, i, rid, set_hash, created_at] for i, rid in enumerate(ids)],
-    )
-    loaded = _load_shadow(con, week)
-    assert loaded is not None
-    return ShadowSet(week, loaded.interaction_ids, loaded.set_hash, loaded.created_at, created=True)
+    return _store(con, ShadowSet, week, [r["interaction_id"] for r in chosen], now)
 
 
-def assert_disjoint_from_training(train_ids: Iterable[str], *sets: CalibrationSet | ShadowSet) -> None:
+def assert_disjoint_from_training(train_ids: Iterable[str], *sets: StoredSet) -> None:
     """Raise TrainingLeakError if any interaction of `sets` is among `train_ids`.
 
     The training asset calls this on the ids of its GRPO dataset before training starts.
@@ -327,9 +329,4 @@ def assert_disjoint_from_training(train_ids: Iterable[str], *sets: CalibrationSe
     for eval_set in sets:
         overlap = sorted(train.intersection(eval_set.interaction_ids))
         if overlap:
-            label = (
-                f"calibration set {eval_set.version}"
-                if isinstance(eval_set, CalibrationSet)
-                else f"shadow set of {eval_set.week}"
-            )
-            raise TrainingLeakError(label, overlap)
+            raise TrainingLeakError(eval_set.label, overlap)

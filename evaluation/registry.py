@@ -15,6 +15,9 @@ untouched (serving is unaffected, and previous == champion is harmless); the ret
 steps. The other order would be unsafe: with champion moved first, a crash before previous is set
 would lose the old champion's number, and a retry (seeing champion already at the new version)
 could never recover it, so `rollback` would restore the wrong model.
+
+mlflow is imported inside the functions that call it: it takes about a second to import, and the
+CLI and every Dagster code-location load import this module for its names and errors only.
 """
 
 from __future__ import annotations
@@ -25,15 +28,16 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 import sqlalchemy.exc
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
 
 from evaluation.gates import GateReport
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
 DEFAULT_MODEL_NAME = "retail-agent"
 DEFAULT_EXPERIMENT = "retail-agent-weekly"
@@ -46,7 +50,8 @@ ROLE_TAG, BASE_ROLE, BASE_WEEK_TAG, BASE_ARTIFACT_PATH = "role", "base", "base_o
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _WEEK_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # also keeps the registry filter string safe
-_STORE_ERRORS = (MlflowException, requests.RequestException, sqlalchemy.exc.SQLAlchemyError, OSError)
+# Besides MlflowException (added where mlflow is imported): the transports and stores under it.
+_TRANSPORT_ERRORS = (requests.RequestException, sqlalchemy.exc.SQLAlchemyError, OSError)
 
 
 class RegistryError(RuntimeError):
@@ -121,18 +126,26 @@ class RollbackResult:
 @contextmanager
 def mlflow_step(uri: str, step: str) -> Iterator[None]:
     """Run MLflow calls of one named step; store failures become RegistryError naming it."""
+    from mlflow.exceptions import MlflowException  # heavy (~1 s): see the module docstring
+
     try:
         yield
-    except _STORE_ERRORS as err:
+    except (MlflowException, *_TRANSPORT_ERRORS) as err:
         raise RegistryError(step, uri, err) from err
 
 
-def _code(err: MlflowException) -> int:
-    return ErrorCode.Value(err.error_code) if isinstance(err.error_code, str) else err.error_code
+def _has_code(err: MlflowException, name: str) -> bool:
+    """Whether `err` carries MLflow error code `name` (e.g. "RESOURCE_ALREADY_EXISTS")."""
+    from mlflow.protos.databricks_pb2 import ErrorCode  # heavy (~1 s): see the module docstring
+
+    code = err.error_code
+    return (code if isinstance(code, str) else ErrorCode.Name(code)) == name
 
 
 def mlflow_client(tracking_uri: str) -> MlflowClient:
     """A client whose registry is the tracking store (sqlite file or server), no global state."""
+    from mlflow import MlflowClient  # heavy (~1 s): see the module docstring
+
     with mlflow_step(tracking_uri, "connect"):
         return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
@@ -143,13 +156,15 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | 
     Pass an artifact location for a sqlite store (else MLflow writes `./mlruns` in the current
     directory); leave it None against a server with `--artifacts-destination`.
     """
+    from mlflow.exceptions import MlflowException  # heavy (~1 s): see the module docstring
+
     existing = client.get_experiment_by_name(name)
     if existing is not None:
         return existing.experiment_id
     try:
         return client.create_experiment(name, artifact_location=artifact_location)
     except MlflowException as err:
-        if _code(err) != RESOURCE_ALREADY_EXISTS:  # a concurrent creator won the race
+        if not _has_code(err, "RESOURCE_ALREADY_EXISTS"):  # a concurrent creator won the race
             raise
         return client.get_experiment_by_name(name).experiment_id
 
@@ -206,15 +221,17 @@ def _description(week: str, lineage: Mapping[str, Any], report: GateReport) -> s
 
 
 def _ensure_registered_model(client: MlflowClient, name: str) -> None:
+    from mlflow.exceptions import MlflowException  # heavy (~1 s): see the module docstring
+
     try:
         client.get_registered_model(name)
     except MlflowException as err:
-        if _code(err) != RESOURCE_DOES_NOT_EXIST:
+        if not _has_code(err, "RESOURCE_DOES_NOT_EXIST"):
             raise
         try:
             client.create_registered_model(name, description="Retail customer-service agent (GRPO, weekly).")
         except MlflowException as race:
-            if _code(race) != RESOURCE_ALREADY_EXISTS:
+            if not _has_code(race, "RESOURCE_ALREADY_EXISTS"):
                 raise
 
 
@@ -393,11 +410,13 @@ def find_week_version(tracking_uri: str, week: str, name: str = DEFAULT_MODEL_NA
 
 
 def _aliases(client: MlflowClient, name: str, uri: str) -> dict[str, str] | None:
+    from mlflow.exceptions import MlflowException  # heavy (~1 s): see the module docstring
+
     with mlflow_step(uri, "read aliases"):
         try:
             return dict(client.get_registered_model(name).aliases)
         except MlflowException as err:
-            if _code(err) == RESOURCE_DOES_NOT_EXIST:
+            if _has_code(err, "RESOURCE_DOES_NOT_EXIST"):
                 return None
             raise
 
@@ -424,7 +443,7 @@ def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> Champion
 
 def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAULT_MODEL_NAME) -> Path | None:
     """Download the champion's model folder under `dst_dir`; None when there is no champion."""
-    import mlflow.artifacts  # heavy; only the policy_base asset needs it
+    import mlflow.artifacts  # heavy (~1 s): see the module docstring
 
     info = champion_info(tracking_uri, name)
     if info is None:

@@ -18,9 +18,9 @@ from evaluation.drift import total_variation
 from evaluation.failure_modes import failure_mode_shares, policy_violations, primary_failure_mode
 from evaluation.gates import PolicyOutcomes
 from evaluation.metrics import summarize
-from evaluation.policy import HFPolicy
 from evaluation.rollout import Trial, run_rollouts
 from evaluation.stats import BootstrapCI, McNemarResult, mcnemar_exact, paired_bootstrap_ci
+from training.policies import HFPolicy
 
 SAMPLES_PER_POLICY = 3
 

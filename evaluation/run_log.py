@@ -9,7 +9,8 @@ called `champion` (the tag `baseline_kind` says when it was the base model).
 Artifacts: `gate_report.json`, `validation/results.json`, `samples/trajectories.json` (scrubbed,
 and checked with `dataplane.scrub.find_pii`: a leak raises instead of being logged) and four
 plots under `plots/`. Plots use matplotlib's object API (`Figure`), so no pyplot global state and
-no display backend is touched.
+no display backend is touched. mlflow is imported inside the functions that log, as in
+`evaluation.registry` (it takes about a second to import).
 """
 
 from __future__ import annotations
@@ -22,18 +23,17 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mlflow.data
 import pandas as pd
 from matplotlib.figure import Figure
-from mlflow.data.code_dataset_source import CodeDatasetSource
-from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus
-from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from dataplane.scrub import find_pii, scrub_text
 from evaluation.gates import GateReport
 from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, mlflow_client, mlflow_step
+
+if TYPE_CHECKING:
+    from mlflow.entities import DatasetInput
 
 _KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
 WEEK_TAG, ROLE_TAG, DAGSTER_RUN_TAG = "retrain_week", "retrain_role", "dagster_run_id"
@@ -180,6 +180,12 @@ def figures(run: WeekRun) -> dict[str, Figure]:
 
 
 def _window_input(run: WeekRun) -> DatasetInput:
+    # mlflow is heavy (~1 s to import): imported here, not by every module that imports this one.
+    import mlflow.data
+    from mlflow.data.code_dataset_source import CodeDatasetSource
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
     source = CodeDatasetSource(
         {"store": "interactions.duckdb", "table": "windows", "week": run.week, "window_hash": run.window_hash}
     )
@@ -237,6 +243,8 @@ def log_week_run(
     anything cannot be logged, so a half-logged run is never mistaken for a complete one.
 
     With `run_id` (from `open_week_run`) the numbers go into that run; otherwise a new one."""
+    from mlflow.entities import Metric, Param, RunStatus  # heavy (~1 s): see `_window_input`
+
     samples = scrubbed_samples(run.samples)  # before anything is written
     client = mlflow_client(tracking_uri)
     tags = {

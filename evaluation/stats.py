@@ -8,11 +8,13 @@ correlation between the two arms is kept.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binomtest, bootstrap, mannwhitneyu
+
+_MAX_BATCH_INDICES = 2_000_000
 
 
 class PairingError(ValueError):
@@ -56,20 +58,6 @@ def _paired(a: Sequence[bool | int | float], b: Sequence[bool | int | float]) ->
     return np.asarray(a, dtype=float), np.asarray(b, dtype=float)
 
 
-def _binomial_two_sided(k: int, n: int) -> float:
-    """Exact two-sided p-value of k successes in n fair coin flips.
-
-    With p = 1/2 the distribution is symmetric, so "as or less likely than k" is the two tails
-    beyond min(k, n - k); doubling the lower tail is exact here (the midpoint, when n is even,
-    is the mode and is never in a tail unless k is the midpoint, where the p-value is 1).
-    """
-    if n == 0:
-        return 1.0
-    low = min(k, n - k)
-    tail = sum(math.comb(n, i) for i in range(low + 1)) / 2**n
-    return min(1.0, 2.0 * tail)
-
-
 def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> McNemarResult:
     """Exact McNemar test on paired success flags (two-sided).
 
@@ -79,7 +67,10 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> McNemarResult:
     xa, xb = _paired(a, b)
     only_a = int(np.sum((xa > 0) & (xb <= 0)))
     only_b = int(np.sum((xa <= 0) & (xb > 0)))
-    return McNemarResult(only_a, only_b, _binomial_two_sided(only_a, only_a + only_b))
+    discordant = only_a + only_b
+    # Without a discordant pair there is no evidence either way (binomtest needs n >= 1).
+    p_value = 1.0 if discordant == 0 else float(binomtest(only_a, discordant, 0.5, alternative="two-sided").pvalue)
+    return McNemarResult(only_a, only_b, p_value)
 
 
 def paired_bootstrap_ci(
@@ -100,17 +91,22 @@ def paired_bootstrap_ci(
         raise ValueError(f"n_resamples must be positive, got {n_resamples}")
     xa, xb = _paired(a, b)
     diffs = xa - xb
-    rng = np.random.default_rng(seed)
-    n = len(diffs)
-    # Chunked so that 5,000 pairs x 10,000 resamples never needs a 400 MB index matrix.
-    means = np.empty(n_resamples)
-    chunk = max(1, 2_000_000 // n)
-    for start in range(0, n_resamples, chunk):
-        stop = min(n_resamples, start + chunk)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = diffs[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
+    if len(diffs) == 1:
+        # Every resample of a single pair is that pair (scipy's bootstrap wants two or more).
+        point = float(diffs[0])
+        return BootstrapCI(point, point, point, confidence, n_resamples, seed)
+    result = bootstrap(
+        (diffs,),
+        np.mean,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        # Batches of at most ~2M drawn indices, so 5,000 pairs x 10,000 resamples never needs a
+        # 400 MB index matrix.
+        batch=max(1, _MAX_BATCH_INDICES // len(diffs)),
+        rng=np.random.default_rng(seed),
+    )
+    low, high = result.confidence_interval
     return BootstrapCI(float(diffs.mean()), float(low), float(high), confidence, n_resamples, seed)
 
 
@@ -127,20 +123,10 @@ def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     pos, neg = s[y > 0], s[y <= 0]
     if len(pos) == 0 or len(neg) == 0:
         raise ValueError(f"AUC needs both classes: {len(pos)} positive, {len(neg)} negative labels")
-    # Rank-based (average ranks for ties) keeps this O(n log n) for large calibration sets.
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    sorted_s = s[order]
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    rank_sum = ranks[y > 0].sum()
-    n_pos, n_neg = len(pos), len(neg)
-    return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    # U counts the (positive, negative) pairs ordered right, ties one half: exactly the AUC's
+    # numerator. Only the statistic is read, so the cheap asymptotic p-value path is asked for.
+    u = mannwhitneyu(pos, neg, alternative="two-sided", method="asymptotic").statistic
+    return float(u / (len(pos) * len(neg)))
 
 
 def agreement_rate(predicted: Sequence[bool], actual: Sequence[bool]) -> float:

@@ -17,18 +17,13 @@ from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
 from evaluation.gates import ApprovalError
 from evaluation.registry import RegistryError
+from orchestration.cli_errors import CliError
 from orchestration.demo import run_demo
+from orchestration.review import add_review_parser
+from orchestration.run_config import RunConfigFileError
 from orchestration.runner import NoDecisionError, RetrainBusyError, approve_week, rollback_champion, run_week
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
-
-
-class CliError(Exception):
-    """An error the user can fix; printed without a traceback."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
@@ -85,7 +80,7 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_week(args.week, config_file=args.config)
-    except (WeekError, FileNotFoundError, json.JSONDecodeError) as err:
+    except (WeekError, FileNotFoundError, json.JSONDecodeError, RunConfigFileError) as err:
         raise CliError(str(err)) from err
     except RetrainBusyError as err:
         raise CliError(str(err), code=1) from err
@@ -163,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")
     p.set_defaults(func=_cmd_rollback)
+
+    add_review_parser(sub)
     return parser
 
 

@@ -10,7 +10,6 @@ production ones.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -19,38 +18,76 @@ from datetime import date, timedelta
 from assets.partitions import week_key
 from dataplane.home import Home
 from evaluation.registry import champion_info, find_base_version, find_week_version
-from orchestration.runner import WeekRun, run_week
+from orchestration.runner import WeekRun, mlflow_target, run_week
 from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
 
-# Demo sizes for a 2-core CPU. Every threshold (the tool-call probe, the gates) and the reward are
-# the product's defaults, so what the demo shows is what a deployment decides; the SFT keeps its
-# default 300 steps (120 left the tiny model below the probe's 0.5). One training override: the
-# tiny model fails every GRPO rollout alike, so without an entropy bonus the update has no gradient
-# and `weights_changed` stops the week (tests/test_end_to_end.py shows both).
-DEMO_RUN_CONFIG = {
-    "ops": {
-        "policy_base": {"config": {"sft_batch_size": 8, "probe_prompts": 8, "level": 1}},
+# Stage sizes per scale: "demo" for `retrain demo` on a 2-core CPU, "ci" for the end-to-end test
+# and the UI screenshots. Sizes only: every threshold (the tool-call probe, the gates) and the reward
+# are the product's defaults. The SFT keeps its default 300 steps: 120 left the tiny model below
+# the probe's 0.5.
+_SIZES = {
+    "demo": {
+        "policy_base": {"sft_batch_size": 8, "probe_prompts": 8},
         "grpo_candidate": {
-            "config": {
-                "max_steps": 10,
-                "save_steps": 5,
-                "dataset_size": 40,
-                "num_generations": 4,
-                "per_device_train_batch_size": 8,
-                "max_completion_length": 160,
-                "temperature": 0.8,
-                "levels": {"1": 1.0},
-                "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
-            }
+            "max_steps": 10,
+            "save_steps": 5,
+            "dataset_size": 40,
+            "num_generations": 4,
+            "per_device_train_batch_size": 8,
+            "max_completion_length": 160,
+            "temperature": 0.8,
         },
-        "calibration_report": {
-            "config": {"trials": 2, "max_tasks": 12, "max_turns": 6, "max_new_tokens": 48, "level": 1}
-        },
-        "shadow_report": {"config": {"shadow_size": 16, "max_turns": 6, "max_new_tokens": 48, "level": 1}},
-    }
+        "calibration_report": {"trials": 2, "max_tasks": 12, "max_turns": 6, "max_new_tokens": 48},
+        "shadow_report": {"shadow_size": 16, "max_turns": 6, "max_new_tokens": 48},
+    },
+    "ci": {
+        "policy_base": {"sft_batch_size": 8, "probe_prompts": 4},
+        "grpo_candidate": {"max_steps": 2, "save_steps": 1, "dataset_size": 8, "max_completion_length": 96},
+        "calibration_report": {"trials": 2, "max_tasks": 6, "max_turns": 4, "max_new_tokens": 32},
+        "shadow_report": {"shadow_size": 8, "max_turns": 4, "max_new_tokens": 32},
+    },
 }
+
+# Gate thresholds that let any candidate through, for runs that must show a registration (the UI
+# screenshots); never the product's policy, never the demo's or the end-to-end test's.
+PERMISSIVE_GATES = {
+    "min_human_labels": 2,
+    "calibration_min_margin": -1.0,
+    "shadow_margin": -1.0,
+    "max_tool_drift": 1.0,
+    "min_reward_alignment": 0.0,
+    "violation_tolerance": 1.0,
+    "hacking_excess_max": 1.0e6,
+}
+# The one training override: the tiny model fails every GRPO rollout alike (zero reward spread), so
+# without TRL's entropy bonus a few steps move no weight and `weights_changed` stops the week
+# (tests/test_end_to_end.py runs the week both ways).
+ENTROPY_BONUS = {"entropy_coef": 0.01}
+
+
+def demo_run_config(scale: str = "demo", gates: dict | None = None) -> dict:
+    """The Dagster run config of a demo-sized `weekly_retrain` on the tiny model at curriculum level 1.
+
+    `scale` picks the stage sizes ("demo" or "ci"); `gates` overrides gate thresholds (none by
+    default: the demo shows the product's decision). GRPO gets `ENTROPY_BONUS`, the one setting
+    the product does not use.
+    """
+    if scale not in _SIZES:
+        raise ValueError(f"unknown demo scale {scale!r}: expected one of {sorted(_SIZES)}")
+    sizes = _SIZES[scale]
+    ops = {
+        "policy_base": sizes["policy_base"],
+        "grpo_candidate": {"grpo_overrides": dict(ENTROPY_BONUS), **sizes["grpo_candidate"]},
+        "calibration_report": sizes["calibration_report"],
+        "shadow_report": sizes["shadow_report"],
+        "promotion_gate": dict(gates or {}),
+    }
+    return {
+        "ops": {name: {"config": dict(config)} for name, config in ops.items()},
+        "resources": {"curriculum": {"config": {"levels": {"1": 1.0}}}},
+    }
 
 
 def _summary_rows(result: WeekRun) -> list[str]:
@@ -83,15 +120,15 @@ def _summary_rows(result: WeekRun) -> list[str]:
     return rows
 
 
-def _champion_line(champion) -> str:
+def _champion_line(champion, name: str) -> str:
     if champion is None:
         return "none yet"
     if champion.tags.get("role") == "base":
         return (
-            f"retail-agent v{champion.version}, the base model (first champion, registered in week "
+            f"{name} v{champion.version}, the base model (first champion, registered in week "
             f"{champion.tags.get('base_of_week')}; no candidate has beaten it yet)"
         )
-    return f"retail-agent v{champion.version} (candidate of week {champion.week})"
+    return f"{name} v{champion.version} (candidate of week {champion.week})"
 
 
 def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date | None = None) -> int:
@@ -120,23 +157,24 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     for offset in (2, 1):
         week = (this_monday - timedelta(weeks=offset)).isoformat()
         print(f"\nweekly_retrain for week {week} (through Dagster):", flush=True)
-        results.append(run_week(week, run_config=DEMO_RUN_CONFIG, home=home))
+        results.append(run_week(week, run_config=demo_run_config(), home=home))
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
-    base = find_base_version(home.mlflow_uri)
+    uri, name = mlflow_target(home)
+    base = find_base_version(uri, name)
     for result in results:
         print("\n".join(_summary_rows(result)))
         if base is not None and base[1] == result.week:
             print(f"    first champion: the base model, registered as version {base[0]} (no champion existed)")
-        version = find_week_version(home.mlflow_uri, result.week)
+        version = find_week_version(uri, result.week, name)
         why = f"decision {result.decision.decision}" if result.decision else "the run did not reach the gate"
         print(
             f"    registered: {'version ' + str(version) if version else 'no (' + why + ')'}"
             f"   dagster run {result.run_id}"
         )
-    champion = champion_info(home.mlflow_uri)
-    print(f"\nchampion: {_champion_line(champion)}")
+    champion = champion_info(uri, name)
+    print(f"\nchampion: {_champion_line(champion, name)}")
     print(f"demo finished in {time.monotonic() - started:.0f} s\n")
     print("open the UIs on this data:")
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")
-    print(f"  .venv/bin/mlflow ui --backend-store-uri {home.mlflow_uri}   # http://127.0.0.1:5000")
+    print(f"  .venv/bin/mlflow ui --backend-store-uri {uri}   # http://127.0.0.1:5000")
     return 0 if all(r.success for r in results) else 1

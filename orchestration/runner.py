@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from assets.decisions import latest_decision, run_decision
 from assets.partitions import WeekError, week_key, weekly_partitions
+from assets.resources import MLflowTracking
 from dataplane.home import Home
 from evaluation.decision import PromotionDecision
 from evaluation.gates import approve
-from evaluation.registry import DEFAULT_MODEL_NAME, register_candidate, rollback
+from evaluation.registry import register_candidate, rollback
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
+from orchestration.run_config import load_run_config, scheduled_run_config
 
 
 class RetrainBusyError(RuntimeError):
@@ -70,17 +70,6 @@ def checked_week(week: str) -> str:
     return key
 
 
-def load_run_config(path: str | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    text = Path(path).read_text()
-    if path.endswith((".yaml", ".yml")):
-        import yaml  # only for YAML run configs
-
-        return yaml.safe_load(text) or {}
-    return json.loads(text)
-
-
 def run_week(
     week: str,
     config_file: str | None = None,
@@ -95,7 +84,9 @@ def run_week(
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
     prepare_dagster_home(home)
-    config = dict(run_config or load_run_config(config_file))
+    # No config given: the preset RETRAIN_RUN_CONFIG names, as the schedule's runs get it (the
+    # progress logger added below would otherwise make the config non-empty and hide the preset).
+    config = dict(run_config or load_run_config(config_file) or scheduled_run_config() or {})
     if terse and "loggers" not in config:
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
@@ -106,11 +97,9 @@ def run_week(
 
 
 def mlflow_target(home: Home) -> tuple[str, str]:
-    """(tracking URI, registered model name): the same settings the Dagster resource reads."""
-    return (
-        os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_uri,
-        os.environ.get("RETRAIN_MODEL_NAME", DEFAULT_MODEL_NAME),
-    )
+    """(tracking URI, registered model name), read by the Dagster resource itself."""
+    tracking = MLflowTracking.from_env()
+    return tracking.uri(home), tracking.model_name
 
 
 class NoDecisionError(FileNotFoundError):

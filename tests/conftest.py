@@ -18,6 +18,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+# Tests expect the rule-based customer unless they choose another; a developer's own
+# RETRAIN_CUSTOMER must not send the whole suite to an LLM endpoint.
+os.environ.pop("RETRAIN_CUSTOMER", None)
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,9 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from evaluation.policy import Message, ScriptedPolicy, assistant_message, assistant_turns
+from training.policies import ScriptedPolicy, assistant_message, assistant_turns
 from training.sandbox.episode import WRITE_TOOLS
+from training.sandbox.rollout import Message
 
 
 @lru_cache(maxsize=4)

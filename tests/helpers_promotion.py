@@ -14,6 +14,7 @@ import dagster as dg
 import numpy as np
 from safetensors.numpy import save_file
 
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
 from assets.promotion import promotion_gate
 from assets.registration import champion_is_this_version, first_champion, registered_model
@@ -66,12 +67,23 @@ def stand_ins(candidate: str, model_dir: Path, base_dir: Path, reward_weights: d
     part = {"partitions_def": weekly_partitions}
 
     @dg.asset(name="interaction_window", **part)
-    def window():
-        return {"validation_success": True, "content_hash": "ab" * 32, "rows": 600, "failed_expectations": []}
+    def window(context: dg.AssetExecutionContext):
+        return ValidatedWindow(
+            week=context.partition_key,
+            week_end=context.partition_key,
+            rows=600,
+            ended_at_min=None,
+            ended_at_max=None,
+            content_hash="ab" * 32,
+            outcome_mix={},
+            intent_mix={},
+            validation_success=True,
+            validation_path="",
+        )
 
     @dg.asset(name="policy_base", **part)
     def base():
-        return {"path": str(base_dir), "source": "base_model", "champion_version": None}
+        return PolicyBase(str(base_dir), "base_model")
 
     @dg.asset(name="grpo_candidate", **part)
     def trained(context: dg.AssetExecutionContext, home: HomeResource, mlflow: MLflowTracking):
@@ -79,12 +91,13 @@ def stand_ins(candidate: str, model_dir: Path, base_dir: Path, reward_weights: d
         run = open_week_run(
             mlflow.uri(h), context.partition_key, context.run_id, artifact_location=h.mlflow_artifacts.as_uri()
         )
-        return {
-            "path": str(model_dir),
-            "mlflow_run_id": run,
-            "reward_curve": [1.0, 2.0, 3.0, 4.0],
-            "reward_weights": dict(reward_weights or {}),
-        }
+        return GRPOCandidate(
+            str(model_dir),
+            run,
+            final_step=4,
+            reward_curve=[1.0, 2.0, 3.0, 4.0],
+            reward_weights=dict(reward_weights or {}),
+        )
 
     @dg.asset(name="calibration_report", **part)
     def cal():

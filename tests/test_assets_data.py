@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 from assets import data, training
+from assets.handoffs import ValidatedWindow, WindowSplits
 from assets.resources import default_resources
 
 WEEK = "2026-11-16"  # a Monday; the simulated traffic below covers it and the week before
@@ -47,17 +48,21 @@ def test_data_assets_cut_a_reproducible_window(landed):
         "no_customer_in_two_splits": True,
     }
     window = first.output_for_node("interaction_window")
+    assert isinstance(window, ValidatedWindow)
     # Every simulated day (11-09 .. 11-22) ended before the partition's end, Monday 11-23.
-    assert window["rows"] == 14 * 12
-    assert window["ended_at_max"] < "2026-11-23"
-    assert window["validation_success"] is True
+    assert window.rows == 14 * 12
+    assert window.ended_at_max < "2026-11-23"
+    assert window.validation_success is True
+    assert window.failed_expectations == ()
     splits = first.output_for_node("window_splits")
-    assert sum(v for k, v in splits["counts"].items() if k.endswith("_rows")) == window["rows"]
+    assert isinstance(splits, WindowSplits)
+    assert sum(v for k, v in splits.counts.items() if k.endswith("_rows")) == window.rows
+    assert (splits.week, splits.window_hash, splits.fractions) == (window.week, window.content_hash, (0.8, 0.1, 0.1))
 
     again = _materialize([data.raw_interactions, data.interaction_window, data.window_splits])
     assert again.success
     assert again.output_for_node("raw_interactions")["accepted"] == 0  # nothing new: a no-op
-    assert again.output_for_node("interaction_window")["content_hash"] == window["content_hash"]
+    assert again.output_for_node("interaction_window").content_hash == window.content_hash
 
 
 def test_a_failing_window_never_reaches_training(landed):
@@ -97,3 +102,54 @@ def test_cli_ingest_reports_counts_and_exit_codes(landed, tmp_path):
     missing = _retrain("ingest", str(tmp_path / "nope.jsonl"), env_home=landed.root)
     assert missing.returncode == 2
     assert "nope.jsonl" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_week_folder_is_known_in_one_place(home):
+    from assets.weekdata import week_dir
+    from dataplane.home import HomePathError
+
+    assert home.week_dir("2026-11-16") == home.root / "runs" / "2026-11-16"
+    assert not home.week_dir("2026-11-16").exists()  # naming a folder creates nothing
+    assert week_dir(home, "2026-11-16") == home.week_dir("2026-11-16") and home.week_dir("2026-11-16").is_dir()
+    with pytest.raises(HomePathError, match="escapes the home"):
+        home.week_dir("../../elsewhere")
+
+
+def test_cli_and_dagster_read_the_same_mlflow_settings(home, monkeypatch):
+    from assets.resources import MLflowTracking
+    from orchestration.runner import mlflow_target
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RETRAIN_MODEL_NAME", raising=False)
+    assert mlflow_target(home) == (home.mlflow_uri, "retail-agent")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
+    monkeypatch.setenv("RETRAIN_MODEL_NAME", "shop-agent")
+    # Outside a run the resource holds an EnvVar, whose string is the variable's name: the value is read.
+    assert mlflow_target(home) == ("http://mlflow.internal:5000", "shop-agent")
+    resources = default_resources()
+    assert isinstance(resources["mlflow"], MLflowTracking) and resources["mlflow"].model_name == "shop-agent"
+    assert resources["mlflow"].uri(home) == "http://mlflow.internal:5000"
+
+
+def test_a_bad_grpo_setting_fails_before_any_compute_or_mlflow_run(landed):
+    """The asset validates the run config it builds, so a bad setting never starts the trainer."""
+    from assets.handoffs import PolicyBase
+    from assets.partitions import weekly_partitions
+    from evaluation.registry import mlflow_client
+
+    @dg.asset(name="policy_base", partitions_def=weekly_partitions)
+    def stub_policy_base():
+        return PolicyBase(path=str(landed.models / "none"), source="base_model")
+
+    config = {"ops": {"grpo_candidate": {"config": {"num_generations": 3, "per_device_train_batch_size": 4}}}}
+    result = _materialize(
+        [data.raw_interactions, data.interaction_window, data.window_splits, stub_policy_base, training.grpo_candidate],
+        config,
+    )
+    assert not result.success
+    [failure] = result.get_step_failure_events()
+    assert failure.step_key == "grpo_candidate"
+    description = failure.step_failure_data.user_failure_data.description
+    assert "generations_do_not_divide_batch" in description and "'num_generations'" in description
+    assert not list(landed.week_dir(WEEK).glob("run-*/grpo_config.json"))
+    assert mlflow_client(landed.mlflow_uri).search_experiments(filter_string="name != 'Default'") == []

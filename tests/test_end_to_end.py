@@ -29,27 +29,22 @@ pytestmark = pytest.mark.slow
 
 WEEK = "2026-11-16"
 
-# Sizes only: no threshold, gate or reward setting is overridden. The SFT keeps its default 300
-# steps: fewer (120 measured) leave the tiny model below the product's tool-call probe (0.5).
-CI_SIZES = {
-    "ops": {
-        "policy_base": {"config": {"sft_batch_size": 8, "probe_prompts": 4, "level": 1}},
-        "grpo_candidate": {"config": {"max_steps": 2, "save_steps": 1, "dataset_size": 8, "max_completion_length": 96}},
-        "calibration_report": {
-            "config": {"trials": 2, "max_tasks": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}
-        },
-        "shadow_report": {"config": {"shadow_size": 8, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-    }
-}
 
+def _product_settings() -> dict:
+    """The demo's CI-sized run config without its one training override (the entropy bonus)."""
+    from orchestration.demo import demo_run_config
 
-# The one override of the second run: without it a GRPO update of the tiny model has no signal.
-ENTROPY_BONUS = {"grpo_overrides_json": json.dumps({"entropy_coef": 0.01})}
+    config = demo_run_config("ci")
+    del config["ops"]["grpo_candidate"]["config"]["grpo_overrides"]
+    return config
 
 
 def _with_entropy_bonus() -> dict:
-    config = json.loads(json.dumps(CI_SIZES))
-    config["ops"]["grpo_candidate"]["config"].update(ENTROPY_BONUS)
+    from orchestration.demo import ENTROPY_BONUS, demo_run_config
+
+    config = demo_run_config("ci")
+    assert config["ops"]["grpo_candidate"]["config"]["grpo_overrides"] == ENTROPY_BONUS  # the only override
+    assert config["ops"]["promotion_gate"]["config"] == {}  # the product's gates
     return config
 
 
@@ -75,7 +70,7 @@ def week_runs(tmp_path_factory):
             label_share=0.6,
             n_users=80,
         )
-        defaults = run_week(WEEK, run_config=CI_SIZES, home=home)
+        defaults = run_week(WEEK, run_config=_product_settings(), home=home)
         incident = _file_failure_incident(home, defaults.run_id)
         bonus = run_week(WEEK, run_config=_with_entropy_bonus(), home=home)  # the warm start is reused
         yield home, defaults, incident, bonus

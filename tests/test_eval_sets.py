@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,11 +11,14 @@ from dataplane.ingest import ingest_paths
 from dataplane.splits import split_of, split_window
 from dataplane.store import open_store
 from evaluation.eval_sets import (
+    CalibrationSet,
     EvalSetError,
+    ShadowSet,
     TrainingLeakError,
     assert_disjoint_from_training,
     build_shadow_set,
     calibration_eligible,
+    calibration_set,
     calibration_versions,
     current_calibration_set,
     freeze_calibration_set,
@@ -154,5 +158,19 @@ def test_neither_set_is_ever_trained_on(store):
     with pytest.raises(TrainingLeakError) as err:
         assert_disjoint_from_training([*train_ids, cal.interaction_ids[0]], cal, shadow)
     assert err.value.overlap == (cal.interaction_ids[0],)
-    with pytest.raises(TrainingLeakError):
+    assert err.value.set_name == "calibration set v1"
+    with pytest.raises(TrainingLeakError) as err:
         assert_disjoint_from_training([shadow.interaction_ids[-1]], cal, shadow)
+    assert err.value.set_name == "shadow set of 2025-W02"
+
+
+def test_both_kinds_of_set_reload_as_their_own_kind(store):
+    con, records = store
+    cal = freeze_calibration_set(con, calibration_eligible(records))
+    shadow = build_shadow_set(con, "2025-W02", records)
+    again_cal, again_shadow = calibration_set(con, "v1"), shadow_set(con, "2025-W02")
+    assert type(again_cal) is CalibrationSet and type(again_shadow) is ShadowSet
+    assert (again_cal.version, again_shadow.week) == ("v1", "2025-W02")
+    assert again_cal == replace(cal, created=False) and again_shadow == replace(shadow, created=False)
+    # The two tables never mix: a calibration version is not a shadow week, nor the reverse.
+    assert shadow_set(con, "v1") is None and calibration_set(con, "2025-W02") is None

@@ -58,9 +58,14 @@ def test_alignment_is_scored_with_the_weights_the_candidate_trained_with(labelle
 def test_evaluation_refuses_a_candidate_that_does_not_say_its_reward_weights():
     import dagster as dg
 
-    assert run_reward_weights({"path": "m", "reward_weights": {"looping": -2.0}}) == {"looping": -2.0}
+    from assets.handoffs import GRPOCandidate
+
+    trained = GRPOCandidate("m", "run", final_step=1, reward_weights={"looping": -2.0})
+    assert run_reward_weights(trained) == {"looping": -2.0}
+    stored_before = GRPOCandidate("m", "run", final_step=1)
+    object.__delattr__(stored_before, "reward_weights")  # as unpickled from before the field existed
     with pytest.raises(dg.Failure, match="reward weights"):
-        run_reward_weights({"path": "m"})
+        run_reward_weights(stored_before)
 
 
 def test_gate_settings_are_the_gate_config_declared_once():

@@ -132,6 +132,32 @@ def test_mapping_onto_trl_and_overrides_win(tmp_path, tiny_base):
     assert args.use_cpu and args.save_steps == config.save_steps
 
 
+def test_trl_settings_pass_onto_grpo_config_under_their_own_names(tmp_path, tiny_base):
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from training.grpo_config import to_grpo_config, trl_settings
+
+    config = _config(
+        tmp_path,
+        tiny_base,
+        gradient_accumulation_steps=2,
+        save_total_limit=3,
+        logging_steps=2,
+        loss_type="grpo",
+        beta=0.01,
+    )
+    settings = trl_settings(config)
+    assert set(settings) <= {f.name for f in fields(GRPOConfig)}  # a renamed TRL field fails here
+    assert {"max_steps", "learning_rate", "gradient_accumulation_steps", "save_total_limit", "loss_type"} <= set(
+        settings
+    )
+    assert "profile" not in settings and "levels" not in settings  # ours, not TRL's
+    args = to_grpo_config(config)
+    assert {name: getattr(args, name) for name in settings} == settings
+
+
 def test_entry_point_exits_nonzero_with_a_clear_message(tmp_path, tiny_base):
     import subprocess
     import sys

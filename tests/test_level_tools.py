@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-from evaluation.policy import ScriptedPolicy
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import make_records
 from tests.helpers_training import level1_records
+from training.policies import HFPolicy, ScriptedPolicy
 from training.tiny.level1 import LEVEL1_TOOLS
 
 
@@ -45,7 +45,6 @@ def test_rollouts_with_a_tool_list_refuse_the_tools_left_out():
 
 
 def test_sft_and_hf_policy_render_the_same_short_list(world, tmp_path):
-    from evaluation.policy import HFPolicy
     from tests.helpers_training import tiny_spec
     from training.sandbox.environment import check_tool_names
     from training.sandbox.prompting import initial_messages

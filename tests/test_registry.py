@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -357,3 +359,10 @@ def test_week_run_refuses_samples_that_still_carry_pii(store, monkeypatch):
         )
     assert err.value.column == "transcript" and err.value.row == 0
     assert run_log.find_week_runs(store[0], "2025-W08", "weekly-test") == []
+
+
+def test_importing_the_registry_and_run_log_leaves_mlflow_unimported():
+    # The CLI and every Dagster code-location load import these modules; mlflow costs ~1 s.
+    code = "import sys, evaluation.registry, evaluation.run_log; print(sorted(m for m in sys.modules if m.startswith('mlflow')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

@@ -8,16 +8,23 @@ import pytest
 
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.metrics import paired_outcomes, success_rate
-from evaluation.policy import Conversation, ScriptedPolicy, ScriptError
-from evaluation.rollout import RolloutError, record_id_of, run_rollouts, trial_seed
+from evaluation.rollout import record_id_of, run_rollouts
 from evaluation.stats import mcnemar_exact
 from tests.helpers_eval import (
     RecordingPolicy,
     escalator_policy,
     expert_policy,
+    expert_steps,
     make_records,
     random_policy,
 )
+from training.curriculum import task_row
+from training.policies import HFPolicy, ScriptedPolicy, ScriptError, assistant_turns
+from training.rewards import verified_success
+from training.sandbox.rollout import Conversation, RolloutError, trial_seed
+from training.traffic.agents import run_policy
+from training.traffic.scenarios import sample_scenarios
+from training.traffic.worldgen import generate_world
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +161,60 @@ def test_bad_records_are_refused(records):
         run_rollouts(escalator_policy(), [{**records[0], "initial_state": None}])
 
 
+def test_trial_seed_is_pinned_and_seeds_training_rows_too(records):
+    # One seed function for evaluation trials and curriculum rows: (seed, record id, trial) only.
+    assert trial_seed(0, "r1", 0) == 1488549645
+    assert trial_seed(7, "ev-0-3", 2) == 862536164
+    row = task_row(records[3], level=4, seed=7, repeat=2)
+    assert row["seed"] == trial_seed(7, records[3]["interaction_id"], 2)
+
+
+def test_a_tool_call_that_is_not_an_object_is_a_policy_error_naming_the_record(records):
+    class Scrawler:
+        name = "scrawler"
+
+        def act(self, conversations):
+            return [{"role": "assistant", "content": "", "tool_calls": ["cancel everything"]} for _ in conversations]
+
+    with pytest.raises(RolloutError, match="bad_policy_message") as err:
+        run_rollouts(Scrawler(), records[:1])
+    assert err.value.record_id == records[0]["interaction_id"]
+
+
+def test_a_bare_transcript_has_no_episode():
+    with pytest.raises(RolloutError, match="no_environment"):
+        _ = Conversation([{"role": "user", "content": "hi"}], task_id="t").episode
+
+
+def test_traffic_and_evaluation_run_one_loop():
+    """A policy serving traffic and the same policy evaluated on the same scenario and seed write
+    the same transcript, turn for turn, and end the same way."""
+    world = generate_world(n_users=40, seed=0)
+    for index, scenario in enumerate(sample_scenarios(world, 8, seed=1)):
+        record = {
+            "interaction_id": f"scenario-{index}",
+            "intent": scenario.intent,
+            "initial_state": scenario.initial_state,
+            "user_scenario": scenario.user_scenario,
+            "gold": scenario.gold,
+            "escalation_was_necessary": scenario.escalation_was_necessary,
+        }
+        steps = expert_steps(record)
+        policy = ScriptedPolicy(
+            lambda conv, steps=steps: steps[assistant_turns(conv)] if assistant_turns(conv) < len(steps) else "Goodbye."
+        )
+        trial = run_rollouts(policy, [record], seed=0)[0]
+        traffic = run_policy(policy, scenario, seed=trial.seed)
+        assert trial.success and verified_success(traffic.episode)
+        assert traffic.messages == trial.messages
+        assert (traffic.turns, traffic.tool_calls, traffic.tool_errors, traffic.ended_by) == (
+            trial.turns,
+            trial.tool_calls,
+            trial.tool_errors,
+            trial.ended_by,
+        )
+
+
 def test_table_policy_without_a_script_for_the_task_says_so(records):
     policy = ScriptedPolicy.from_table({"other-task": []}, name="narrow")
     with pytest.raises(ScriptError, match="no script for task"):
@@ -182,8 +243,6 @@ def tiny_policy_dir(tmp_path_factory, records):
 @pytest.fixture(scope="module")
 def hf_policy(tiny_policy_dir):
     import torch
-
-    from evaluation.policy import HFPolicy
 
     policy = HFPolicy(str(tiny_policy_dir), max_new_tokens=10)
     # A fresh initialisation has near-uniform logits and repeats one token; wider weights make the
@@ -241,8 +300,6 @@ def test_hf_policy_batched_equals_one_at_a_time(hf_policy, records):
 
 
 def test_hf_policy_reports_a_prompt_that_outgrew_the_context(tiny_policy_dir, records):
-    from evaluation.policy import HFPolicy
-
     policy = HFPolicy(str(tiny_policy_dir), max_new_tokens=4)
     policy.context_limit = 100  # far below the prompt (system policy + tool schemas)
     trial = run_rollouts(policy, records[:1], max_turns=3)[0]
@@ -366,8 +423,6 @@ def test_prefix_cache_never_reuses_a_stale_prefix(hf_policy, records):
 
 
 def test_prefix_cache_off_or_full_gives_the_same_outputs(tiny_policy_dir, hf_policy, records):
-    from evaluation.policy import HFPolicy
-
     convs = _conversations(records)
     expected = hf_policy.complete(convs)
     for options in ({"prefix_cache": False}, {"cache_bytes": 0}):
@@ -378,8 +433,6 @@ def test_prefix_cache_off_or_full_gives_the_same_outputs(tiny_policy_dir, hf_pol
 
 
 def test_sampling_is_reproducible_from_the_seed(hf_policy, records):
-    from evaluation.policy import HFPolicy
-
     convs = _conversations(records)
 
     def sample(seed):

@@ -142,3 +142,39 @@ def test_total_variation():
 def test_distribution_counts_shares():
     assert distribution(["x", "y", "x", "x"]) == {"x": 0.75, "y": 0.25}
     assert distribution([]) == {}
+
+
+# Values the hand-written versions (an explicit binomial tail sum, a numpy resampling loop and a
+# rank-sum AUC) gave on these inputs before scipy.stats replaced them.
+def test_bootstrap_ci_pinned_to_the_hand_written_resampling():
+    latent = np.random.default_rng(7).random(2000)
+    ci = paired_bootstrap_ci(latent < 0.6, latent < 0.5, n_resamples=1000, seed=3)
+    assert (ci.difference, ci.low, ci.high) == pytest.approx((0.095, 0.0819875, 0.1080125), rel=1e-12)
+    a = [1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 0, 1]
+    b = [0, 0, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1]
+    small = paired_bootstrap_ci(a, b, n_resamples=500, seed=0)
+    assert (small.difference, small.low, small.high) == pytest.approx((0.25, -1 / 12, 7 / 12), rel=1e-12)
+
+
+def test_bootstrap_ci_pinned_when_resamples_come_in_batches():
+    # 5,000 pairs: 400 resamples per batch, so 1,000 resamples are drawn in three batches.
+    latent = np.random.default_rng(11).random(5000)
+    ci = paired_bootstrap_ci(latent < 0.55, latent < 0.5, n_resamples=1000, seed=5)
+    assert (ci.difference, ci.low, ci.high) == pytest.approx((0.0448, 0.039195, 0.0504), rel=1e-12)
+
+
+def test_bootstrap_ci_of_one_pair_is_that_pair():
+    ci = paired_bootstrap_ci([1.0], [0.0], n_resamples=10, seed=0)
+    assert (ci.difference, ci.low, ci.high) == (1.0, 1.0, 1.0)
+
+
+def test_mcnemar_pinned_to_the_hand_written_tail_sum():
+    a, b = _pairs(17, 5, both=3)
+    assert mcnemar_exact(a, b).p_value == pytest.approx(0.01690053939819336, rel=1e-12)
+
+
+def test_roc_auc_pinned_to_the_hand_written_rank_sum():
+    rng = np.random.default_rng(2)
+    scores = np.round(rng.random(40), 1)  # rounded: many ties
+    labels = rng.random(40) < 0.4
+    assert roc_auc(list(scores), list(labels)) == pytest.approx(0.40773809523809523, rel=1e-12)

@@ -12,11 +12,19 @@ import pytest
 
 from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
 from training.customers import PERSONAS
+from training.policies import ScriptedPolicy, assistant_turns
 from training.rewards import outcome_of, verified_success
 from training.sandbox.environment import replay_actions
 from training.sandbox.episode import AUTH_TOOLS, WRITE_TOOLS
 from training.sandbox.world import validate_world
-from training.traffic.agents import EXPERT_RATES, MISTAKES, AgentConfigError, ScriptedAgent, mistake_applicable
+from training.traffic.agents import (
+    EXPERT_RATES,
+    MISTAKES,
+    AgentConfigError,
+    ScriptedAgent,
+    mistake_applicable,
+    run_policy,
+)
 from training.traffic.scenarios import INTENTS, ScenarioError, sample_scenario, sample_scenarios
 from training.traffic.simulate import Drift, TrafficConfigError, WorldNotFoundError, measure_throughput, simulate
 from training.traffic.worldgen import WorldGenError, generate_world
@@ -321,9 +329,6 @@ def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
 
 
 def test_run_policy_drives_an_evaluation_policy_like_the_expert():
-    from evaluation.policy import ScriptedPolicy, assistant_turns
-    from training.traffic.agents import run_policy
-
     for index, scenario in enumerate(sample_scenarios(generated_world(), 40, seed=4)):
         expert = ScriptedAgent(EXPERT_RATES).run(scenario, seed=index)
         steps = [m for m in expert.messages if m["role"] == "assistant"]

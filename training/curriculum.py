@@ -11,7 +11,6 @@ travel as JSON strings; the environment's `reset` accepts either form.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections import Counter
@@ -22,6 +21,7 @@ from typing import Any
 from training.customers.persona import PERSONAS
 from training.fields import as_dict
 from training.sandbox.prompting import initial_messages
+from training.sandbox.rollout import trial_seed
 from training.tiny.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
 
 LEVELS = (1, 2, 3, 4)
@@ -145,14 +145,10 @@ def tools_for_levels(mix: Mapping[Any, float] | Iterable[int]) -> tuple[str, ...
     return LEVEL1_TOOLS if set(parse_mix(mix)) == {1} else None
 
 
-def _row_seed(seed: int, record_id: str, repeat: int) -> int:
-    digest = hashlib.sha256(f"{seed}:{record_id}:{repeat}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") % (2**31 - 1)
-
-
 def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) -> dict[str, Any]:
     """One dataset row: the prompt plus everything `RetailEnvironment.reset` needs."""
-    row_seed = _row_seed(seed, str(record.get("interaction_id", "")), repeat)
+    # One seed function for training rows and evaluation trials: (seed, record, repeat) only.
+    row_seed = trial_seed(seed, str(record.get("interaction_id", "")), repeat)
     dump = lambda value: value if isinstance(value, str) else json.dumps(value, sort_keys=True)  # noqa: E731
     return {
         "prompt": initial_messages(dict(record), seed=row_seed),

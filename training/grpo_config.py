@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,40 +28,55 @@ class ConfigError(ValueError):
         self.detail = detail
 
 
+def _setting(default: Any = MISSING, *, doc: str, trl: bool = False, factory: Callable[[], Any] | None = None):
+    """A run setting, declared once: its default and `doc` here; `trl` marks a TRL `GRPOConfig`
+    field of the same name, which `to_grpo_config` passes on as it is (the Dagster config is
+    generated from these fields too, so neither restates them)."""
+    metadata = {"help": doc, "trl": trl}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class GRPORunConfig:
     """One GRPO run. `records_path` is a JSON Lines file of interaction records (train split)."""
 
-    model_path: str
-    output_dir: str
-    records_path: str | None = None
-    records: list[dict[str, Any]] | None = None
-    levels: dict[str, float] = field(default_factory=lambda: {"1": 1.0})
-    dataset_size: int | None = None
-    reward_names: list[str] | None = None  # None: every term in REWARD_TERMS
-    reward_weights: dict[str, float] = field(default_factory=dict)  # overrides of RewardWeights
-    max_steps: int = 20
-    num_generations: int = 4
-    per_device_train_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    max_completion_length: int = 256
-    learning_rate: float = 1e-4
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    max_tool_calling_iterations: int = 4
-    temperature: float = 1.0
-    save_steps: int = 10
-    save_total_limit: int = 2
-    logging_steps: int = 1
-    seed: int = 0
-    mlflow_tracking_uri: str | None = None
-    mlflow_run_id: str | None = None
-    profile: str = "cpu"
-    use_vllm: bool = False
-    use_liger: bool = False
-    # CPU threads for torch; 1 is far faster when other processes share the cores (OpenMP spin-waits).
-    torch_threads: int | None = None
-    grpo_overrides: dict[str, Any] = field(default_factory=dict)
+    model_path: str = _setting(doc="the policy to update: a local model folder (or a hub id, with network)")
+    output_dir: str = _setting(doc="checkpoints, the final model and result.json", trl=True)
+    records_path: str | None = _setting(None, doc="JSON Lines file of interaction records (the train split)")
+    records: list[dict[str, Any]] | None = _setting(None, doc="the records themselves, instead of records_path")
+    levels: dict[str, float] = _setting(
+        doc="curriculum level mix {level: share}; 1 alone offers level 1's short tool list",
+        factory=lambda: {"1": 1.0},
+    )
+    dataset_size: int | None = _setting(None, doc="prompts drawn from the mix (None: every eligible record once)")
+    reward_names: list[str] | None = _setting(None, doc="reward terms to train on (None: every term in REWARD_TERMS)")
+    reward_weights: dict[str, float] = _setting(doc="overrides of RewardWeights, by term", factory=dict)
+    max_steps: int = _setting(20, doc="optimizer steps", trl=True)
+    num_generations: int = _setting(4, doc="completions per prompt (the GRPO group)", trl=True)
+    per_device_train_batch_size: int = _setting(4, doc="completions per device per step", trl=True)
+    gradient_accumulation_steps: int = _setting(1, doc="micro-batches per optimizer step", trl=True)
+    max_completion_length: int = _setting(256, doc="tokens per completion, tool turns included", trl=True)
+    learning_rate: float = _setting(1e-4, doc="peak learning rate (1e-6 for a real model)", trl=True)
+    beta: float = _setting(0.0, doc="KL coefficient; 0 keeps no reference model in memory", trl=True)
+    loss_type: str = _setting("dapo", doc="TRL loss normalisation", trl=True)
+    max_tool_calling_iterations: int = _setting(4, doc="tool calls per episode before TRL stops it", trl=True)
+    temperature: float = _setting(1.0, doc="sampling temperature of the rollouts", trl=True)
+    save_steps: int = _setting(10, doc="steps between checkpoints: what a retry resumes from", trl=True)
+    save_total_limit: int = _setting(2, doc="checkpoints kept", trl=True)
+    logging_steps: int = _setting(1, doc="steps between logged metrics (the reward curve's resolution)", trl=True)
+    seed: int = _setting(0, doc="seeds the dataset draw, the customers and TRL", trl=True)
+    mlflow_tracking_uri: str | None = _setting(None, doc="MLflow store the run logs to (with mlflow_run_id)")
+    mlflow_run_id: str | None = _setting(None, doc="MLflow run the metrics and model go to")
+    profile: str = _setting("cpu", doc=f"hardware profile of TRL defaults, one of {PROFILES}")
+    use_vllm: bool = _setting(False, doc="gpu profile: generate with vLLM colocated on the training GPU")
+    use_liger: bool = _setting(False, doc="gpu profile: Liger kernels")
+    # OpenMP threads spin-wait, so when other processes share the cores one thread is far faster.
+    torch_threads: int | None = _setting(None, doc="CPU threads for torch (None: torch's default)")
+    grpo_overrides: dict[str, Any] = _setting(
+        doc="any other TRL GRPOConfig field, passed straight through (wins over everything above)", factory=dict
+    )
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> GRPORunConfig:
@@ -185,29 +201,20 @@ def validate(config: GRPORunConfig, num_processes: int | None = None) -> None:
         )
 
 
+def trl_settings(config: GRPORunConfig) -> dict[str, Any]:
+    """The settings that are TRL `GRPOConfig` fields of the same name, with this run's values."""
+    return {f.name: getattr(config, f.name) for f in fields(config) if f.metadata.get("trl")}
+
+
 def to_grpo_config(config: GRPORunConfig):
     """TRL `GRPOConfig`: profile defaults, then this run's knobs, then `grpo_overrides` (wins)."""
     from trl import GRPOConfig
 
     kwargs: dict[str, Any] = profile_kwargs(config.profile, config.use_vllm, config.use_liger)
+    kwargs.update(trl_settings(config))
     kwargs.update(
-        output_dir=config.output_dir,
-        max_steps=config.max_steps,
-        num_generations=config.num_generations,
-        per_device_train_batch_size=config.per_device_train_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        max_completion_length=config.max_completion_length,
-        learning_rate=config.learning_rate,
-        beta=config.beta,
-        loss_type=config.loss_type,
-        max_tool_calling_iterations=config.max_tool_calling_iterations,
-        temperature=config.temperature,
         save_strategy="steps",
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
         save_only_model=False,  # optimizer + RNG state too, so a resume continues the same run
-        logging_steps=config.logging_steps,
-        seed=config.seed,
         data_seed=config.seed,
         report_to="none",  # metrics go through our callback (MLflow run id + Pipes reporter)
         log_completions=False,

@@ -21,8 +21,9 @@ from typing import Any
 from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict
 from training.rewards import verified_success
-from training.sandbox.environment import call_tool, environment_class
-from training.sandbox.prompting import initial_messages, tool_schemas
+from training.sandbox.environment import call_tool
+from training.sandbox.prompting import tool_schemas
+from training.sandbox.rollout import start_conversation
 from training.tiny.relabel import customer_names, name_pool, relabel_messages
 
 # Bumped whenever the rendered trajectories change for the same settings (2: compact orders show
@@ -75,16 +76,8 @@ def replay_trajectory(
 ) -> list[dict] | None:
     """The record's conversation re-run in the environment offering `tools` (None: all), or None
     when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool)."""
-    env = environment_class(tools)()
-    env.reset(
-        initial_state=record["initial_state"],
-        user_scenario=record.get("user_scenario") or {},
-        gold=record.get("gold"),
-        seed=seed,
-        compact=compact,
-        escalation_was_necessary=record.get("escalation_was_necessary"),
-    )
-    messages: list[dict[str, Any]] = initial_messages(dict(record), seed=seed)
+    conversation = start_conversation(record, seed, compact=compact, tools=tools)
+    env, messages = conversation.env, conversation.messages
     opened = False
     for message in record.get("messages") or ():
         role = message.get("role")

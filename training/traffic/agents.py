@@ -6,7 +6,8 @@ change, performs it (or tells the fact, or hands over to a person) and says good
 to do comes from the scenario's gold (it "understands" the request perfectly); everything it knows
 about the customer's identity comes from the conversation itself. Mistakes are drawn per
 conversation from `mistake_rates`; with every rate at zero it is the expert, whose trajectories are
-verified successful. `run_policy` drives any model policy (`act(conversations)`) instead.
+verified successful. `run_policy` drives any policy (`training.sandbox.rollout.Policy`, e.g. a
+model) through the sandbox's rollout loop instead.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ import json
 import random
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from training.sandbox.environment import RetailEnvironment, call_tool
-from training.sandbox.episode import Episode
-from training.sandbox.prompting import initial_messages
+from training.sandbox.environment import call_tool
+from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
 from training.traffic.scenarios import Scenario
 
 MISTAKES = (
@@ -73,46 +72,26 @@ def validate_mistake_rates(rates: Mapping[str, float] | None) -> dict[str, float
     return {name: float(rates.get(name, DEFAULT_MISTAKE_RATES[name])) for name in MISTAKES}
 
 
-@dataclass
-class Conversation:
-    """One finished conversation: contract-form messages, the environment it ran in, what went wrong."""
-
-    messages: list[dict[str, Any]]
-    env: RetailEnvironment
-    mistakes: list[str] = field(default_factory=list)
-
-    @property
-    def episode(self) -> Episode:
-        return self.env.episode
-
-
-class ModelPolicy(Protocol):
-    """Any policy: the next assistant message for each live conversation (evaluation.policy shape)."""
-
-    def act(self, conversations: list[list[dict[str, Any]]]) -> list[dict[str, Any]]: ...
-
-
-def start_conversation(scenario: Scenario, seed: int) -> tuple[RetailEnvironment, list[dict[str, Any]]]:
-    """A reset environment for the scenario and the opening messages (system policy, customer)."""
-    env = RetailEnvironment()
-    env.reset(
-        initial_state=scenario.initial_state,
-        user_scenario=scenario.user_scenario,
-        gold=scenario.gold,
-        seed=seed,
-        escalation_was_necessary=scenario.escalation_was_necessary,
+def scenario_conversation(scenario: Scenario, seed: int) -> Conversation:
+    """A conversation about `scenario` in a reset environment, opened (system policy, customer)."""
+    return start_conversation(
+        {
+            "initial_state": scenario.initial_state,
+            "user_scenario": scenario.user_scenario,
+            "gold": scenario.gold,
+            "escalation_was_necessary": scenario.escalation_was_necessary,
+            "intent": scenario.intent,
+        },
+        seed,
         customer_id=scenario.user_id,
     )
-    # The environment's simulator has already spoken its opening for this (scenario, seed);
-    # initial_messages rebuilds the same words without advancing that simulator.
-    return env, initial_messages({"user_scenario": scenario.user_scenario}, seed=seed)
 
 
 class _Turns:
     """Appends each tool call and its result to the transcript in contract form."""
 
-    def __init__(self, env: RetailEnvironment, messages: list[dict[str, Any]]) -> None:
-        self.env, self.messages = env, messages
+    def __init__(self, conversation: Conversation) -> None:
+        self.env, self.messages = conversation.env, conversation
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         self.messages.append(
@@ -151,9 +130,10 @@ class ScriptedAgent:
         """Play one conversation to its end; deterministic for (scenario, seed)."""
         rng = random.Random(f"agent:{seed}")
         mistakes = self.draw_mistakes(scenario, rng)
-        env, messages = start_conversation(scenario, seed)
-        _Script(scenario, _Turns(env, messages), mistakes, rng).play()
-        return Conversation(messages, env, mistakes)
+        conversation = scenario_conversation(scenario, seed)
+        _Script(scenario, _Turns(conversation), mistakes, rng).play()
+        conversation.mistakes = mistakes
+        return conversation
 
 
 def _other_orders(scenario: Scenario) -> list[str]:
@@ -340,35 +320,8 @@ def _confirmation(name: str, a: dict[str, Any], scenario: Scenario) -> str:
     return _fill(_DONE_TEXT[name], a, scenario)
 
 
-def run_policy(policy: ModelPolicy, scenario: Scenario, seed: int = 0, max_turns: int = 30) -> Conversation:
-    """Drive one conversation with a model policy; ends on a transfer, a turn without tool calls, or max_turns."""
-    env, messages = start_conversation(scenario, seed)
-    for _ in range(max_turns):
-        message = policy.act([messages])[0]
-        raw = list(message.get("tool_calls") or [])
-        # The record must hold a string name and an object of arguments whatever the model emitted;
-        # the environment still sees the raw call and answers a malformed one with an Error.
-        calls = [
-            {
-                "name": str(c.get("name")),
-                "arguments": c["arguments"]
-                if isinstance(c.get("arguments"), dict)
-                else {"raw": str(c.get("arguments"))[:500]},
-            }
-            for c in raw
-        ]
-        messages.append(
-            {
-                "role": "assistant",
-                "content": str(message.get("content") or ""),
-                **({"tool_calls": calls} if calls else {}),
-            }
-        )
-        for call, original in zip(calls, raw):
-            result = call_tool(env, original.get("name"), original.get("arguments") or {})
-            messages.append({"role": "tool", "name": call["name"], "content": result})
-            if env.done:  # as in evaluation rollouts: nothing runs after a transfer or a departure
-                break
-        if not calls or env.done:
-            break
-    return Conversation(messages, env, [])
+def run_policy(policy: Policy, scenario: Scenario, seed: int = 0, max_turns: int = DEFAULT_MAX_TURNS) -> Conversation:
+    """Drive one conversation about `scenario` with `policy` through the sandbox's rollout loop."""
+    conversation = scenario_conversation(scenario, seed)
+    roll_out(policy, [conversation], max_turns)
+    return conversation

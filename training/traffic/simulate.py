@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from training.rewards import outcome_of
+from training.sandbox.rollout import Policy
 from training.sandbox.world import load_world, validate_world
-from training.traffic.agents import ModelPolicy, ScriptedAgent, run_policy, validate_mistake_rates
+from training.traffic.agents import ScriptedAgent, run_policy, validate_mistake_rates
 from training.traffic.scenarios import (
     DEFAULT_INTENT_MIX,
     Scenario,
@@ -261,7 +262,7 @@ def simulate(
     label_share: float = 0.05,
     label_flip_rate: float = 0.1,
     n_users: int = 300,
-    policy: ModelPolicy | None = None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
 

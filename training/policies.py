@@ -1,55 +1,28 @@
-"""Policies the evaluator can run: a transformers model, or a script (for tests and baselines).
+"""Policies that continue sandbox conversations: a transformers model, or a script.
 
 A policy sees a batch of live conversations and returns the next assistant message for each, in
-one call. Batching is the interface, not an optimisation bolted on: a model generates every
-conversation's next turn in one batched decode, which is what makes a 5,000-conversation
-shadow evaluation affordable.
-
-Messages use the chat format of `training.sandbox.prompting`: `{"role": "assistant", "content": str,
-"tool_calls": [{"name": str, "arguments": dict}]}`.
+one call (`training.sandbox.rollout.Policy`). Batching is the interface, not an optimisation bolted
+on: a model generates every conversation's next turn in one batched decode, which is what makes a
+5,000-conversation shadow evaluation affordable. Evaluation runs them on held-out records; traffic
+can run the same model as the production agent.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from training.checkpoints import load_policy
+from training.prefix_cache import DEFAULT_CACHE_BYTES, PrefixCache, left_padded_cache
 from training.sandbox.prompting import parse_tool_calls, tool_schemas
-
-Message = dict[str, Any]
+from training.sandbox.rollout import Message
 
 DEFAULT_BATCH_SIZE = 64
-# Key/value caches kept between turns; past this, new conversations are prefilled in full each turn.
-DEFAULT_CACHE_BYTES = 2 * 1024**3
-
-
-class Conversation(list):
-    """A chat transcript (a list of message dicts) that also knows its task and trial.
-
-    Rollouts hand these to `Policy.act`. A model policy only sees the messages; a scripted policy
-    may read `task_id` to look up its per-task script. Being a plain list otherwise keeps the
-    `act(list[list[dict]])` seam unchanged for any policy.
-    """
-
-    def __init__(self, messages: Sequence[Message] = (), task_id: str | None = None, trial: int = 0):
-        super().__init__(messages)
-        self.task_id = task_id
-        self.trial = trial
 
 
 class ScriptError(LookupError):
     """A scripted policy has no script for the conversation it was asked to continue."""
-
-
-@runtime_checkable
-class Policy(Protocol):
-    """Anything that continues a batch of conversations by one assistant message each."""
-
-    name: str
-
-    def act(self, conversations: list[list[Message]]) -> list[Message]: ...
 
 
 def assistant_message(content: str = "", tool_calls: Sequence[Mapping[str, Any]] = ()) -> Message:
@@ -118,88 +91,6 @@ class ScriptedPolicy:
         return [_as_message(self.fn(conversation)) for conversation in conversations]
 
 
-class _CachedPrefix:
-    """One conversation's key/value cache: the tokens it covers and, per layer, (keys, values)
-    tensors of shape [1, heads, len(tokens), head_dim]. `owner` is the conversation object itself:
-    holding it keeps its id from being reused while the entry lives."""
-
-    __slots__ = ("owner", "tokens", "layers")
-
-    def __init__(self, owner: Any, tokens: list[int], layers: list[tuple[Any, Any]]):
-        self.owner, self.tokens, self.layers = owner, tokens, layers
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two token sequences share."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-class PrefixCache:
-    """Key/value caches of the conversations a policy is continuing, so a turn prefills only what
-    is new since the last one (the tool result and the generation cue), not the whole transcript.
-
-    A hit is only a hint: the cached tokens are compared with the freshly tokenised prompt and only
-    the shared leading tokens are reused, so a re-rendered assistant message or an edited
-    conversation never reuses a stale key/value. A conversation without an entry of its own may
-    borrow the prefix of the last new one prefilled (every prompt opens with the same system
-    policy and tool schemas). Entries of conversations absent from the latest call are dropped
-    (they ended); past `max_bytes`, further conversations are simply not cached.
-    """
-
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._entries: dict[int, _CachedPrefix] = {}
-        self._donor: _CachedPrefix | None = None
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def keep_only(self, conversations: Sequence[Any]) -> None:
-        live = {id(c) for c in conversations}
-        self._entries = {key: e for key, e in self._entries.items() if key in live}
-        self.bytes = sum(_size(e.layers) for e in self._entries.values())
-        if not self._entries:
-            self._donor = None
-
-    def lookup(self, conversation: Any, ids: Sequence[int]) -> tuple[int, list[tuple[Any, Any]], bool]:
-        """(n, layers, own): the longest cached prefix of `ids` (at most all but its last token,
-        whose logits are still needed), its key/value tensors cropped to `n` tokens, and whether
-        it came from the conversation's own entry."""
-        own = self._entries.get(id(conversation))
-        if own is not None and own.owner is not conversation:
-            own = None
-        best_n, best = 0, None
-        for entry in (own, self._donor):
-            if entry is not None:
-                n = min(common_prefix_length(entry.tokens, ids), len(ids) - 1)
-                if n > best_n:
-                    best_n, best = n, entry
-        if best is None:
-            return 0, [], own is not None
-        return best_n, [(k[:, :, :best_n], v[:, :, :best_n]) for k, v in best.layers], own is not None
-
-    def store(self, conversation: Any, tokens: list[int], layers: list[tuple[Any, Any]]) -> None:
-        old = self._entries.pop(id(conversation), None)
-        self.bytes -= _size(old.layers) if old else 0
-        size = _size(layers)
-        if self.bytes + size <= self.max_bytes:
-            self._entries[id(conversation)] = _CachedPrefix(conversation, tokens, layers)
-            self.bytes += size
-
-    def lend(self, tokens: list[int], layers: list[tuple[Any, Any]]) -> None:
-        """Offer a freshly prefilled prompt as the prefix other new conversations may borrow."""
-        self._donor = _CachedPrefix(None, tokens, layers)
-
-
-def _size(layers: list[tuple[Any, Any]]) -> int:
-    return sum(t.numel() * t.element_size() for pair in layers for t in pair)
-
-
 class HFPolicy:
     """A transformers causal LM with its tokenizer and chat template, generating in batches.
 
@@ -236,8 +127,6 @@ class HFPolicy:
         tools: tuple[str, ...] | None = None,
     ):
         if isinstance(model_or_path, (str, os.PathLike)):
-            from training.checkpoints import load_policy
-
             model, loaded_tokenizer = load_policy(model_or_path)
             tokenizer = tokenizer or loaded_tokenizer
             name = name or str(model_or_path)
@@ -311,7 +200,7 @@ class HFPolicy:
         return bool(self.context_limit) and len(ids) + self.max_new_tokens > self.context_limit
 
     def _generate(self, batch: list[list[int]], owners: list[Any]) -> list[str]:
-        import torch
+        import torch  # heavy: only a policy that generates needs it
 
         with torch.inference_mode():
             prefixes = [self._prefill(owner, ids) for owner, ids in zip(owners, batch)]
@@ -322,7 +211,7 @@ class HFPolicy:
             kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": pad}
             if width > 1:
                 # Every row's prompt but its last token is in the cache: generation starts there.
-                kwargs["cache"] = _left_padded_cache(prefixes, width - 1, self.max_new_tokens)
+                kwargs["cache"] = left_padded_cache(prefixes, width - 1, self.max_new_tokens)
             if self.temperature > 0:
                 torch.manual_seed(self.seed * 1_000_003 + self.calls)
                 kwargs.update(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0)
@@ -338,7 +227,7 @@ class HFPolicy:
         """Per layer (keys, values) of `ids[:-1]` for one row, computed unpadded, reusing what the
         prefix cache holds. The last token is left for generation (its logits pick the first
         new token)."""
-        import torch
+        import torch  # heavy: only a policy that generates needs them
         from transformers import DynamicCache
 
         reused, layers, own = self.cache.lookup(owner, ids) if self.prefix_cache else (0, [], False)
@@ -391,72 +280,3 @@ class HFPolicy:
             return message
         content, calls = parse_tool_calls(text)
         return assistant_message(content, calls)
-
-
-def _left_padded_cache(prefixes: list[list[tuple[Any, Any]]], width: int, room: int) -> Any:
-    """One batch cache from per-row caches of different lengths, right-aligned in `width`
-    positions (left padding, matching the left-padded input ids; the attention mask hides the
-    zeros), with `room` more positions preallocated for the tokens generation appends."""
-    from transformers import DynamicCache
-
-    template = next(p for p in prefixes if p)
-    layers = []
-    for index, (keys, _values) in enumerate(template):
-        layer = _preallocated_layer((len(prefixes), keys.shape[1], width + room, keys.shape[3]), keys)
-        for row, prefix in enumerate(prefixes):
-            if prefix:
-                length = prefix[index][0].shape[2]
-                layer.buffers[0][row, :, width - length : width] = prefix[index][0][0]
-                layer.buffers[1][row, :, width - length : width] = prefix[index][1][0]
-        layer.grow_to(width)
-        layers.append(layer)
-    cache = DynamicCache()
-    cache.layers = layers
-    return cache
-
-
-@lru_cache(maxsize=1)
-def _preallocated_layer_class() -> type:
-    """`DynamicLayer` that writes new keys/values into preallocated buffers instead of
-    concatenating: with a batch of long cached prompts, `torch.cat` of the whole cache at every
-    decoded token was most of a batched decode step on CPU (measured)."""
-    import torch
-    from transformers.cache_utils import DynamicLayer
-
-    class PreallocatedLayer(DynamicLayer):
-        def __init__(self, shape: tuple[int, ...], like: Any):
-            super().__init__()
-            self.buffers = (like.new_zeros(shape), like.new_zeros(shape))
-            self.length = 0
-            self.device = like.device
-            self.is_initialized = True
-            self.grow_to(0)
-
-        def grow_to(self, length: int) -> None:
-            if length > self.buffers[0].shape[2]:
-                # Out of room (never with the room asked for): double, copying once.
-                extra = max(length, 2 * self.buffers[0].shape[2]) - self.buffers[0].shape[2]
-                self.buffers = tuple(
-                    torch.cat([b, b.new_zeros(*b.shape[:2], extra, b.shape[3])], dim=2) for b in self.buffers
-                )
-            self.length = length
-            self.keys = self.buffers[0][:, :, :length]
-            self.values = self.buffers[1][:, :, :length]
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            start = self.length
-            self.grow_to(start + key_states.shape[2])
-            self.buffers[0][:, :, start : self.length] = key_states
-            self.buffers[1][:, :, start : self.length] = value_states
-            return self.keys, self.values
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove < 0:
-                self.grow_to(self.length + tokens_to_remove)
-
-    return PreallocatedLayer
-
-
-def _preallocated_layer(shape: tuple[int, ...], like: Any) -> Any:
-    """A zeroed cache layer of `shape` ([batch, heads, positions, head_dim]) like tensor `like`."""
-    return _preallocated_layer_class()(shape, like)

@@ -1,0 +1,53 @@
+"""What the data and training assets hand each other: typed values instead of loose dicts.
+
+Dagster's default IO manager pickles them, so each is a plain module-level dataclass; a consumer
+reads `policy_base.path` and a typo fails at once instead of as a KeyError deep in a later step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dataplane.window import WindowInfo
+
+
+@dataclass(frozen=True)
+class ValidatedWindow(WindowInfo):
+    """`interaction_window`: the cut window and the verdict of its Great Expectations suite."""
+
+    validation_success: bool
+    validation_path: str
+    failed_expectations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WindowSplits:
+    """`window_splits`: which window was split and how (splits are recomputed from the stored window)."""
+
+    week: str
+    counts: dict[str, int]
+    fractions: tuple[float, float, float]
+    window_hash: str
+
+
+@dataclass(frozen=True)
+class PolicyBase:
+    """`policy_base`: the model this week starts from, and where it came from."""
+
+    path: str
+    source: Literal["champion", "base_model"]
+    champion_version: int | None = None
+
+
+@dataclass(frozen=True)
+class GRPOCandidate:
+    """`grpo_candidate`: the trained model, its MLflow run and its training reward curve."""
+
+    path: str
+    mlflow_run_id: str
+    final_step: int
+    reward_curve: list[float] = field(default_factory=list)
+    level_mix: dict | None = None
+    # The run's overrides of the reward playbook: evaluation prices proxy rewards with them too.
+    reward_weights: dict[str, float] = field(default_factory=dict)

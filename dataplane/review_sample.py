@@ -1,0 +1,70 @@
+"""The weekly review sample: a seeded random sample of a week's interactions, stratified by
+(outcome, intent).
+
+Stratifying keeps the rare cells in view: with 200 of 10,000 drawn purely at random, a week's few
+failed cancellations could all be missed, and reward alignment is judged precisely where outcomes
+differ. Every stratum gets one interaction when the sample has room for one of each; the rest of
+the sample is shared out in proportion to each stratum's size (largest remainders, exact
+fractions). The same week, size and seed always give the same interactions in the same order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from datetime import datetime
+from fractions import Fraction
+
+import duckdb
+
+Stratum = tuple[str, str]  # (outcome, intent)
+
+
+def week_population(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> list[tuple[str, str, str]]:
+    """(interaction_id, outcome, intent) of every stored interaction that ended in [start, end)."""
+    return con.execute(
+        "SELECT interaction_id, outcome, intent FROM interactions WHERE ended_at >= ? AND ended_at < ? "
+        "ORDER BY interaction_id",
+        [start, end],
+    ).fetchall()
+
+
+def allocate(sizes: dict[Stratum, int], n: int) -> dict[Stratum, int]:
+    """How many to draw from each stratum so that they sum to min(n, total)."""
+    if n < 0:
+        raise ValueError(f"sample size must be >= 0, got {n}")
+    total = sum(sizes.values())
+    if n >= total:
+        return dict(sizes)
+    # One of each first when there is room, so no stratum is left out by rounding.
+    base = 1 if n >= len(sizes) else 0
+    quota = dict.fromkeys(sizes, base)
+    left = n - sum(quota.values())
+    ideal = {s: Fraction(left * size, total) for s, size in sizes.items()}
+    for s in sizes:
+        extra = min(int(ideal[s]), sizes[s] - quota[s])
+        quota[s] += extra
+        left -= extra
+    # The remaining seats go to the largest remainders (ties: stratum order), skipping full strata.
+    while left > 0:
+        open_strata = [s for s in sorted(sizes) if quota[s] < sizes[s]]
+        best = max(open_strata, key=lambda s: ideal[s] - (quota[s] - base))
+        quota[best] += 1
+        left -= 1
+    return quota
+
+
+def stratified_sample(population: Iterable[tuple[str, str, str]], n: int, seed: int = 0) -> list[str]:
+    """Up to `n` interaction ids from (id, outcome, intent) rows, stratified by (outcome, intent)."""
+    strata: dict[Stratum, list[str]] = {}
+    for rid, outcome, intent in population:
+        strata.setdefault((outcome, intent), []).append(rid)
+    quota = allocate({s: len(ids) for s, ids in strata.items()}, n)
+    chosen: list[str] = []
+    for stratum in sorted(strata):
+        # A generator per stratum: one stratum growing does not reshuffle what the others draw.
+        rng = random.Random(f"{seed}:{stratum[0]}:{stratum[1]}")
+        chosen += rng.sample(sorted(strata[stratum]), quota[stratum])
+    # Mixed, so a reviewer does not label one stratum after another in a block.
+    random.Random(seed).shuffle(chosen)
+    return chosen

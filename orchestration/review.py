@@ -1,0 +1,246 @@
+"""`retrain review export` and `retrain review import`: the weekly human review queue.
+
+Export writes a stratified random sample of a week's interactions (`dataplane.review_sample`), one
+JSON object a line, each with what a reviewer needs to judge it: a readable transcript, the
+outcome, the proxy reward and its terms (`evaluation.replay`), the primary failure mode
+(`evaluation.failure_modes`), and `task_success: null` to fill. Import stores the filled file in
+the `labels` table by the rules of `dataplane.labels`. The file format is in docs/REVIEW.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from assets.partitions import WeekError, week_end, week_key
+from dataplane.home import Home
+from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, import_labels
+from dataplane.review_sample import stratified_sample, week_population
+from dataplane.store import StoreLockedError, load_records, open_store
+from evaluation.failure_modes import primary_failure_mode
+from evaluation.replay import ReplayError, recorded_episode
+from evaluation.rollout import Trial
+from orchestration.cli_errors import CliError
+from training.rewards import GoldError, score_episode, verified_success
+from training.sandbox.episode import MESSAGE_TOOL
+
+DEFAULT_SAMPLE = 200
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def transcript(messages: list[Mapping[str, Any]]) -> list[str]:
+    """The conversation as lines a person reads: who spoke, what the agent called, what came back.
+
+    The system prompt is left out (it is the same in every conversation). A message sent with the
+    customer-message tool is the agent speaking and its tool result is the customer's answer, so
+    both read as speech rather than as tool traffic.
+    """
+    lines: list[str] = []
+    for message in messages:
+        role, content = message.get("role"), _text(message.get("content") or "")
+        if role == "user":
+            lines.append(f"customer: {content}")
+        elif role == "assistant":
+            if content.strip():
+                lines.append(f"agent: {content}")
+            for call in message.get("tool_calls") or ():
+                arguments = call.get("arguments") or {}
+                if call.get("name") == MESSAGE_TOOL and isinstance(arguments, Mapping):
+                    lines.append(f"agent: {arguments.get('message', '')}")
+                else:
+                    lines.append(f"agent calls {call.get('name')}({_text(arguments)})")
+        elif role == "tool":
+            speaker = "customer" if message.get("name") == MESSAGE_TOOL else f"tool {message.get('name')}"
+            lines.append(f"{speaker}: {content}")
+    return lines
+
+
+def _judged(record: Mapping[str, Any], weights: Any) -> dict[str, Any]:
+    """Proxy reward, its terms, verified success and failure mode of a recorded conversation.
+
+    A record that cannot be replayed still goes to the reviewer (a person can judge what a replay
+    cannot), with `replay_error` saying why the numbers are missing.
+    """
+    try:
+        episode = recorded_episode(record)
+        terms = score_episode(episode, weights)
+        success = verified_success(episode) if episode.gold is not None else None
+    except (ReplayError, GoldError) as err:
+        return {"replay_error": f"{type(err).__name__}: {err}"}
+    mode = None
+    if success is not None:
+        messages = list(record.get("messages") or [])
+        trial = Trial(
+            record_id=str(record["interaction_id"]),
+            trial=0,
+            seed=0,
+            episode=episode,
+            success=success,
+            messages=messages,
+            turns=sum(m.get("role") == "assistant" for m in messages),
+            tool_calls=len(episode.audit_log),
+            tool_errors=sum(bool(e.error) for e in episode.audit_log),
+            ended_by="done" if episode.transferred else "answer",
+            reward=sum(terms.values()),
+            reward_terms=terms,
+            intent=record.get("intent"),
+        )
+        mode = primary_failure_mode(trial)
+    return {
+        "proxy_reward": round(sum(terms.values()), 6),
+        "reward_terms": {name: round(value, 6) + 0.0 for name, value in terms.items()},  # no -0.0
+        "verified_success": success,
+        "failure_mode": mode,
+    }
+
+
+def review_line(record: Mapping[str, Any], week: str, weights: Any = None) -> dict[str, Any]:
+    """One line of the review file (fields: `dataplane.labels.EXPORT_FIELDS`)."""
+    scenario = record.get("user_scenario") or {}
+    line = dict.fromkeys(EXPORT_FIELDS)
+    line.update(
+        interaction_id=record["interaction_id"],
+        week=week,
+        started_at=record.get("started_at"),
+        policy_version=record.get("policy_version"),
+        intent=record.get("intent"),
+        outcome=record.get("outcome"),
+        persona=scenario.get("persona"),
+        instruction=scenario.get("instruction"),
+        transcript=transcript(record.get("messages") or []),
+        **_judged(record, weights),
+    )
+    return line
+
+
+def export_review(
+    week: str, out: str | os.PathLike, n: int = DEFAULT_SAMPLE, seed: int = 0, force: bool = False
+) -> dict[str, Any]:
+    """Write the review sample of the week holding `week` to `out`; returns a summary.
+
+    Refuses to overwrite an existing file unless `force`: it may be one a reviewer is filling in.
+    """
+    if n < 1:
+        raise CliError(f"--n must be >= 1, got {n}")
+    key = week_key(week)
+    end = week_end(key)
+    start = datetime.combine(date.fromisoformat(key), datetime.min.time(), tzinfo=UTC)
+    target = Path(out)
+    if target.exists() and not force:
+        raise CliError(f"{target} exists (it may hold labels); pass --force to overwrite it")
+    home = Home.from_env().ensure()
+    with open_store(home.duckdb_path, read_only=True) as con:
+        population = week_population(con, start, end)
+        ids = stratified_sample(population, n, seed)
+        records = load_records(con, ids)
+    if not ids:
+        raise CliError(f"week {key} has no stored interactions (ended {start.date()} .. {end.date()} exclusive)")
+    lines = [review_line(record, key, None) for record in records]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+    partial.replace(target)  # a reader never sees half a file
+    strata: dict[str, int] = {}
+    for line in lines:
+        name = f"{line['outcome']}/{line['intent']}"
+        strata[name] = strata.get(name, 0) + 1
+    return {
+        "week": key,
+        "out": str(target),
+        "population": len(population),
+        "sampled": len(lines),
+        "seed": seed,
+        "replay_errors": sum(line["replay_error"] is not None for line in lines),
+        "strata": dict(sorted(strata.items())),
+    }
+
+
+def import_review(path: str | os.PathLike, rater: str) -> ImportSummary:
+    """Store a filled review file's labels by `rater` (all or nothing)."""
+    if not Path(path).is_file():
+        raise CliError(f"{path}: no such file")
+    home = Home.from_env().ensure()
+    try:
+        with open_store(home.duckdb_path) as con:
+            return import_labels(con, path, rater)
+    except StoreLockedError as err:
+        raise CliError(str(err), code=1) from err
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    try:
+        summary = export_review(args.week, args.out, n=args.n, seed=args.seed, force=args.force)
+    except WeekError as err:
+        raise CliError(str(err)) from err
+    except StoreLockedError as err:
+        raise CliError(str(err), code=1) from err
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    try:
+        summary = import_review(args.file, args.by)
+    except LabelFileError as err:
+        if args.json:
+            problems = [{"line": p.line_no, "rule": p.rule, "detail": p.detail} for p in err.problems]
+            print(json.dumps({"file": err.path, "refused": True, "stored": 0, "problems": problems}, indent=2))
+        raise CliError(str(err)) from err
+    except ValueError as err:  # a bad --by
+        raise CliError(str(err)) from err
+    counts = summary.to_dict()
+    if args.json:
+        print(json.dumps({**counts, "refused": False}, indent=2, sort_keys=True))
+        return 0
+    print(
+        f"{counts['file']}: {counts['labels']} labels by {counts['rater']}: stored {counts['inserted']}, "
+        f"already stored {counts['unchanged']}; raters disagree on {len(counts['disagreements'])}"
+    )
+    for item in counts["disagreements"]:
+        verdicts = ", ".join(f"{rater}={value}" for rater, value in sorted(item["labels"].items()))
+        print(f"  disagreement {item['interaction_id']}: {verdicts}")
+    return 0
+
+
+def add_review_parser(sub: Any) -> None:
+    """Register `review export` and `review import` on the `retrain` subparsers."""
+    review = sub.add_parser("review", help="the weekly human review queue: export a sample, import labels")
+    commands = review.add_subparsers(dest="review_command", required=True)
+    p = commands.add_parser(
+        "export",
+        help="write a review sample of a week's interactions, one JSON object a line",
+        description=(
+            "A seeded random sample of the interactions that ended in the week, stratified by outcome and "
+            "intent (every (outcome, intent) pair is represented when --n allows, the rest in proportion). "
+            "Each line holds a readable transcript, the outcome, the proxy reward and its terms, the failure "
+            "mode, and task_success: null for the reviewer to fill (see docs/REVIEW.md)."
+        ),
+    )
+    p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD); weeks start on Monday")
+    p.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"sample size (default {DEFAULT_SAMPLE})")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed; the same seed gives the same sample")
+    p.add_argument("--out", required=True, help="the JSONL file to write")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.set_defaults(func=_cmd_export)
+    p = commands.add_parser(
+        "import",
+        help="store a filled review file's labels in the labels table",
+        description=(
+            "All or nothing: a file with any bad line (bad JSON, task_success not true/false, an unknown "
+            "interaction id, a changed label, ...) is refused whole, every bad line named by number, and "
+            "nothing is stored. Importing the same file again changes nothing; a second rater's labels are "
+            "kept beside the first and disagreements are reported."
+        ),
+    )
+    p.add_argument("file", help="the filled JSONL file")
+    p.add_argument("--by", required=True, help="the reviewer's name, stored as the rater")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    p.set_defaults(func=_cmd_import)

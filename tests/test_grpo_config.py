@@ -1,0 +1,161 @@
+"""Each setting declared once: the Dagster configs come from the plain dataclasses, the curriculum
+is one run-level setting, and one run config serves the demo and the end-to-end test."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import dagster as dg
+import pytest
+
+from assets.configs import config_from_dataclass, dataclass_kwargs
+from assets.resources import Curriculum
+from assets.training import SUPPLIED_BY_ASSET, GRPOTrainingConfig, PolicyConfig
+from orchestration.definitions import defs
+from orchestration.demo import demo_run_config
+from training.grpo_config import GRPORunConfig
+from training.sft import SFTSettings
+from training.tiny.level1 import LEVEL1_TOOLS
+
+
+def _defaults(source: type) -> dict:
+    out = {}
+    for spec in dataclasses.fields(source):
+        if spec.default is not dataclasses.MISSING:
+            out[spec.name] = spec.default
+        elif spec.default_factory is not dataclasses.MISSING:
+            out[spec.name] = spec.default_factory()
+    return out
+
+
+# ---------- the Dagster configs are generated from the dataclasses ----------
+
+
+def test_grpo_config_fields_defaults_and_help_come_from_the_run_config():
+    run_fields = {f.name: f for f in dataclasses.fields(GRPORunConfig)}
+    assert set(GRPOTrainingConfig.model_fields) == set(run_fields) - set(SUPPLIED_BY_ASSET)
+    defaults = _defaults(GRPORunConfig)
+    built = GRPOTrainingConfig()
+    for name, info in GRPOTrainingConfig.model_fields.items():
+        assert getattr(built, name) == defaults[name], name
+        assert info.description == run_fields[name].metadata["help"], name
+
+
+def test_policy_config_takes_the_sft_settings_with_their_defaults():
+    sft = _defaults(SFTSettings)
+    built = PolicyConfig()
+    generated = {name[len("sft_") :] for name in PolicyConfig.model_fields if name.startswith("sft_")}
+    assert generated - {"warm_start"} == set(sft) - {"tools"}  # the tool list is the curriculum's
+    kwargs = dataclass_kwargs(built, SFTSettings, prefix="sft_")
+    # The asset's one deliberate difference: the tiny base trains on relabelled copies.
+    assert kwargs == {**{k: v for k, v in sft.items() if k != "tools"}, "relabel": True}
+    assert SFTSettings(tools=None, **kwargs) == SFTSettings(relabel=True)
+
+
+def test_changing_a_dataclass_default_changes_the_dagster_default():
+    def knobs(steps: int) -> type:
+        return dataclasses.make_dataclass(
+            "Knobs",
+            [
+                ("steps", int, dataclasses.field(default=steps, metadata={"help": "optimizer steps"})),
+                ("tags", dict, dataclasses.field(default_factory=lambda: {"a": 1.0})),
+                ("path", str, dataclasses.field(default="x")),
+            ],
+        )
+
+    first = config_from_dataclass(knobs(20), "First", exclude=("path",))
+    second = config_from_dataclass(knobs(35), "Second", exclude=("path",))
+    assert (first().steps, second().steps) == (20, 35)
+    assert first.model_fields["steps"].description == "optimizer steps"
+    assert first().tags == {"a": 1.0} and "path" not in first.model_fields
+    changed = config_from_dataclass(knobs(20), "Changed", defaults={"steps": 7})
+    assert changed().steps == 7
+
+
+def test_generation_refuses_names_that_are_not_fields_or_declared_twice():
+    with pytest.raises(TypeError, match="not fields of GRPORunConfig"):
+        config_from_dataclass(GRPORunConfig, "Bad", exclude=("max_step",))
+
+    class Clashing(dg.Config):
+        max_steps: int = 3
+
+    with pytest.raises(TypeError, match=r"\['max_steps'\] are declared both"):
+        config_from_dataclass(GRPORunConfig, "Bad", base=Clashing, exclude=SUPPLIED_BY_ASSET)
+
+
+def test_dagster_values_become_the_run_config_unchanged(tmp_path):
+    config = GRPOTrainingConfig(
+        max_steps=3, num_generations=2, grpo_overrides={"top_p": 0.9}, reward_names=["completed"]
+    )
+    run = GRPORunConfig(
+        model_path=str(tmp_path), output_dir=str(tmp_path / "out"), **dataclass_kwargs(config, GRPORunConfig)
+    )
+    assert (run.max_steps, run.num_generations, run.grpo_overrides, run.reward_names) == (
+        3,
+        2,
+        {"top_p": 0.9},
+        ["completed"],
+    )
+    assert run.learning_rate == _defaults(GRPORunConfig)["learning_rate"]
+
+
+# ---------- the curriculum is one run-level setting ----------
+
+
+def test_curriculum_level_and_tools_follow_the_mix():
+    assert Curriculum().levels == _defaults(GRPORunConfig)["levels"]  # one default, the run config's
+    level1 = Curriculum(levels={"1": 1.0})
+    assert (level1.level, level1.tools) == (1, LEVEL1_TOOLS)
+    mixed = Curriculum(levels={"1": 0.5, "4": 0.5})
+    assert (mixed.level, mixed.tools) == (4, None)
+
+
+@pytest.mark.parametrize(
+    "levels,rule", [({"7": 1.0}, "unknown_level"), ({"1": -1.0}, "bad_level_share"), ({"1": 0.0}, "empty_level_mix")]
+)
+def test_an_invalid_curriculum_is_refused_with_the_rule(levels, rule):
+    with pytest.raises(ValueError, match=rf"curriculum\.levels .* is refused \({rule}\)"):
+        Curriculum(levels=levels)
+
+
+def test_an_invalid_curriculum_fails_the_run_before_any_step(home):
+    config = demo_run_config("ci")
+    config["resources"]["curriculum"]["config"]["levels"] = {"7": 1.0}
+    job = defs.resolve_job_def("weekly_retrain")
+    result = job.execute_in_process(partition_key="2026-11-16", run_config=config, raise_on_error=False)
+    assert not result.success
+    assert not result.get_asset_materialization_events()
+    [failure] = [e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE"]
+    error = failure.event_specific_data.error
+    assert "curriculum.levels {'7': 1.0} is refused (unknown_level)" in error.to_string()
+
+
+def test_the_level_is_no_longer_a_per_asset_setting():
+    job = defs.resolve_job_def("weekly_retrain")
+    for op in ("policy_base", "calibration_report", "shadow_report"):
+        config = demo_run_config("ci")
+        config["ops"][op]["config"]["level"] = 1
+        with pytest.raises(dg.DagsterInvalidConfigError, match="level"):
+            dg.validate_run_config(job, config)
+    config = demo_run_config("ci")
+    config["ops"]["grpo_candidate"]["config"]["levels"] = {"1": 1.0}
+    with pytest.raises(dg.DagsterInvalidConfigError, match="levels"):
+        dg.validate_run_config(job, config)
+
+
+# ---------- one run config for the demo and the end-to-end test ----------
+
+
+@pytest.mark.parametrize("scale", ["demo", "ci"])
+def test_demo_run_config_is_valid_for_the_job_and_sets_the_level_once(scale):
+    config = demo_run_config(scale, {"shadow_margin": -1.0})
+    dg.validate_run_config(defs.resolve_job_def("weekly_retrain"), config)
+    assert config["resources"] == {"curriculum": {"config": {"levels": {"1": 1.0}}}}
+    assert not [op for op, body in config["ops"].items() if {"level", "levels"} & set(body["config"])]
+    assert config["ops"]["promotion_gate"]["config"]["shadow_margin"] == -1.0
+    assert config["ops"]["grpo_candidate"]["config"]["grpo_overrides"] == {"entropy_coef": 0.01}
+
+
+def test_demo_run_config_refuses_an_unknown_scale():
+    with pytest.raises(ValueError, match="unknown demo scale 'huge'"):
+        demo_run_config("huge")

@@ -1,0 +1,226 @@
+"""The one rollout loop: a policy talks to customers in the sandbox, many conversations at a time.
+
+Learner and judge share it: evaluation rolls a candidate out on held-out records, and simulated
+traffic rolls the production agent out on sampled scenarios, through the same turns.
+
+A policy sees a batch of live conversations and returns the next assistant message for each, in
+one call (`Policy.act`). Every round, the next turn of every live conversation comes from that one
+call (one batched generation for a model). With `max_live`, at most that many conversations are
+live at once and a finished one makes room for the next (continuous batching). Tool calls run
+through the environment's allow-list and their results are appended as tool messages. A
+conversation ends on a text answer without tool calls ("answer"), when the environment is done
+(a transfer to a human, or the customer left: "done"), when the policy's prompt outgrew its
+model ("context_full"), or at `max_turns` assistant turns ("max_turns").
+
+Messages use the chat format of `training.sandbox.prompting`: `{"role": "assistant", "content":
+str, "tool_calls": [{"name": str, "arguments": dict}]}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from training.sandbox.environment import RetailEnvironment, call_tool, environment_class
+from training.sandbox.episode import Episode
+from training.sandbox.prompting import initial_messages
+
+Message = dict[str, Any]
+
+DEFAULT_MAX_TURNS = 30
+ENDINGS = ("answer", "done", "max_turns", "context_full")
+# What a transcript keeps of tool-call arguments that are not an object (the environment still
+# sees them as they were, and answers with an Error).
+_RAW_ARGUMENTS_CHARS = 500
+
+
+class RolloutError(ValueError):
+    """A record that cannot be rolled out (no id, no initial state), or a policy breaking the seam."""
+
+    def __init__(self, rule: str, detail: str, record_id: str | None = None) -> None:
+        super().__init__(f"{rule}: {detail}" + (f" (record {record_id})" if record_id else ""))
+        self.rule = rule
+        self.detail = detail
+        self.record_id = record_id
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that continues a batch of conversations by one assistant message each."""
+
+    name: str
+
+    def act(self, conversations: list[list[Message]]) -> list[Message]: ...
+
+
+class Conversation(list):
+    """One conversation in the sandbox: the transcript (a plain list of message dicts) plus the
+    environment it runs in and how it went.
+
+    Policies receive these; a model policy reads only the messages, a scripted one may read
+    `task_id` and `trial` to find its script. After the loop, `turns`, `tool_calls`, `tool_errors`
+    and `ended_by` say how it went and `episode` is what judges read. `mistakes` lists the
+    mistakes a scripted production agent drew for it.
+    """
+
+    def __init__(
+        self,
+        messages: Sequence[Message] = (),
+        *,
+        env: RetailEnvironment | None = None,
+        task_id: str | None = None,
+        trial: int = 0,
+        seed: int = 0,
+        intent: str | None = None,
+    ):
+        super().__init__(messages)
+        self.env, self.task_id, self.trial, self.seed, self.intent = env, task_id, trial, seed, intent
+        self.mistakes: list[str] = []
+        self.turns = self.tool_calls = self.tool_errors = 0
+        self.ended_by: str | None = None
+
+    @property
+    def messages(self) -> list[Message]:
+        """The transcript as a plain list (what a record stores)."""
+        return list(self)
+
+    @property
+    def episode(self) -> Episode:
+        if self.env is None:
+            raise RolloutError("no_environment", "a bare transcript has no episode", self.task_id)
+        return self.env.episode
+
+
+def trial_seed(seed: int, record_id: str, trial: int) -> int:
+    """The simulator seed of one trial: a function of (seed, record id, trial) and nothing else,
+    so two policies rolled out with the same `seed` meet the same customers."""
+    digest = hashlib.sha256(f"{seed}:{record_id}:{trial}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31 - 1)
+
+
+def start_conversation(
+    row: Mapping[str, Any],
+    seed: int,
+    *,
+    task_id: str | None = None,
+    trial: int = 0,
+    customer_id: str | None = None,
+    compact: bool = False,
+    tools: tuple[str, ...] | None = None,
+) -> Conversation:
+    """A reset environment for `row` (a record or scenario: `initial_state`, `user_scenario`,
+    `gold`, `escalation_was_necessary`, as objects or JSON text) and its opening messages.
+
+    `tools` limits the environment to those tools (None: all); `customer_id` names the customer
+    the conversation is about, when known. The environment's simulator has already spoken its
+    opening for (scenario, seed); `initial_messages` rebuilds the same words (or takes the row's
+    recorded opening) without advancing that simulator.
+    """
+    if row.get("initial_state") in (None, "", {}):
+        raise RolloutError("missing_initial_state", "record has no initial_state", task_id)
+    env = environment_class(tools)()
+    env.reset(
+        initial_state=row["initial_state"],
+        user_scenario=row.get("user_scenario") or {},
+        gold=row.get("gold"),
+        seed=seed,
+        escalation_was_necessary=row.get("escalation_was_necessary"),
+        compact=compact,
+        customer_id=customer_id,
+    )
+    opening = initial_messages(dict(row), seed=seed)
+    conversation = Conversation(opening, env=env, task_id=task_id, trial=trial, seed=seed, intent=row.get("intent"))
+    if env.done:
+        conversation.ended_by = "done"
+    return conversation
+
+
+def _recorded_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call as the transcript keeps it: a string name and an object of arguments, whatever
+    the policy emitted."""
+    arguments = call.get("arguments")
+    if arguments is None:
+        arguments = {}
+    elif not isinstance(arguments, dict):
+        arguments = {"raw": str(arguments)[:_RAW_ARGUMENTS_CHARS]}
+    return {"name": str(call.get("name")), "arguments": arguments}
+
+
+def _step(conversation: Conversation, message: Any, max_turns: int) -> None:
+    """Apply one assistant message: record it, run its tool calls, decide whether it ended."""
+    if not isinstance(message, Mapping) or message.get("role", "assistant") != "assistant":
+        raise RolloutError("bad_policy_message", f"policy returned {message!r:.200}", conversation.task_id)
+    calls = list(message.get("tool_calls") or ())
+    bad = next((c for c in calls if not isinstance(c, Mapping)), None)
+    if bad is not None:
+        raise RolloutError("bad_policy_message", f"tool call {bad!r:.200} is not an object", conversation.task_id)
+    conversation.append(
+        {
+            "role": "assistant",
+            "content": str(message.get("content") or ""),
+            "tool_calls": [_recorded_call(c) for c in calls],
+        }
+    )
+    conversation.turns += 1
+    if message.get("stop_reason") == "context_full":
+        conversation.ended_by = "context_full"
+        return
+    if not calls:
+        conversation.ended_by = "answer"
+        return
+    env = conversation.env
+    for call, recorded in zip(calls, conversation[-1]["tool_calls"]):
+        # The environment sees the call as emitted: a malformed one is answered with an Error.
+        result = str(call_tool(env, call.get("name"), call.get("arguments") or {}))
+        conversation.tool_calls += 1
+        conversation.tool_errors += result.startswith("Error")
+        conversation.append({"role": "tool", "name": recorded["name"], "content": result})
+        if env.done:
+            # Calls after a transfer (or the customer leaving) would act on a closed conversation.
+            conversation.ended_by = "done"
+            return
+    if conversation.turns >= max_turns:
+        conversation.ended_by = "max_turns"
+
+
+def roll_out(
+    policy: Policy,
+    conversations: Sequence[Conversation],
+    max_turns: int = DEFAULT_MAX_TURNS,
+    max_live: int | None = None,
+) -> None:
+    """Drive every conversation to its end, in place.
+
+    `max_live` caps the conversations in flight (default: the policy's own `max_live` hint, else
+    all): when one ends, the next waiting one starts, so every round still asks for the next turn
+    of every live conversation in one call, while a model keeps its batch full and the caches of
+    only that many conversations in memory. Conversations are independent, so this changes the
+    order work is done in, never a transcript.
+    """
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    waiting = deque(c for c in conversations if c.ended_by is None)
+    limit = _live_limit(policy, max_live, len(waiting))
+    active: list[Conversation] = []
+    while active or waiting:
+        while waiting and len(active) < limit:
+            active.append(waiting.popleft())
+        replies = policy.act(list(active))
+        if len(replies) != len(active):
+            raise RolloutError(
+                "bad_policy_batch",
+                f"policy {getattr(policy, 'name', policy)!r} returned {len(replies)} "
+                f"messages for {len(active)} conversations",
+            )
+        for conversation, message in zip(active, replies):
+            _step(conversation, message, max_turns)
+        active = [c for c in active if c.ended_by is None]
+
+
+def _live_limit(policy: Policy, max_live: int | None, waiting: int) -> int:
+    limit = max_live if max_live is not None else getattr(policy, "max_live", None)
+    if limit is not None and limit < 1:
+        raise ValueError(f"max_live must be >= 1, got {limit}")
+    return limit or max(waiting, 1)
