@@ -84,11 +84,16 @@ def require_cuda() -> str:
 
 
 def preset_trainer_settings(preset: Path, steps: int, use_vllm: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(GRPORunConfig fields, TRL overrides) of the preset's grpo_candidate, cut to `steps` steps."""
-    grpo = dict(load_run_config(str(preset))["ops"]["grpo_candidate"]["config"])
-    overrides = json.loads(grpo.pop("grpo_overrides_json", "{}"))
+    """(GRPORunConfig fields, TRL overrides) of the preset's grpo_candidate and curriculum, cut to `steps` steps."""
+    config = load_run_config(str(preset))
+    grpo = dict(config["ops"]["grpo_candidate"]["config"])
+    overrides = dict(grpo.pop("grpo_overrides", {}))
+    levels = config.get("resources", {}).get("curriculum", {}).get("config", {}).get("levels")
+    if levels:
+        grpo["levels"] = levels
     if not use_vllm:
-        overrides = {k: v for k, v in overrides.items() if not k.startswith("vllm_")} | {"use_vllm": False}
+        overrides = {k: v for k, v in overrides.items() if not k.startswith("vllm_")}
+        grpo["use_vllm"] = False
     grpo.update(max_steps=steps, save_steps=steps * 10, dataset_size=steps * grpo.get("per_device_train_batch_size", 4))
     return grpo, overrides
 

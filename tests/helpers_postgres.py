@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from orchestration.demo import PERMISSIVE_GATES, demo_run_config
 from tests.helpers_webserver import REPO_ROOT, free_port, server_env
 
 PG_HOST, PG_PORT = "127.0.0.1", 5432
@@ -163,51 +164,13 @@ def dagster_pg_env(db: str) -> dict[str, str]:
     }
 
 
-PERMISSIVE = {
-    "min_human_labels": 2,
-    "calibration_min_margin": -1.0,
-    "shadow_margin": -1.0,
-    "max_tool_drift": 1.0,
-    "min_reward_alignment": 0.0,
-    "violation_tolerance": 1.0,
-    "hacking_excess_max": 1.0e6,
-}
-
-
 def ci_run_config(grpo: dict | None = None) -> dict:
-    """The end-to-end test's CI-sized run config, executed in process in the run worker."""
-    return {
-        "execution": {"config": {"in_process": {}}},
-        "ops": {
-            "policy_base": {
-                "config": {
-                    "sft_steps": 6,
-                    "sft_batch_size": 4,
-                    "probe_prompts": 2,
-                    "min_tool_call_rate": 0.0,
-                    "level": 1,
-                }
-            },
-            "grpo_candidate": {
-                "config": {
-                    "max_steps": 2,
-                    "save_steps": 1,
-                    "dataset_size": 8,
-                    "max_completion_length": 96,
-                    "levels": {"1": 1.0},
-                    # Two steps of the tiny model move no weight without an entropy bonus, and the
-                    # blocking weights_changed check would stop the run (as in test_end_to_end).
-                    "grpo_overrides_json": json.dumps({"entropy_coef": 0.01}),
-                    **(grpo or {}),
-                }
-            },
-            "calibration_report": {
-                "config": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32, "level": 1}
-            },
-            "shadow_report": {"config": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32, "level": 1}},
-            "promotion_gate": {"config": PERMISSIVE},
-        },
-    }
+    """The end-to-end test's CI-sized run config with gates that let both weeks through (these tests
+    are about the services, not the decision), executed in process in the run worker."""
+    config = demo_run_config("ci", PERMISSIVE_GATES)
+    config["execution"] = {"config": {"in_process": {}}}
+    config["ops"]["grpo_candidate"]["config"].update(grpo or {})
+    return config
 
 
 def launched_run(instance, tag: str):

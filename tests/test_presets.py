@@ -36,17 +36,17 @@ def test_preset_validates_against_the_weekly_job_schema(preset):
     assert result["ops"]["policy_base"]["config"]["sft_warm_start"] is False
     for report in ("calibration_report", "shadow_report"):
         assert result["ops"][report]["config"]["compact"] is False  # judged on full tool results
-    levels = config["ops"]["grpo_candidate"]["config"]["levels"]
+    levels = config["resources"]["curriculum"]["config"]["levels"]
     assert len(levels) > 1 and sum(levels.values()) == pytest.approx(1.0)  # a level mix, not level 1 alone
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_preset_overrides_are_trl_fields_selecting_vllm_colocate(preset):
     grpo = load_run_config(str(preset))["ops"]["grpo_candidate"]["config"]
-    overrides = json.loads(grpo["grpo_overrides_json"])
+    overrides = grpo["grpo_overrides"]
     unknown = set(overrides) - {f.name for f in dataclasses.fields(GRPOConfig)}
     assert not unknown, f"{preset.name}: not GRPOConfig fields: {sorted(unknown)}"
-    assert overrides["use_vllm"] is True and overrides["vllm_mode"] == "colocate"
+    assert grpo["use_vllm"] is True and overrides["vllm_mode"] == "colocate"
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
@@ -63,8 +63,7 @@ def test_preset_passes_the_trainers_checks_on_one_gpu(preset, tmp_path):
             "model_path": str(model),
             "output_dir": str(tmp_path / "grpo"),
             "records_path": str(records),
-            **{k: v for k, v in grpo.items() if k != "grpo_overrides_json"},
-            "grpo_overrides": json.loads(grpo["grpo_overrides_json"]),
+            **grpo,
         }
     )
     validate(config, num_processes=1)
@@ -146,9 +145,12 @@ def test_gpu_bench_takes_the_presets_trainer_settings():
     bench = _gpu_bench()
     settings, overrides = bench.preset_trainer_settings(REPO_ROOT / "configs" / "qwen2.5-0.5b-instruct.yaml", 3, True)
     assert settings["profile"] == "gpu" and settings["max_steps"] == 3 and settings["num_generations"] == 8
-    assert overrides["use_vllm"] is True and overrides["vllm_mode"] == "colocate"
-    _, plain = bench.preset_trainer_settings(REPO_ROOT / "configs" / "qwen2.5-0.5b-instruct.yaml", 3, False)
-    assert plain["use_vllm"] is False and not any(k.startswith("vllm_") for k in plain)
+    assert settings["use_vllm"] is True and overrides["vllm_mode"] == "colocate"
+    assert len(settings["levels"]) > 1  # the preset's curriculum mix, not the default level 1
+    plain_settings, plain = bench.preset_trainer_settings(
+        REPO_ROOT / "configs" / "qwen2.5-0.5b-instruct.yaml", 3, False
+    )
+    assert plain_settings["use_vllm"] is False and not any(k.startswith("vllm_") for k in plain)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
