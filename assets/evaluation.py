@@ -1,7 +1,6 @@
 """Evaluation assets: held-out calibration and paired shadow replay, candidate against baseline."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import json
 from functools import partial
 
 import dagster as dg
@@ -9,11 +8,12 @@ import dagster as dg
 from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import weekly_partitions
 from assets.resources import Curriculum, DuckDBStore, HomeResource
-from assets.weekdata import at_level, split_records, week_dir
+from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from evaluation.eval_sets import build_shadow_set, calibration_eligible, current_calibration_set, freeze_calibration_set
 from evaluation.replay import proxy_reward, reward_alignment
-from evaluation.reports import evaluate_pair
+from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
+from training.rewards import RewardWeights
 
 
 class EvalConfig(dg.Config):
@@ -32,23 +32,51 @@ def _split_fn(window_splits: WindowSplits):
     return partial(split_of, fractions=window_splits.fractions)
 
 
-def _never_trained_on(splits: dict, eval_ids: list[str]) -> dg.AssetCheckResult:
-    train_ids = {r["interaction_id"] for r in splits["train"]}
-    leaked = sorted(train_ids & set(eval_ids))
+def _never_trained_on(splits: dict, evaluated: list[dict]) -> dg.AssetCheckResult:
+    """No evaluated conversation's customer appears in the train split.
+
+    Interaction ids cannot leak by construction (the sets are drawn from held-out splits); what can
+    leak is a customer: a split rule that let one customer's conversations fall on both sides would
+    let the candidate be judged on people it was trained on.
+    """
+    train_customers = {r["customer_id"] for r in splits["train"]}
+    leaked = sorted(r["interaction_id"] for r in evaluated if r["customer_id"] in train_customers)
     return dg.AssetCheckResult(
         check_name="never_trained_on",
         passed=not leaked,
         metadata={
-            "evaluated": len(eval_ids),
-            "in_train_split": len(leaked),
+            "evaluated": len(evaluated),
+            "customers": len({r["customer_id"] for r in evaluated}),
+            "with_a_train_customer": len(leaked),
             "sample": dg.MetadataValue.json(leaked[:5]),
         },
     )
 
 
-def _report_metadata(report: dict) -> dict:
-    cand, base = report["candidate"]["summary"], report["baseline"]["summary"]
-    ci = report["paired"]["bootstrap_ci"]
+def alignment_evidence(labelled: list[dict], reward_weights: dict[str, float]) -> tuple[list[float], list[bool], dict]:
+    """Proxy reward (priced with the weights the candidate trained with) and human verdict of each
+    labelled record, and the alignment summary under those same weights."""
+    weights = RewardWeights.from_dict(reward_weights)
+    rewards = [proxy_reward(r, weights) for r in labelled]
+    human = [bool(r["human_label"]["task_success"]) for r in labelled]
+    summary = {k: v for k, v in reward_alignment(labelled, weights).items() if k != "skipped"}
+    return rewards, human, summary
+
+
+def run_reward_weights(grpo_candidate: GRPOCandidate) -> dict[str, float]:
+    """The reward-weight overrides the candidate trained with; evaluation prices rewards the same way."""
+    if not hasattr(grpo_candidate, "reward_weights"):
+        # A candidate stored before its value carried the weights cannot be priced honestly.
+        raise dg.Failure(
+            f"grpo_candidate {grpo_candidate.path!r} does not say which reward weights trained it "
+            "(materialized before they were recorded): retrain the week"
+        )
+    return dict(grpo_candidate.reward_weights)
+
+
+def _report_metadata(report: PairReport) -> dict:
+    cand, base = report.candidate.summary, report.baseline.summary
+    ci = report.bootstrap_ci
     rows = "\n".join(
         f"| {name} | {cand.get(name, float('nan')):.3f} | {base.get(name, float('nan')):.3f} |"
         for name in (
@@ -63,14 +91,14 @@ def _report_metadata(report: dict) -> dict:
         if name in cand
     )
     return {
-        "pairs": report["paired"]["pairs"],
+        "pairs": report.pairs,
         "candidate_success": cand["success_rate"],
         "baseline_success": base["success_rate"],
-        "difference": ci["difference"],
-        "ci_low": ci["low"],
-        "ci_high": ci["high"],
-        "mcnemar_p": report["paired"]["mcnemar"]["p_value"],
-        "tool_call_tv": report["tool_call_tv"],
+        "difference": ci.difference,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "mcnemar_p": report.mcnemar.p_value,
+        "tool_call_tv": report.tool_call_tv,
         "candidate_vs_baseline": dg.MetadataValue.md("| metric | candidate | baseline |\n|---|---|---|\n" + rows),
     }
 
@@ -105,12 +133,14 @@ def calibration_report(
                 )
             frozen = freeze_calibration_set(con, eligible, split_of=_split_fn(window_splits))
         records = frozen.records(con)
-    yield _never_trained_on(splits, [r["interaction_id"] for r in records])
+    yield _never_trained_on(splits, records)
     evaluated = at_level(records, curriculum.level)[: config.max_tasks]
     if not evaluated:
         raise dg.Failure(f"no calibration task at curriculum level {curriculum.level} among {len(records)} records")
     context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
-    report = evaluate_pair(
+    # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
+    weights = run_reward_weights(grpo_candidate)
+    pair = evaluate_pair(
         grpo_candidate.path,
         policy_base.path,
         evaluated,
@@ -120,21 +150,20 @@ def calibration_report(
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
         tools=curriculum.tools,
+        reward_weights=weights,
     )
     labelled = [r for r in records if r.get("human_label")]
-    report["proxy_rewards"] = [proxy_reward(r) for r in labelled]
-    report["human_success"] = [bool(r["human_label"]["task_success"]) for r in labelled]
-    report["alignment"] = {k: v for k, v in reward_alignment(labelled).items() if k != "skipped"}
-    report["set"] = {"version": frozen.version, "hash": frozen.set_hash, "rows": len(records)}
-    (week_dir(h, context.partition_key) / "calibration_report.json").write_text(json.dumps(report, default=str))
+    rewards, human, alignment = alignment_evidence(labelled, weights)
+    report = CalibrationReport(pair, frozen.version, frozen.set_hash, len(records), rewards, human, alignment, weights)
     yield dg.MaterializeResult(
         value=report,
         metadata={
-            **_report_metadata(report),
+            **_report_metadata(pair),
             "calibration_version": frozen.version,
             "calibration_rows": len(records),
-            "reward_alignment_auc": report["alignment"].get("auc"),
+            "reward_alignment_auc": alignment.get("auc"),
             "human_labels": len(labelled),
+            "reward_weights": dg.MetadataValue.json(RewardWeights.from_dict(weights).to_dict()),
         },
     )
 
@@ -163,14 +192,14 @@ def shadow_report(
             con, context.partition_key, splits["shadow"], size=config.shadow_size, split_of=_split_fn(window_splits)
         )
         records = shadow.records(con)
-    yield _never_trained_on(splits, [r["interaction_id"] for r in records])
+    yield _never_trained_on(splits, records)
     if not records:
         raise dg.Failure("the shadow split of this window holds no conversation with gold")
     context.log.info(f"shadow: {len(records)} conversations, candidate and baseline")
     records = at_level(records, curriculum.level)
     if not records:
         raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level}")
-    report = evaluate_pair(
+    pair = evaluate_pair(
         grpo_candidate.path,
         policy_base.path,
         records,
@@ -180,7 +209,7 @@ def shadow_report(
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
         tools=curriculum.tools,
+        reward_weights=run_reward_weights(grpo_candidate),
     )
-    report["set"] = {"week": context.partition_key, "hash": shadow.set_hash, "rows": len(records)}
-    (week_dir(h, context.partition_key) / "shadow_report.json").write_text(json.dumps(report, default=str))
-    yield dg.MaterializeResult(value=report, metadata={**_report_metadata(report), "shadow_rows": len(records)})
+    report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))
+    yield dg.MaterializeResult(value=report, metadata={**_report_metadata(pair), "shadow_rows": len(records)})

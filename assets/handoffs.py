@@ -49,3 +49,5 @@ class GRPOCandidate:
     final_step: int
     reward_curve: list[float] = field(default_factory=list)
     level_mix: dict | None = None
+    # The run's overrides of the reward playbook: evaluation prices proxy rewards with them too.
+    reward_weights: dict[str, float] = field(default_factory=dict)

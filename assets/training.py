@@ -256,6 +256,7 @@ def grpo_candidate(
             final_step=result["final_step"],
             reward_curve=curve,
             level_mix=result.get("level_mix"),
+            reward_weights=dict(run_config.reward_weights),  # evaluation prices rewards as training did
         ),
         metadata={
             "model_path": dg.MetadataValue.path(result["model_path"]),

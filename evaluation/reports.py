@@ -1,16 +1,17 @@
-"""Candidate vs baseline on one evaluation set, as a compact JSON-able report.
+"""Candidate vs baseline on one evaluation set, as a compact report.
 
-The report assets hand these dicts from one asset to the next (and to MLflow), so they carry
-exactly what the gates and the run log need — paired success flags, violation and tool-call
-counts, metric summaries, failure-mode shares, a few sample transcripts — never the episodes'
-world states, which would make a 5,000-conversation shadow report hundreds of megabytes.
+The evaluation assets hand these dataclasses to the promotion gate (and, through it, to MLflow),
+so they carry exactly what the gates and the run log need — paired success flags and proxy
+rewards, violation and tool-call counts, metric summaries, failure-mode shares, a few sample
+transcripts — never the episodes' world states, which would make a 5,000-conversation shadow
+report hundreds of megabytes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from evaluation.drift import total_variation
@@ -18,27 +19,85 @@ from evaluation.failure_modes import failure_mode_shares, policy_violations, pri
 from evaluation.gates import PolicyOutcomes
 from evaluation.metrics import summarize
 from evaluation.rollout import Trial, run_rollouts
-from evaluation.stats import mcnemar_exact, paired_bootstrap_ci
+from evaluation.stats import BootstrapCI, McNemarResult, mcnemar_exact, paired_bootstrap_ci
 from training.policies import HFPolicy
 
 SAMPLES_PER_POLICY = 3
 
 
-def policy_report(trials: Sequence[Trial]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PolicyReport:
+    """One policy's trials on one set, in (record, trial) order: `success[i]` and `rewards[i]`
+    (the proxy reward) belong to `keys[i]`."""
+
+    keys: list[str]
+    success: list[bool]
+    rewards: list[float]
+    violations: int
+    trials: int
+    tool_counts: dict[str, int]
+    summary: dict[str, Any]
+    failure_modes: dict[str, float]
+    samples: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PairReport:
+    """Candidate and baseline on the same conversations, and the paired statistics of their success."""
+
+    candidate: PolicyReport
+    baseline: PolicyReport
+    mcnemar: McNemarResult
+    bootstrap_ci: BootstrapCI
+    tool_call_tv: float
+
+    @property
+    def pairs(self) -> int:
+        return len(self.candidate.keys)
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """The frozen calibration set's comparison, its identity, and the reward-alignment evidence:
+    `proxy_rewards[i]` (under `reward_weights`, the weights the candidate trained with) and
+    `human_success[i]` describe the same labelled record."""
+
+    pair: PairReport
+    version: str
+    set_hash: str
+    rows: int
+    proxy_rewards: list[float]
+    human_success: list[bool]
+    alignment: dict[str, Any]
+    reward_weights: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShadowReport:
+    """The week's shadow replay comparison and the set's identity."""
+
+    pair: PairReport
+    week: str
+    set_hash: str
+    rows: int
+
+
+def policy_report(trials: Sequence[Trial]) -> PolicyReport:
     """One policy's trials reduced to what gates, metrics and plots read."""
     if not trials:
         raise ValueError("a policy report needs at least one trial")
     ordered = sorted(trials, key=lambda t: t.key)
-    return {
-        "keys": [f"{t.record_id}#{t.trial}" for t in ordered],
-        "success": [bool(t.success) for t in ordered],
-        "violations": sum(bool(policy_violations(t)) for t in ordered),
-        "trials": len(ordered),
-        "tool_counts": dict(Counter(e.tool for t in ordered for e in t.episode.audit_log)),
-        "summary": summarize(ordered),
-        "failure_modes": failure_mode_shares(ordered),
-        "samples": [_sample(t) for t in ordered[:SAMPLES_PER_POLICY]],
-    }
+    return PolicyReport(
+        keys=[f"{t.record_id}#{t.trial}" for t in ordered],
+        success=[bool(t.success) for t in ordered],
+        rewards=[float(t.reward) for t in ordered],
+        violations=sum(bool(policy_violations(t)) for t in ordered),
+        trials=len(ordered),
+        tool_counts=dict(Counter(e.tool for t in ordered for e in t.episode.audit_log)),
+        summary=summarize(ordered),
+        failure_modes=failure_mode_shares(ordered),
+        samples=[_sample(t) for t in ordered[:SAMPLES_PER_POLICY]],
+    )
 
 
 def _sample(trial: Trial) -> dict[str, Any]:
@@ -61,35 +120,35 @@ def _shares(counts: Mapping[str, int]) -> dict[str, float]:
     return {name: n / total for name, n in sorted(counts.items())} if total else {}
 
 
-def compare(candidate: Sequence[Trial], baseline: Sequence[Trial], seed: int = 0) -> dict[str, Any]:
+def compare(candidate: Sequence[Trial], baseline: Sequence[Trial], seed: int = 0) -> PairReport:
     """Both policies' reports plus the paired statistics of their success difference."""
     cand, base = policy_report(candidate), policy_report(baseline)
-    if cand["keys"] != base["keys"]:
+    if cand.keys != base.keys:
         raise ValueError("candidate and baseline trials do not pair up by (record, trial)")
-    test = mcnemar_exact(cand["success"], base["success"])
-    ci = paired_bootstrap_ci(cand["success"], base["success"], seed=seed)
-    return {
-        "candidate": cand,
-        "baseline": base,
-        "paired": {"mcnemar": asdict(test), "bootstrap_ci": asdict(ci), "pairs": len(cand["keys"])},
-        "tool_call_tv": total_variation(_shares(cand["tool_counts"]), _shares(base["tool_counts"])),
-    }
+    return PairReport(
+        cand,
+        base,
+        mcnemar_exact(cand.success, base.success),
+        paired_bootstrap_ci(cand.success, base.success, seed=seed),
+        total_variation(_shares(cand.tool_counts), _shares(base.tool_counts)),
+    )
 
 
-def outcomes(calibration: Mapping[str, Any], shadow: Mapping[str, Any]) -> tuple[PolicyOutcomes, PolicyOutcomes]:
+def outcomes(calibration: PairReport, shadow: PairReport) -> tuple[PolicyOutcomes, PolicyOutcomes]:
     """(candidate, baseline) gate inputs; violations and tool mixes pool both evaluation sets."""
 
-    def one(side: str) -> PolicyOutcomes:
-        cal, sha = calibration[side], shadow[side]
-        counts = Counter(cal["tool_counts"]) + Counter(sha["tool_counts"])
+    def one(cal: PolicyReport, sha: PolicyReport) -> PolicyOutcomes:
+        counts = Counter(cal.tool_counts) + Counter(sha.tool_counts)
         return PolicyOutcomes(
-            cal["success"],
-            sha["success"],
-            (cal["violations"] + sha["violations"]) / (cal["trials"] + sha["trials"]),
+            cal.success,
+            sha.success,
+            (cal.violations + sha.violations) / (cal.trials + sha.trials),
             _shares(counts),
+            cal.rewards,
+            sha.rewards,
         )
 
-    return one("candidate"), one("baseline")
+    return one(calibration.candidate, shadow.candidate), one(calibration.baseline, shadow.baseline)
 
 
 def evaluate_pair(
@@ -104,13 +163,24 @@ def evaluate_pair(
     max_new_tokens: int = 128,
     batch_size: int | None = None,
     tools: tuple[str, ...] | None = None,
-) -> dict[str, Any]:
+    reward_weights: Mapping[str, float] | None = None,
+) -> PairReport:
     """Roll both policies out on `records` with the same customers (seeds) and the same tool list
-    (`tools`, None: all) and compare them."""
+    (`tools`, None: all) and compare them; each trial's proxy reward is priced with
+    `reward_weights` (the run's overrides of the playbook; None: the playbook)."""
     if not records:
         raise ValueError("no records to evaluate on")
     trials = {}
     for side, path in (("candidate", candidate_path), ("baseline", baseline_path)):
         policy = HFPolicy(path, name=side, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, tools=tools)
-        trials[side] = run_rollouts(policy, records, k=k, seed=seed, max_turns=max_turns, compact=compact, tools=tools)
+        trials[side] = run_rollouts(
+            policy,
+            records,
+            k=k,
+            seed=seed,
+            max_turns=max_turns,
+            compact=compact,
+            tools=tools,
+            reward_weights=reward_weights,
+        )
     return compare(trials["candidate"], trials["baseline"], seed=seed)

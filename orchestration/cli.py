@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+from assets.decisions import DecisionRecordError
 from assets.partitions import WeekError
 from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
@@ -97,7 +98,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_approve(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
-    except (WeekError, NoDecisionError, ApprovalError) as err:
+    except (WeekError, NoDecisionError, ApprovalError, DecisionRecordError) as err:
         raise CliError(str(err)) from err
     except RegistryError as err:
         raise CliError(str(err), code=1) from err
@@ -150,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_import_tasks)
 
-    p = sub.add_parser("approve", help="register a week's held candidate after review")
+    p = sub.add_parser("approve", help="register a week held only for tool-call drift, after a person reviewed it")
     p.add_argument("--week", required=True)
     p.add_argument("--by", default="cli", help="who approves (recorded as a tag)")
     p.set_defaults(func=_cmd_approve)

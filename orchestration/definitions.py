@@ -2,13 +2,13 @@
 
 import dagster as dg
 
-from assets import data, evaluation, promotion, training
+from assets import data, evaluation, promotion, registration, training
 from assets.resources import default_resources
 from orchestration.jobs import weekly_retrain, weekly_retrain_schedule
 from orchestration.progress import progress_logger
 from orchestration.sensors import champion_health, retrain_failure_incident
 
-_modules = [data, training, evaluation, promotion]
+_modules = [data, training, evaluation, promotion, registration]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(_modules),

@@ -10,7 +10,6 @@ production ones.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -19,16 +18,18 @@ from datetime import date, timedelta
 from assets.partitions import week_key
 from dataplane.home import Home
 from evaluation.registry import champion_info, find_base_version, find_week_version
-from orchestration.runner import mlflow_target, run_week
+from orchestration.runner import WeekRun, mlflow_target, run_week
 from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
 
 # Stage sizes per scale: "demo" for `retrain demo` on a 2-core CPU, "ci" for the end-to-end test
-# and the UI screenshots (minutes, not tens of minutes). The asset defaults are the production ones.
+# and the UI screenshots. Sizes only: every threshold (the tool-call probe, the gates) and the reward
+# are the product's defaults. The SFT keeps its default 300 steps: 120 left the tiny model below
+# the probe's 0.5.
 _SIZES = {
     "demo": {
-        "policy_base": {"sft_steps": 40, "sft_batch_size": 8, "probe_prompts": 8},
+        "policy_base": {"sft_batch_size": 8, "probe_prompts": 8},
         "grpo_candidate": {
             "max_steps": 10,
             "save_steps": 5,
@@ -40,47 +41,48 @@ _SIZES = {
         },
         "calibration_report": {"trials": 2, "max_tasks": 12, "max_turns": 6, "max_new_tokens": 48},
         "shadow_report": {"shadow_size": 16, "max_turns": 6, "max_new_tokens": 48},
-        "promotion_gate": {"min_human_labels": 10},
     },
     "ci": {
-        "policy_base": {"sft_steps": 6, "sft_batch_size": 4, "probe_prompts": 2},
+        "policy_base": {"sft_batch_size": 8, "probe_prompts": 4},
         "grpo_candidate": {"max_steps": 2, "save_steps": 1, "dataset_size": 8, "max_completion_length": 96},
-        "calibration_report": {"trials": 2, "max_tasks": 3, "max_turns": 4, "max_new_tokens": 32},
-        "shadow_report": {"shadow_size": 6, "max_turns": 4, "max_new_tokens": 32},
-        "promotion_gate": {"min_human_labels": 2},
+        "calibration_report": {"trials": 2, "max_tasks": 6, "max_turns": 4, "max_new_tokens": 32},
+        "shadow_report": {"shadow_size": 8, "max_turns": 4, "max_new_tokens": 32},
     },
 }
 
-# Gate thresholds that let any candidate through, for runs that must show the promotion path
-# (the end-to-end test, the UI screenshots); never the product's policy.
+# Gate thresholds that let any candidate through, for runs that must show a registration (the UI
+# screenshots); never the product's policy, never the demo's or the end-to-end test's.
 PERMISSIVE_GATES = {
+    "min_human_labels": 2,
     "calibration_min_margin": -1.0,
     "shadow_margin": -1.0,
     "max_tool_drift": 1.0,
     "min_reward_alignment": 0.0,
     "violation_tolerance": 1.0,
-    "hacking_flat_tolerance": -1.0,
+    "hacking_excess_max": 1.0e6,
 }
+# The one training override: the tiny model fails every GRPO rollout alike (zero reward spread), so
+# without TRL's entropy bonus a few steps move no weight and `weights_changed` stops the week
+# (tests/test_end_to_end.py runs the week both ways).
+ENTROPY_BONUS = {"entropy_coef": 0.01}
 
 
 def demo_run_config(scale: str = "demo", gates: dict | None = None) -> dict:
     """The Dagster run config of a demo-sized `weekly_retrain` on the tiny model at curriculum level 1.
 
-    `scale` picks the stage sizes ("demo" or "ci"); `gates` overrides gate thresholds. The tiny
-    model and a short SFT cannot yet emit reliable tool calls (bench/RESULTS.md, learning), so the
-    probe's threshold is 0: the probe still runs and its rate is reported, and the gates then judge
-    the candidate on the held-out sets as always. A few GRPO steps on a fresh policy see equal
-    rewards (zero advantage); TRL's entropy bonus moves the weights so `weights_changed` can pass.
+    `scale` picks the stage sizes ("demo" or "ci"); `gates` overrides gate thresholds (none by
+    default: the demo shows the product's decision). GRPO gets `ENTROPY_BONUS`, the one setting
+    the product does not use.
     """
     if scale not in _SIZES:
         raise ValueError(f"unknown demo scale {scale!r}: expected one of {sorted(_SIZES)}")
     sizes = _SIZES[scale]
     ops = {
-        "policy_base": {"min_tool_call_rate": 0.0, **sizes["policy_base"]},
-        "grpo_candidate": {"grpo_overrides": {"entropy_coef": 0.01}, **sizes["grpo_candidate"]},
+        "policy_base": sizes["policy_base"],
+        "grpo_candidate": {"grpo_overrides": dict(ENTROPY_BONUS), **sizes["grpo_candidate"]},
         "calibration_report": sizes["calibration_report"],
         "shadow_report": sizes["shadow_report"],
-        "promotion_gate": {**sizes["promotion_gate"], **(gates or {})},
+        "promotion_gate": dict(gates or {}),
     }
     return {
         "ops": {name: {"config": dict(config)} for name, config in ops.items()},
@@ -88,32 +90,33 @@ def demo_run_config(scale: str = "demo", gates: dict | None = None) -> dict:
     }
 
 
-def _summary_rows(week: str, home: Home) -> list[str]:
-    folder = home.week_dir(week)
-    request = folder / "promotion_request.json"
-    if not request.exists():
-        return [f"  week {week}: no promotion decision (see the Dagster run for the failed step)"]
-    data = json.loads(request.read_text())
-    report, lineage = data["report"], data["lineage"]
-    cal = json.loads((folder / "calibration_report.json").read_text())
-    sha = json.loads((folder / "shadow_report.json").read_text())
+def _summary_rows(result: WeekRun) -> list[str]:
+    """The week as Dagster recorded it: the promotion decision of the run."""
+    decision = result.decision
+    if decision is None:
+        return [f"  week {result.week}: no promotion decision (see the Dagster run for the failed step)"]
+    report, lineage = decision.report, decision.lineage
     rows = [
-        f"  week {week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
-        f"validation {lineage['validation']}, baseline = {report['baseline_kind']}",
+        f"  week {result.week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
+        f"validation {lineage['validation']}, baseline = {report.baseline_kind}",
         f"    {'metric':32s} {'candidate':>10s} {'baseline':>10s}",
     ]
-    for label, rep in (("calibration", cal), ("shadow", sha)):
+    for label in ("calibration", "shadow"):
+        summary = decision.metrics.get(label, {})
         for metric in ("success_rate", "pass_hat_2", "policy_violation_rate", "actions_per_task"):
-            if metric in rep["candidate"]["summary"]:
+            if metric in summary.get("candidate", {}):
                 rows.append(
-                    f"    {label + ' ' + metric:32s} {rep['candidate']['summary'][metric]:10.3f} "
-                    f"{rep['baseline']['summary'][metric]:10.3f}"
+                    f"    {label + ' ' + metric:32s} {summary['candidate'][metric]:10.3f} "
+                    f"{summary['baseline'][metric]:10.3f}"
                 )
     rows.append(f"    {'gate':32s} {'value':>10s} {'verdict':>10s}")
-    for gate in report["gates"]:
-        value = "n/a" if gate["value"] is None else f"{gate['value']:.3f}"
-        rows.append(f"    {gate['name']:32s} {value:>10s} {gate['verdict']:>10s}")
-    rows.append(f"    decision: {report['decision']}")
+    for gate in report.gates:
+        value = "n/a" if gate.value is None else f"{gate.value:.3f}"
+        rows.append(f"    {gate.name:32s} {value:>10s} {gate.verdict:>10s}")
+    rows.append(f"    decision: {decision.decision} ({decision.reason})")
+    if decision.failure_mode_rises:
+        rises = ", ".join(f"{j.mode} +{j.jump:.2f}" for j in decision.failure_mode_rises)
+        rows.append(f"    failure modes up more than 10 points since last week (investigate): {rises}")
     return rows
 
 
@@ -159,12 +162,13 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     uri, name = mlflow_target(home)
     base = find_base_version(uri, name)
     for result in results:
-        print("\n".join(_summary_rows(result.week, home)))
+        print("\n".join(_summary_rows(result)))
         if base is not None and base[1] == result.week:
             print(f"    first champion: the base model, registered as version {base[0]} (no champion existed)")
         version = find_week_version(uri, result.week, name)
+        why = f"decision {result.decision.decision}" if result.decision else "the run did not reach the gate"
         print(
-            f"    registered: {'version ' + str(version) if version else 'no (a gate did not pass)'}"
+            f"    registered: {'version ' + str(version) if version else 'no (' + why + ')'}"
             f"   dagster run {result.run_id}"
         )
     champion = champion_info(uri, name)
@@ -173,4 +177,4 @@ def run_demo(weeks: int = 4, per_day: int = 40, fresh: bool = False, today: date
     print("open the UIs on this data:")
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")
     print(f"  .venv/bin/mlflow ui --backend-store-uri {uri}   # http://127.0.0.1:5000")
-    return 0 if all(r.success or r.materialized for r in results) else 1
+    return 0 if all(r.success for r in results) else 1

@@ -6,6 +6,7 @@ import dagster as dg
 
 from assets.partitions import weekly_partitions
 from orchestration.run_config import scheduled_run_config
+from orchestration.switches import SCHEDULE_SWITCH, switched_on
 
 # One retrain at a time: every run of this job carries this tag, and the instance's run queue
 # (dagster.yaml written by orchestration.instance) limits the tag to one run in progress.
@@ -32,4 +33,7 @@ weekly_retrain_schedule = dg.build_schedule_from_partitioned_job(
     hour_of_day=3,
     minute_of_hour=0,
     day_of_week=1,
+    default_status=dg.DefaultScheduleStatus.RUNNING
+    if switched_on(SCHEDULE_SWITCH)
+    else dg.DefaultScheduleStatus.STOPPED,
 )  # the partitions are in UTC, so is the schedule

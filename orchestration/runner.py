@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
+import dagster as dg
+
+from assets.decisions import latest_decision, run_decision
 from assets.partitions import WeekError, week_key, weekly_partitions
 from assets.resources import MLflowTracking
 from dataplane.home import Home
-from evaluation.gates import GateReport, approve
+from evaluation.decision import PromotionDecision
+from evaluation.gates import approve
 from evaluation.registry import register_candidate, rollback
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
@@ -26,10 +29,14 @@ class RetrainBusyError(RuntimeError):
 
 @dataclass
 class WeekRun:
+    """A finished run: `success` is False only on an error; a rejected week succeeds, and its
+    `decision` (None when the run did not reach the gate) says what the gates decided."""
+
     week: str
     run_id: str
     success: bool
     materialized: list[str]
+    decision: PromotionDecision | None = None
 
 
 @contextmanager
@@ -74,8 +81,6 @@ def run_week(
 
     `terse` swaps Dagster's debug console logger for one progress line per step (the full event
     log is still in the instance, so the UI shows everything)."""
-    import dagster as dg
-
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
     prepare_dagster_home(home)
@@ -88,7 +93,7 @@ def run_week(
         job = defs.resolve_job_def("weekly_retrain")
         result = job.execute_in_process(partition_key=key, instance=instance, run_config=config, raise_on_error=False)
     done = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
-    return WeekRun(week=key, run_id=result.run_id, success=result.success, materialized=done)
+    return WeekRun(key, result.run_id, result.success, done, run_decision(result, key))
 
 
 def mlflow_target(home: Home) -> tuple[str, str]:
@@ -101,37 +106,44 @@ class NoDecisionError(FileNotFoundError):
     """A week without a promotion decision to approve."""
 
 
+def week_decision(week: str, home: Home | None = None) -> PromotionDecision:
+    """The latest promotion decision Dagster recorded for the week holding `week`."""
+    home = (home or Home.from_env()).ensure()
+    key = checked_week(week)
+    prepare_dagster_home(home)
+    with dg.DagsterInstance.get() as instance:
+        decision = latest_decision(instance, key)
+    if decision is None:
+        raise NoDecisionError(
+            f"week {key} has no promotion decision in the Dagster instance at {home.dagster_home}: "
+            f"run it first (retrain run --week {key})"
+        )
+    return decision
+
+
 def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str, Any]:
     """Register a week's held candidate after a person reviewed it, without retraining.
 
-    Only a 'hold' (the drift gate) can be approved; a failed gate stays a rejection.
+    Only the drift hold can be approved; a failed gate, or any other hold (too few human labels),
+    raises ApprovalError naming it and what would lift it, and nothing is registered.
     """
     home = (home or Home.from_env()).ensure()
-    key = checked_week(week)
-    path = home.week_dir(key) / "promotion_request.json"
-    if not path.exists():
-        raise NoDecisionError(
-            f"week {key} has no promotion decision at {path}: run it first (retrain run --week {key})"
-        )
-    request = json.loads(path.read_text())
-    approved = approve(GateReport.from_dict(request["report"]), approver)
-    lineage = {**request["lineage"], "approved_by": approver}
+    decision = week_decision(week, home)
+    approved = decision.approved(approve(decision.report, approver))
     uri, name = mlflow_target(home)
     version = register_candidate(
         uri,
-        request["model_path"],
-        key,
-        lineage,
-        approved,
+        approved.model_path,
+        approved.week,
+        approved.lineage,
+        approved.report,
         name=name,
-        run_id=request["lineage"].get("run_id"),
+        run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
     )
-    return {"week": key, "version": version, "approved_by": approver}
+    return {"week": approved.week, "version": version, "approved_by": approver}
 
 
 def rollback_champion(home: Home | None = None) -> dict[str, Any]:
     """Make `previous_champion` the champion again (one step back per call)."""
-    from dataclasses import asdict
-
     return asdict(rollback(*mlflow_target((home or Home.from_env()).ensure())))

@@ -1,4 +1,8 @@
-"""Sensors: an incident for every failed retrain, and the champion-health circuit breaker."""
+"""Sensors: an incident for every failed retrain, and the champion-health circuit breaker.
+
+A run fails only on an error (an exception, a failed data check); a week whose candidate the gates
+reject or hold succeeds, so it files no incident.
+"""
 
 import json
 import os
@@ -12,6 +16,7 @@ from evaluation.health import assess_champion_health
 from evaluation.registry import champion_info, rollback
 from orchestration.incidents import record_incident
 from orchestration.jobs import weekly_retrain
+from orchestration.switches import CHAMPION_HEALTH_SWITCH, switched_on
 
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
 
@@ -96,7 +101,13 @@ def check_champion(
     }
 
 
-@dg.sensor(name="champion_health", minimum_interval_seconds=900, default_status=dg.DefaultSensorStatus.STOPPED)
+@dg.sensor(
+    name="champion_health",
+    minimum_interval_seconds=900,
+    default_status=dg.DefaultSensorStatus.RUNNING
+    if switched_on(CHAMPION_HEALTH_SWITCH)
+    else dg.DefaultSensorStatus.STOPPED,
+)
 def champion_health(
     context: dg.SensorEvaluationContext, home: HomeResource, store: DuckDBStore, mlflow: MLflowTracking
 ):

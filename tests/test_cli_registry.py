@@ -7,15 +7,26 @@ import os
 import subprocess
 import sys
 
+import dagster as dg
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from assets.decisions import PROMOTION_ASSET, decision_metadata
+from evaluation.decision import PromotionDecision
 from evaluation.gates import evaluate_gates
 from evaluation.registry import champion_info, find_week_version
+from evaluation.run_log import open_week_run
+from orchestration.instance import prepare_dagster_home
 from tests.helpers_gates import gate_inputs
 
 WEEK = "2026-11-16"
+
+
+@pytest.fixture(autouse=True)
+def _dagster_home(home, monkeypatch):
+    # prepare_dagster_home exports DAGSTER_HOME; set here first so the test's end restores it.
+    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))
 
 
 def _retrain(home, *args) -> subprocess.CompletedProcess:
@@ -26,23 +37,19 @@ def _retrain(home, *args) -> subprocess.CompletedProcess:
     )
 
 
-def _decision(home, tmp_path, week: str, policy: str):
+def _decision(home, tmp_path, week: str, policy: str, labels: int | None = None):
+    """Record a promotion decision for `week` in the home's Dagster instance, as promotion_gate does."""
     model = tmp_path / f"model-{week}"
     model.mkdir()
     save_file({"w": np.ones(4, dtype=np.float32)}, str(model / "model.safetensors"))
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
-    report = evaluate_gates(gate_inputs(policy))
-    folder = home.root / "runs" / week
-    folder.mkdir(parents=True)
-    (folder / "promotion_request.json").write_text(
-        json.dumps(
-            {
-                "model_path": str(model),
-                "report": report.to_dict(),
-                "lineage": {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8},
-            }
+    report = evaluate_gates(gate_inputs(policy, labels=labels))
+    lineage = {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8}
+    decision = PromotionDecision(week, report, str(model), lineage, open_week_run(home.mlflow_uri, week, "dagster-run"))
+    with dg.DagsterInstance.from_config(str(prepare_dagster_home(home))) as instance:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(PROMOTION_ASSET, partition=week, metadata=decision_metadata(decision))
         )
-    )
     return report
 
 
@@ -60,6 +67,16 @@ def test_a_held_week_is_registered_only_after_approval(home, tmp_path):
 
     again = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
     assert again.returncode == 0 and json.loads(again.stdout)["version"] == 1  # never a second version
+
+
+@pytest.mark.slow
+def test_approval_of_a_week_also_short_of_human_labels_registers_nothing(home, tmp_path):
+    report = _decision(home, tmp_path, WEEK, "drifter", labels=12)
+    assert {g.name for g in report.gates if g.verdict == "hold"} == {"tool_call_drift", "reward_alignment"}
+    refused = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "reward_alignment held: 12 human labels, 20 needed: label 8 more" in refused.stderr
+    assert find_week_version(home.mlflow_uri, WEEK) is None and champion_info(home.mlflow_uri) is None
 
 
 @pytest.mark.slow

@@ -48,16 +48,54 @@ def test_reward_hacker_that_escalates_everything_raises_the_alarm():
     report = evaluate_gates(gate_inputs("escalator", curve=RISING))
     assert report.decision == "reject"
     alarm = report.gate("reward_hacking_alarm")
-    assert alarm.verdict == "fail" and alarm.value == 1.0
-    assert alarm.extra["reward_rise"] > 0 and alarm.extra["calibration_delta"] <= 0
+    assert alarm.verdict == "fail" and alarm.value > alarm.threshold
+    # Its reward fell far less than its success: escalating is paid better than failing.
+    assert alarm.extra["success_delta"] < alarm.extra["proxy_delta"] / alarm.extra["success_worth"] < 0
+    assert alarm.extra["training_reward_rise"] > 0
 
 
-def test_alarm_alone_blocks_when_success_is_flat_but_reward_climbs():
-    """A champion clone whose training reward still climbed: the alarm fails on its own."""
-    report = evaluate_gates(gate_inputs("identical", curve=RISING))
-    assert verdicts(report)["reward_hacking_alarm"] == "fail"
-    flat = evaluate_gates(gate_inputs("identical", curve=FLAT))
-    assert verdicts(flat)["reward_hacking_alarm"] == "pass"
+def test_alarm_alone_blocks_when_reward_outruns_verified_success():
+    """A candidate that really is a little better, and games a shaping term on everything it does
+    not solve: calibration_improvement passes, and the alarm alone rejects it."""
+    report = evaluate_gates(gate_inputs("sweet_talker"))
+    assert report.decision == "reject"
+    assert [g.name for g in report.gates if g.verdict != "pass"] == ["reward_hacking_alarm"]
+    assert report.gate("calibration_improvement").value > 0  # success did rise
+    alarm = report.gate("reward_hacking_alarm")
+    assert alarm.extra["success_delta"] > 0
+    assert alarm.value == pytest.approx(alarm.extra["proxy_delta"] / 15.0 - alarm.extra["success_delta"])
+    assert alarm.value > 0.05 and "alarm" in alarm.detail
+    # The honest improver's reward rose just as its success did.
+    honest = evaluate_gates(gate_inputs("better")).gate("reward_hacking_alarm")
+    assert honest.verdict == "pass" and abs(honest.value) < 1e-9
+
+
+def test_alarm_reads_held_out_evidence_not_the_training_curve():
+    """A champion clone whose training reward still climbed: nothing on the held-out sets moved."""
+    rising = evaluate_gates(gate_inputs("identical", curve=RISING)).gate("reward_hacking_alarm")
+    flat = evaluate_gates(gate_inputs("identical", curve=FLAT)).gate("reward_hacking_alarm")
+    assert rising.verdict == flat.verdict == "pass" and rising.value == flat.value == 0.0
+
+
+def test_alarm_threshold_and_success_worth_are_settings():
+    inputs = gate_inputs("sweet_talker")
+    excess = evaluate_gates(inputs).gate("reward_hacking_alarm").value
+    assert evaluate_gates(inputs, GateConfig(hacking_excess_max=excess + 0.01)).gate("reward_hacking_alarm").passed
+    # Under weights where a success is worth far more, the same reward gain is mostly explained.
+    richer = GateInputs(**{**inputs.__dict__, "success_worth": 100.0})
+    assert evaluate_gates(richer).gate("reward_hacking_alarm").verdict == "pass"
+
+
+def test_alarm_fails_without_paired_held_out_rewards():
+    inputs = gate_inputs("better")
+    bare = PolicyOutcomes(
+        inputs.candidate.calibration_success,
+        inputs.candidate.shadow_success,
+        inputs.candidate.violation_rate,
+        inputs.candidate.tool_distribution,
+    )
+    gate = evaluate_gates(GateInputs(**{**inputs.__dict__, "candidate": bare})).gate("reward_hacking_alarm")
+    assert gate.verdict == "fail" and gate.value is None and "do not match the trials" in gate.detail
 
 
 def test_policy_skipping_authentication_is_rejected_for_violations():
@@ -102,6 +140,20 @@ def test_approval_never_overrules_a_failed_gate():
     report = evaluate_gates(gate_inputs("random"))
     with pytest.raises(ApprovalError, match="failed"):
         approve(report, "ops-lead")
+
+
+def test_approval_lifts_the_drift_hold_only_never_a_hold_for_missing_labels():
+    """Drifting and too few human labels: the approval cannot stand in for the labels."""
+    report = evaluate_gates(gate_inputs("drifter", labels=12))
+    assert {g.name for g in report.gates if g.verdict == "hold"} == {"tool_call_drift", "reward_alignment"}
+    with pytest.raises(ApprovalError) as info:
+        approve(report, "ops-lead")
+    message = str(info.value)
+    assert "reward_alignment held: 12 human labels, 20 needed: label 8 more" in message
+    assert "tool_call_drift" in message  # says what approval can lift
+    alone = evaluate_gates(gate_inputs("better", labels=12))
+    with pytest.raises(ApprovalError, match="label 8 more"):
+        approve(alone, "ops-lead")
 
 
 def test_invalid_data_rejects_even_a_better_policy():
@@ -178,17 +230,18 @@ def test_config_rejects_unknown_insufficient_label_rule():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["pass", "fail", "hold"]), min_size=1, max_size=7))
+@given(st.lists(st.sampled_from(["pass", "fail", "hold"]), min_size=7, max_size=7))
 def test_decision_is_promote_only_when_every_gate_passes(verdict_list):
     from evaluation.gates import Gate
 
-    gates = tuple(Gate(f"g{i}", 0.0, 0.0, "==", v == "pass", v, "") for i, v in enumerate(verdict_list))
+    gates = tuple(Gate(name, 0.0, 0.0, "==", v == "pass", v, "") for name, v in zip(GATE_NAMES, verdict_list))
     report = GateReport(gates, "champion", GateConfig())
     expected = "reject" if "fail" in verdict_list else "hold" if "hold" in verdict_list else "promote"
     assert report.decision == expected
-    if expected == "hold":
+    holds = {g.name for g in gates if g.verdict == "hold"}
+    if expected == "hold" and holds == {"tool_call_drift"}:
         assert approve(report, "p").decision == "promote"
-    elif expected == "reject":
+    else:
         with pytest.raises(ApprovalError):
             approve(report, "p")
 

@@ -100,6 +100,7 @@ def grpo_metadata(instance, run_id: str) -> dict:
 def scenario(tmp_path_factory):
     import dagster as dg
 
+    from assets.decisions import latest_decision
     from dataplane.home import Home
     from evaluation.registry import champion_info, find_base_version, find_week_version
     from training.traffic.simulate import simulate
@@ -158,6 +159,7 @@ def scenario(tmp_path_factory):
                 "b_starting": event_time(instance, b_id, dg.DagsterEventType.RUN_STARTING),
                 "materialized": {"a": materialized(instance, a_id), "retry": materialized(instance, retry.run_id)},
                 "retry_grpo": grpo_metadata(instance, retry.run_id),
+                "decision_b": latest_decision(instance, WEEK_B),
                 "daemon_log": daemon_log(),
             }
         facts.update(
@@ -190,8 +192,8 @@ def test_both_weeks_train_gate_and_register_in_the_postgres_backed_mlflow_server
     # The registry lives in PostgreSQL (read here straight from the server's database).
     assert scenario["mlflow_aliases"] == [("champion", 3), ("previous_champion", 2)]
     assert scenario["mlflow_versions"] == 3
-    request = json.loads((scenario["home"].root / "runs" / WEEK_B / "promotion_request.json").read_text())
-    assert request["report"]["decision"] == "promote" and request["report"]["baseline_kind"] == "champion"
+    decision = scenario["decision_b"]  # as promotion_gate recorded it in the PostgreSQL event log
+    assert decision.decision == "promote" and decision.report.baseline_kind == "champion"
 
 
 def test_the_run_queue_holds_the_second_week_until_the_first_has_ended(scenario):

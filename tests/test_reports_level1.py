@@ -21,16 +21,17 @@ def test_compare_pairs_trials_and_prefers_the_expert(records):
     expert = run_rollouts(expert_policy(records), records, k=2, seed=1)
     escalator = run_rollouts(escalator_policy(), records, k=2, seed=1)
     report = compare(expert, escalator, seed=0)
-    assert report["paired"]["pairs"] == len(records) * 2
-    assert report["candidate"]["keys"] == report["baseline"]["keys"]
-    assert all(report["candidate"]["success"])
-    ci = report["paired"]["bootstrap_ci"]
-    assert ci["difference"] == pytest.approx(
-        sum(report["candidate"]["success"]) / 24 - sum(report["baseline"]["success"]) / 24
-    )
-    assert ci["low"] > 0
-    assert report["tool_call_tv"] > 0.3  # one transfers, the other authenticates, reads and writes
-    assert report["baseline"]["tool_counts"]["transfer_to_human_agents"] == 24
+    assert report.pairs == len(records) * 2
+    assert report.candidate.keys == report.baseline.keys
+    assert all(report.candidate.success)
+    ci = report.bootstrap_ci
+    assert ci.difference == pytest.approx(sum(report.candidate.success) / 24 - sum(report.baseline.success) / 24)
+    assert ci.low > 0
+    assert report.tool_call_tv > 0.3  # one transfers, the other authenticates, reads and writes
+    assert report.baseline.tool_counts["transfer_to_human_agents"] == 24
+    # Each trial's proxy reward rides along, paired with its success flag.
+    assert report.candidate.rewards == [t.reward for t in sorted(expert, key=lambda t: t.key)]
+    assert min(report.candidate.rewards) > max(report.baseline.rewards)
 
 
 def test_outcomes_pool_both_sets_and_drive_the_gates(records):

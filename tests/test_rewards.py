@@ -27,7 +27,7 @@ from training.rewards import (
 )
 from training.rewards.core import mentions, normalise_text
 from training.rewards.efficiency import quick_completion, too_many_actions
-from training.rewards.outcome import escalated_necessary, escalated_unnecessary, sentiment
+from training.rewards.outcome import escalated_necessary, escalated_unnecessary, sentiment, sentiment_shaped
 from training.rewards.process import looping, skipped_verification, step_order, unauthenticated_reads
 from training.sandbox.environment import RetailEnvironment, call_tool
 from training.sandbox.episode import Episode
@@ -166,15 +166,31 @@ def test_quick_completion_needs_success_and_fewer_than_three_actions(world, canc
     assert quick_completion(run_calls(world, cancel_task, two[:1])) == 0.0  # quick but not done
 
 
-def test_sentiment_counts_only_positive_mood_on_success(world, cancel_task):
+def _with_mood(episode: Episode, delta: float) -> Episode:
+    return Episode(
+        episode.initial_state, episode.final_state, episode.audit_log, episode.told, episode.gold, sentiment_delta=delta
+    )
+
+
+def test_sentiment_pays_the_playbook_bonus_only_above_the_bar_on_success(world, cancel_task):
     solved = run_calls(world, cancel_task, solving_calls(world, cancel_task))
-    assert solved.sentiment_delta > 0 and sentiment(solved) == solved.sentiment_delta
+    assert solved.sentiment_delta > 0.2 and sentiment(solved) == 1.0
+    assert score_episode(solved)["sentiment"] == 0.5  # +0.5, not 0.5 x the mood change
+    assert sentiment(_with_mood(solved, 0.2)) == 0.0 and sentiment(_with_mood(solved, 0.21)) == 1.0
     unsolved = Episode(EMPTY, EMPTY, [], gold=None, sentiment_delta=0.9)
     assert sentiment(unsolved) == 0.0
-    grumpy = Episode(
-        solved.initial_state, solved.final_state, solved.audit_log, solved.told, solved.gold, sentiment_delta=-0.7
-    )
+    grumpy = _with_mood(solved, -0.7)
     assert sentiment(grumpy) == 0.0 and verified_success(grumpy)
+
+
+def test_shaped_sentiment_is_an_option_off_by_default(world, cancel_task):
+    solved = run_calls(world, cancel_task, solving_calls(world, cancel_task))
+    assert sentiment_shaped(solved) == solved.sentiment_delta
+    assert sentiment_shaped(Episode(EMPTY, EMPTY, [], gold=None, sentiment_delta=0.9)) == 0.0
+    assert sentiment_shaped(_with_mood(solved, -0.7)) == 0.0
+    assert score_episode(solved)["sentiment_shaped"] == 0.0
+    shaped = score_episode(_with_mood(solved, 0.3), {"sentiment": 0.0, "sentiment_shaped": 0.5})
+    assert shaped["sentiment"] == 0.0 and shaped["sentiment_shaped"] == pytest.approx(0.15)
 
 
 # --- process penalties ---------------------------------------------------------------------------

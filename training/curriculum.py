@@ -18,13 +18,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.customers.persona import PERSONAS
 from training.fields import as_dict
 from training.sandbox.prompting import initial_messages
 from training.sandbox.rollout import trial_seed
 from training.tiny.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
 
 LEVELS = (1, 2, 3, 4)
-ADVERSARIAL_PERSONAS = frozenset({"angry", "confused", "terse", "play_dumb", "dumb", "adversarial"})
+COOPERATIVE_PERSONA = "polite"
+# Every simulated persona but the cooperative one is adversarial (the list is the simulator's, so a
+# new persona cannot be missed), plus "adversarial" for logs that label such customers generically.
+ADVERSARIAL_PERSONAS = frozenset(PERSONAS) - {COOPERATIVE_PERSONA} | {"adversarial"}
 # Arguments a customer must state up front for a task to count as self-contained (level 1).
 _STATED_ARGUMENTS = ("order_id", "email", "reason", "first_name", "last_name", "zip")
 

@@ -74,14 +74,34 @@ def escalated_unnecessary(episode: Episode) -> float:
     return 1.0 if _escalated(episode) and episode.escalation_was_necessary is not True else 0.0
 
 
-def sentiment(episode: Episode) -> float:
-    """The customer's positive mood change, counted only on verified success (weight +0.5).
+# The playbook's bar for "the customer left happier": a mood change above it earns the bonus.
+SENTIMENT_THRESHOLD = 0.2
 
-    A negative mood is not punished here: the outcome terms already price failure, and a success
-    with a grumpy customer is still a success.
+
+def sentiment(episode: Episode) -> float:
+    """1.0 for a verified success that left the customer happier by more than 0.2 (weight +0.5).
+
+    The operators' playbook pays a fixed bonus, so a policy gains nothing by chasing mood beyond
+    the bar; a mood change that is not a success earns nothing, and a negative one is not punished
+    here (the outcome terms already price failure; a success with a grumpy customer is a success).
 
     >>> from training.sandbox.episode import Episode
     >>> sentiment(Episode({}, {}, [], gold=None, sentiment_delta=0.8))
+    0.0
+    """
+    if outcome_of(episode) != "completed":
+        return 0.0
+    return 1.0 if float(episode.sentiment_delta) > SENTIMENT_THRESHOLD else 0.0
+
+
+def sentiment_shaped(episode: Episode) -> float:
+    """The shaped variant: the positive mood change itself (0 to 1), on verified success only.
+
+    Off by default (weight 0); an operator who wants a graded signal sets its weight and zeroes
+    `sentiment`'s in the run's `reward_weights`.
+
+    >>> from training.sandbox.episode import Episode
+    >>> sentiment_shaped(Episode({}, {}, [], gold=None, sentiment_delta=0.8))
     0.0
     """
     if outcome_of(episode) != "completed":

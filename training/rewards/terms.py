@@ -13,7 +13,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from training.rewards.efficiency import quick_completion, too_many_actions
-from training.rewards.outcome import completed, escalated_necessary, escalated_unnecessary, failed, sentiment
+from training.rewards.outcome import (
+    completed,
+    escalated_necessary,
+    escalated_unnecessary,
+    failed,
+    sentiment,
+    sentiment_shaped,
+)
 from training.rewards.process import looping, skipped_verification, step_order, unauthenticated_reads
 from training.sandbox.episode import Episode
 
@@ -27,6 +34,7 @@ REWARD_TERMS: dict[str, Term] = {
     "too_many_actions": too_many_actions,
     "quick_completion": quick_completion,
     "sentiment": sentiment,
+    "sentiment_shaped": sentiment_shaped,
     "step_order": step_order,
     "skipped_verification": skipped_verification,
     "unauthenticated_reads": unauthenticated_reads,
@@ -59,6 +67,7 @@ class RewardWeights:
     too_many_actions: float = -0.5
     quick_completion: float = 1.0
     sentiment: float = 0.5
+    sentiment_shaped: float = 0.0  # the graded variant, off unless an operator prefers it
     step_order: float = -1.0
     skipped_verification: float = -2.0
     unauthenticated_reads: float = -0.5
@@ -85,6 +94,14 @@ class RewardWeights:
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def success_worth(self) -> float:
+        """What turning a failure into a verified success adds to the reward: `completed - failed`.
+
+        >>> RewardWeights().success_worth()
+        15.0
+        """
+        return self.completed - self.failed
 
 
 def _resolve(weights: RewardWeights | Mapping[str, Any] | None) -> RewardWeights:

@@ -1,0 +1,142 @@
+"""MLflow registration: the base model as the first champion, and the week's candidate when promoted."""
+
+# No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
+import dagster as dg
+
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
+from assets.partitions import weekly_partitions
+from assets.resources import HomeResource, MLflowTracking
+from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
+from evaluation.registry import (
+    ModelDirError,
+    NotPromotableError,
+    champion_info,
+    find_week_version,
+    register_base_champion,
+    register_candidate,
+)
+from evaluation.reports import CalibrationReport, ShadowReport, outcomes
+
+_REGISTRY_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
+
+
+@dg.asset(
+    group_name="registry",
+    kinds={"mlflow"},
+    partitions_def=weekly_partitions,
+    pool="retrain",
+    retry_policy=_REGISTRY_RETRY,
+)
+def first_champion(
+    context: dg.AssetExecutionContext,
+    policy_base: PolicyBase,
+    interaction_window: ValidatedWindow,
+    calibration_report: CalibrationReport,
+    shadow_report: ShadowReport,
+    grpo_candidate: GRPOCandidate,
+    home: HomeResource,
+    mlflow: MLflowTracking,
+):
+    """The base model as the first champion while the registry has none (then a no-op).
+
+    Runs whatever the gates decide: it is the model that serves until a candidate beats it, and
+    registering it gives the next candidate a champion to beat and the health sensor an estimate
+    (its own shadow success) to hold it to. The candidate still becomes champion only through
+    `registered_model`, after every gate passed against this same base model.
+    """
+    h = home.home
+    if policy_base.source == "champion":
+        version, reason = None, f"a champion exists (v{policy_base.champion_version})"
+    else:
+        _, base = outcomes(calibration_report.pair, shadow_report.pair)
+        lineage = {
+            "window_hash": interaction_window.content_hash,
+            "base_model": policy_base.path,
+            "shadow_success": shadow_report.pair.baseline.summary["success_rate"],
+            "calibration_success": calibration_report.pair.baseline.summary["success_rate"],
+            "violation_rate": base.violation_rate,
+            "dagster_run_id": context.run_id,
+        }
+        try:
+            version = register_base_champion(
+                mlflow.uri(h),
+                policy_base.path,
+                context.partition_key,
+                lineage,
+                name=mlflow.model_name,
+                run_id=grpo_candidate.mlflow_run_id,
+                artifact_location=h.mlflow_artifacts.as_uri(),
+            )
+        except ModelDirError as err:
+            raise dg.Failure(str(err), allow_retries=False) from err
+        reason = "registered the base model" if version is not None else "a champion exists"
+    champion = champion_info(mlflow.uri(h), mlflow.model_name)
+    context.log.info(reason)
+    return dg.MaterializeResult(
+        value=FirstChampion(version, reason),
+        metadata={"registered_version": version, "reason": reason, "champion": champion.version if champion else None},
+    )
+
+
+@dg.asset(
+    group_name="registry",
+    kinds={"mlflow"},
+    partitions_def=weekly_partitions,
+    pool="retrain",
+    retry_policy=_REGISTRY_RETRY,
+    output_required=False,
+)
+def registered_model(
+    context: dg.AssetExecutionContext,
+    promotion_gate: PromotionDecision,
+    first_champion: FirstChampion,
+    home: HomeResource,
+    mlflow: MLflowTracking,
+):
+    """The MLflow model version of this week's candidate, with `champion` moved to it (after
+    `first_champion`, so in week one the base model it beat becomes `previous_champion`).
+
+    Not materialized when the decision is not 'promote': the week is recorded by `promotion_gate`,
+    and a held week is registered later by `retrain approve`.
+    """
+    if promotion_gate.decision != "promote":
+        context.log.info(f"not registered: decision {promotion_gate.decision} ({promotion_gate.reason})")
+        return
+    h = home.home
+    try:
+        version = register_candidate(
+            mlflow.uri(h),
+            promotion_gate.model_path,
+            context.partition_key,
+            promotion_gate.lineage,
+            promotion_gate.report,
+            name=mlflow.model_name,
+            run_id=promotion_gate.mlflow_run_id,
+            artifact_location=h.mlflow_artifacts.as_uri(),
+        )
+    except (ModelDirError, NotPromotableError) as err:
+        # Not transient: retrying cannot help, so fail at once (MLflow outages still retry).
+        raise dg.Failure(str(err), allow_retries=False) from err
+    champion = champion_info(mlflow.uri(h), mlflow.model_name)
+    yield dg.MaterializeResult(
+        value=RegisteredVersion(mlflow.model_name, version),
+        metadata={
+            "model": mlflow.model_name,
+            "version": version,
+            "previous_champion": champion.previous_version if champion else None,
+            "policy_version": f"{mlflow.model_name}/{version}",
+        },
+    )
+
+
+@dg.asset_check(asset=registered_model, blocking=True)
+def champion_is_this_version(context: dg.AssetCheckExecutionContext, home: HomeResource, mlflow: MLflowTracking):
+    """After a registration, `champion` points at this week's version (runs only when one was registered)."""
+    week = context.run.tags["dagster/partition"]
+    uri = mlflow.uri(home.home)
+    version = find_week_version(uri, week, mlflow.model_name)
+    champion = champion_info(uri, mlflow.model_name)
+    return dg.AssetCheckResult(
+        passed=version is not None and champion is not None and champion.version == version,
+        metadata={"week": week, "version": version, "champion": champion.version if champion else None},
+    )

@@ -1,0 +1,132 @@
+"""The promotion path in Dagster: a rejection is a normal week, a promotion registers from the
+decision value, every gate is a visible check, and failure-mode rises are flagged.
+
+Real promotion and registration assets, a real Dagster instance and sqlite MLflow store; the
+upstream assets are stand-ins handing over scripted evaluation reports (tests.helpers_promotion).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from assets.decisions import latest_decision, run_decision
+from evaluation.gates import GATE_NAMES, GATE_RULES
+from evaluation.registry import champion_info, find_base_version, find_week_version, mlflow_client
+from orchestration.demo import _summary_rows
+from orchestration.incidents import list_incidents
+from orchestration.instance import prepare_dagster_home
+from orchestration.runner import WeekRun
+from tests.helpers_promotion import run_promotion
+
+WEEK, NEXT = "2026-11-16", "2026-11-23"
+
+
+@pytest.fixture()
+def instance(home, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))
+    prepare_dagster_home(home)
+    with dg.DagsterInstance.get() as inst:
+        yield inst
+
+
+def _checks(result) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def _materialized(result) -> set[str]:
+    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+
+
+def test_a_rejected_week_is_a_successful_run_that_registers_nothing(home, instance, tmp_path):
+    result = run_promotion(home, instance, WEEK, "identical", tmp_path)
+    assert result.success  # an ordinary week whose candidate was not better
+    assert "promotion_gate" in _materialized(result) and "registered_model" not in _materialized(result)
+    checks = _checks(result)
+    assert {f"gate_{name}" for name in GATE_NAMES} <= set(checks)
+    assert not checks["gate_calibration_improvement"].passed
+    assert checks["gate_calibration_improvement"].metadata["verdict"].value == "fail"
+    assert checks["gate_data_valid"].passed
+    alarm = checks["gate_reward_hacking_alarm"].metadata  # the statistic, documented with its parts
+    assert alarm["rule"].value == GATE_RULES["reward_hacking_alarm"] and "proxy_delta" in alarm
+    assert "champion_is_this_version" not in checks  # registration skipped, so its check too
+    # The decision reached Dagster (the asset's value and its metadata), not a side file.
+    decision = latest_decision(instance, WEEK)
+    assert decision.decision == "reject" and "calibration_improvement fail" in decision.reason
+    assert not list((home.root / "runs").glob(f"{WEEK}/promotion_request.json"))
+    # Nothing registered beyond the first champion (the base model).
+    assert find_week_version(home.mlflow_uri, WEEK) is None
+    assert find_base_version(home.mlflow_uri)[0] == champion_info(home.mlflow_uri).version == 1
+    run = mlflow_client(home.mlflow_uri).get_run(decision.mlflow_run_id)
+    assert run.data.tags["gate_decision"] == "reject"
+    assert run.data.tags["gate_reason"] == decision.reason
+    assert list_incidents(home) == []
+    # What `retrain run` and the demo print comes from the run's own record of the decision.
+    week_run = WeekRun(WEEK, result.run_id, result.success, sorted(_materialized(result)), run_decision(result, WEEK))
+    assert week_run.decision == decision
+    summary = "\n".join(_summary_rows(week_run))
+    assert f"decision: reject ({decision.reason})" in summary and "calibration_improvement" in summary
+
+
+def test_a_promoted_week_registers_the_decision_it_was_handed(home, instance, tmp_path):
+    result = run_promotion(home, instance, WEEK, "better", tmp_path)
+    assert result.success and "registered_model" in _materialized(result)
+    assert _checks(result)["champion_is_this_version"].passed
+    champion = champion_info(home.mlflow_uri)
+    assert champion.version == find_week_version(home.mlflow_uri, WEEK) == 2 and champion.previous_version == 1
+    assert champion.tags["gate_decision"] == "promote"
+    assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage["window_hash"]
+
+
+def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
+    from orchestration.runner import approve_week
+
+    result = run_promotion(home, instance, WEEK, "drifter", tmp_path)
+    assert result.success and "registered_model" not in _materialized(result)
+    check = _checks(result)["gate_tool_call_drift"]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert find_week_version(home.mlflow_uri, WEEK) is None
+    done = approve_week(WEEK, "alice", home)
+    assert done["version"] == champion_info(home.mlflow_uri).version == 2
+
+
+def test_a_failure_mode_rise_is_flagged_without_blocking(home, instance, tmp_path):
+    run_promotion(home, instance, WEEK, "better", tmp_path)
+    result = run_promotion(home, instance, NEXT, "random", tmp_path)
+    assert result.success
+    check = _checks(result)["failure_modes_week_over_week"]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["previous_week"].value == WEEK
+    assert set(check.metadata["rises"].value) == {"gave_up"}
+    decision = latest_decision(instance, NEXT)
+    assert [j.mode for j in decision.failure_mode_rises] == ["gave_up"]
+    run = mlflow_client(home.mlflow_uri).get_run(decision.mlflow_run_id)
+    assert run.data.tags["failure_mode_rises"] == "gave_up"
+    assert run.data.metrics["failure_mode_rise/candidate/gave_up"] == pytest.approx(decision.failure_mode_rises[0].jump)
+    first = _checks(run_promotion(home, instance, WEEK, "better", tmp_path))["failure_modes_week_over_week"]
+    assert first.passed  # no decision the week before: nothing to compare with
+
+
+def test_gate_thresholds_come_from_run_config(home, instance, tmp_path):
+    result = run_promotion(home, instance, WEEK, "identical", tmp_path, {"calibration_min_margin": -1.0})
+    assert result.success and _checks(result)["gate_calibration_improvement"].passed
+
+
+def test_a_real_failure_still_fails_the_run_and_files_an_incident(home, instance, tmp_path):
+    from assets.resources import HomeResource
+    from orchestration.sensors import retrain_failure_incident
+
+    # A base model folder that is not a model: registering the first champion is an error.
+    result = run_promotion(home, instance, WEEK, "better", tmp_path, base_dir=tmp_path / "no-model")
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE")
+    context = dg.build_run_status_sensor_context(
+        sensor_name="retrain_failure_incident",
+        dagster_event=failure,
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(result.run_id),
+    ).for_run_failure()
+    retrain_failure_incident(context, home=HomeResource(root=str(home.root)))
+    [incident] = list_incidents(home)
+    assert incident["kind"] == "run_failure" and incident["evidence"]["run_id"] == result.run_id
+    assert "first_champion" in incident["evidence"]["failed_steps"]
