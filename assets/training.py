@@ -173,6 +173,26 @@ def weights_digest(model_dir: str) -> str:
     return digest.hexdigest()
 
 
+def weights_changed_check(
+    changed: bool, zero_std_fraction: float | None, base: str, candidate: str
+) -> dg.AssetCheckResult:
+    """Did the update move the weights? Unchanged weights are a broken run (ERROR: the week stops),
+    unless no generation group ever saw two different rewards: then every advantage was zero, GRPO
+    had nothing to follow, and an unchanged candidate is the honest result. That is a WARN, and the
+    week goes on to the gates, which judge a candidate equal to its base as not better."""
+    no_signal = zero_std_fraction is not None and zero_std_fraction >= 1.0
+    metadata = {"base": base, "candidate": candidate, "zero_std_fraction": zero_std_fraction}
+    if changed or not no_signal:
+        return dg.AssetCheckResult(check_name="weights_changed", passed=changed, metadata=metadata)
+    return dg.AssetCheckResult(
+        check_name="weights_changed",
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="no learning signal: every group's rollouts scored alike, so the update moved no weight",
+        metadata=metadata,
+    )
+
+
 def _reward_curve(out_dir: Path) -> list[float]:
     """Mean reward per logged step, as the training process wrote it in result.json."""
     return list(json.loads((out_dir / "result.json").read_text()).get("reward_curve", []))
@@ -239,11 +259,7 @@ def grpo_candidate(
     loss = float(result.get("train_loss", float("nan")))
     changed = weights_digest(result["model_path"]) != weights_digest(policy_base.path)
     yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
-    yield dg.AssetCheckResult(
-        check_name="weights_changed",
-        passed=changed,
-        metadata={"base": policy_base.path, "candidate": result["model_path"]},
-    )
+    yield weights_changed_check(changed, result.get("zero_std_fraction"), policy_base.path, result["model_path"])
     yield dg.AssetCheckResult(
         check_name="reward_curve_logged",
         passed=len(curve) > 0 and all(map(math.isfinite, curve)),

@@ -61,25 +61,22 @@ PERMISSIVE_GATES = {
     "violation_tolerance": 1.0,
     "hacking_excess_max": 1.0e6,
 }
-# The one training override: the tiny model fails every GRPO rollout alike (zero reward spread), so
-# without TRL's entropy bonus a few steps move no weight and `weights_changed` stops the week
-# (tests/test_end_to_end.py runs the week both ways).
-ENTROPY_BONUS = {"entropy_coef": 0.01}
 
 
 def demo_run_config(scale: str = "demo", gates: dict | None = None) -> dict:
     """The Dagster run config of a demo-sized `weekly_retrain` on the tiny model at curriculum level 1.
 
     `scale` picks the stage sizes ("demo" or "ci"); `gates` overrides gate thresholds (none by
-    default: the demo shows the product's decision). GRPO gets `ENTROPY_BONUS`, the one setting
-    the product does not use.
+    default: the demo shows the product's decision). Training uses the product's settings and
+    reward; where no rollout group sees two different rewards, the update moves nothing, the
+    `weights_changed` check says so as a warning, and the gates judge the unchanged candidate.
     """
     if scale not in _SIZES:
         raise ValueError(f"unknown demo scale {scale!r}: expected one of {sorted(_SIZES)}")
     sizes = _SIZES[scale]
     ops = {
         "policy_base": sizes["policy_base"],
-        "grpo_candidate": {"grpo_overrides": dict(ENTROPY_BONUS), **sizes["grpo_candidate"]},
+        "grpo_candidate": sizes["grpo_candidate"],
         "calibration_report": sizes["calibration_report"],
         "shadow_report": sizes["shadow_report"],
         "promotion_gate": dict(gates or {}),

@@ -178,6 +178,9 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
             "seconds": round(time.monotonic() - started, 1),
             # The whole curve, resumed steps included (the trainer state carries the log history).
             "reward_curve": [float(e["reward"]) for e in trainer.state.log_history if "reward" in e],
+            # Share of generation groups whose rewards were all equal (zero advantage, no gradient
+            # from the reward): 1.0 means the run had no learning signal at all.
+            "zero_std_fraction": _mean_logged(trainer.state.log_history, "frac_reward_zero_std"),
         }
         client = trainer.reporting_callback.client
         if client is not None:
@@ -186,6 +189,12 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
         reporter.final(summary)
     trainer.accelerator.wait_for_everyone()
     return summary
+
+
+def _mean_logged(log_history: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of a metric over the logged steps, or None when the trainer never logged it."""
+    values = [float(entry[key]) for entry in log_history if key in entry]
+    return sum(values) / len(values) if values else None
 
 
 def main(argv: list[str] | None = None) -> int:
