@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -25,9 +25,8 @@ from dataplane.contract import INTENTS, OUTCOMES, RFC3339_RE
 from dataplane.home import Home
 from dataplane.scrub import find_pii
 
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-import great_expectations as gx
-import great_expectations.expectations as gxe
+if TYPE_CHECKING:
+    import great_expectations as gx
 
 SUITE_NAME = "interaction_window"
 ESCALATION_PAIRS = [
@@ -55,8 +54,22 @@ class ValidationReport:
         return asdict(self)
 
 
+def _gx():
+    """Great Expectations, imported on first use.
+
+    Importing it takes about 7 s; a module-level import would make every Dagster code-location
+    load and every CLI call pay that, though only the window validation uses it.
+    """
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx  # heavy third-party import, deferred (see above)
+
+    return gx
+
+
 def build_suite(min_gold_share: float, min_rows: int) -> gx.ExpectationSuite:
     """The window suite; every expectation named through `meta["name"]`."""
+    gx = _gx()
+    gxe = gx.expectations
     rfc3339 = "^" + RFC3339_RE.pattern + "$"
     named = [
         ("min_rows", gxe.ExpectTableRowCountToBeBetween(min_value=min_rows)),
@@ -94,6 +107,7 @@ def build_suite(min_gold_share: float, min_rows: int) -> gx.ExpectationSuite:
 
 
 def _context(home: Home):
+    gx = _gx()
     home.gx_root.mkdir(parents=True, exist_ok=True)
     context = gx.get_context(mode="file", project_root_dir=str(home.gx_root))
     context.variables.progress_bars = {"globally": False}
@@ -146,6 +160,7 @@ def validate_window(
     """
     if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) is None:
         raise ValueError(f"validation name {name!r} must be 1-64 of [A-Za-z0-9_.-]")
+    gx = _gx()
     data = frame.drop(columns=["text"]).copy()
     data["pii_matches"] = [len(find_pii(text)) for text in frame["text"]]
     context = _context(home)
