@@ -12,7 +12,10 @@ always has separators between its groups; a national id has its own group shape.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
+
+from dataplane.errors import ContractError
 
 # Digits glued to a letter, '#' or '_' belong to an identifier, never to a number we mask.
 _LEFT = r"(?<![\w#])"
@@ -117,19 +120,135 @@ def find_pii(text: str) -> list[str]:
     return found
 
 
-def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
-    """Scrub the free text of a (validated) record: message content and the scenario instruction.
+# Escapes of characters that cannot be part of PII (quotes, backslashes, control characters, lone
+# surrogates); the text between two of them is searched on its own, as a string boundary would be.
+_KEPT_ESCAPE = re.compile(r"(\\(?:[bfnrt\"\\]|u(?:00[01][0-9a-fA-F]|0022|005[cC]|[dD][89a-fA-F][0-9a-fA-F]{2})))")
+_OTHER_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|.)", re.DOTALL)
 
-    Returns a new top-level dict; nested objects that need no change are shared, not copied.
+
+def scrub_json_text(text: str) -> str:
+    """`scrub_text` for text that is, or may be, JSON (a quarantined line, a detail quoting one).
+
+    On JSON text `scrub_text` alone misses PII right after an escape ("\\n4111 ..." reads as a
+    word glued to the digits) and PII written with \\u escapes. So the text is cut at every
+    escape of a character that cannot belong to PII, each piece is searched on its own with its
+    other escapes decoded, and a piece holding PII is replaced by its masked, decoded text. Text
+    without PII comes back exactly as given.
+    """
+    if "\\" not in text:
+        return scrub_text(text)
+    pieces = _KEPT_ESCAPE.split(text)  # text, escape, text, escape, ..., text
+    for i in range(0, len(pieces), 2):
+        piece = pieces[i]
+        readable = _OTHER_ESCAPE.sub(_decode_escape, piece) if "\\" in piece else piece
+        clean = scrub_text(readable)
+        if clean != readable:
+            pieces[i] = clean
+    return "".join(pieces)
+
+
+def _decode_escape(match: re.Match) -> str:
+    escape = match.group(0)
+    return chr(int(escape[2:], 16)) if escape[1] == "u" and len(escape) == 6 else escape[1]
+
+
+# Free-form fields: text a producer writes (at any depth, keys included). The other fields are
+# identifiers the contract refuses when they read as PII (masking would break them as keys),
+# timestamps and enums it checks by shape, and numbers.
+FREE_FORM_FIELDS = ("policy_version", "initial_state", "user_scenario", "messages", "gold", "human_label")
+
+# A necessary condition for any pass above to mask anything: each masked span contains one of
+# these (13 contiguous digits; 4 digits, a separator, 4 digits; a national-id or phone digit group
+# shape; '+' before a digit; the UK id's letters and digits). It has no lookaround, so it also
+# holds on JSON text written with ensure_ascii=False (which escapes only quotes, backslashes and
+# control characters): a span inside one string value appears verbatim in the serialised text,
+# whatever escapes stand around it. One search over a whole record's JSON then clears most
+# records, where walking every string (the reference world's records hold hundreds of ids with
+# digits) would cost several times the rest of ingestion.
+_MAY_HOLD_PII = re.compile(
+    r"\d{13}|\d{4}[ -]\d{4}|\d{3}[ -]\d{2}[ -]\d{4}|\d{3}[ .-]\d{4}|\+\d|[A-Z]{2} ?\d\d ?\d\d ?\d\d ?[A-D]"
+)
+# Only integers of 13-19 digits can read as a card; no other kind is a bare digit run.
+_CARD_INT_LOW, _CARD_INT_HIGH = 10**12, 10**19
+
+
+def may_hold_pii(text: str) -> bool:
+    """False only when no string or number inside `text` (plain or JSON) can hold PII."""
+    return _MAY_HOLD_PII.search(text) is not None
+
+
+class KeyCollisionError(ContractError):
+    """Two keys of one object mask to the same text; keeping either would lose the other."""
+
+
+def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Mask PII in every free-form field of a (validated) record, at any depth.
+
+    Strings and object keys are scrubbed; so are integers (inside free-form objects) that read as
+    a card number, which become the masked string. Returns a new top-level dict; nested objects
+    that need no change are shared, not copied.
     """
     out = dict(record)
-    out["messages"] = [_scrub_message(m) for m in record["messages"]]
-    scenario = record["user_scenario"]
-    out["user_scenario"] = {**scenario, "instruction": scrub_text(scenario["instruction"])}
+    for key in FREE_FORM_FIELDS:
+        out[key] = _clean(record[key], key)
     return out
 
 
-def _scrub_message(message: dict) -> dict:
-    content = message["content"]
-    clean = scrub_text(content)
-    return message if clean is content else {**message, "content": clean}
+def _clean(value: Any, path: str) -> Any:
+    kind = type(value)
+    if kind is str:
+        return scrub_text(value) if _MAY_HOLD_PII.search(value) else value
+    if kind is dict:
+        changed = False
+        out = {}
+        for key, item in value.items():
+            new_key = scrub_text(key) if _MAY_HOLD_PII.search(key) else key
+            if new_key in out or (new_key != key and new_key in value):
+                raise KeyCollisionError("pii_key_collision", f"{path}: two keys mask to {new_key!r}")
+            new_item = _clean(item, f"{path}.{new_key}")
+            changed = changed or new_key != key or new_item is not item
+            out[new_key] = new_item
+        return out if changed else value
+    if kind is list:
+        items = [_clean(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return items if any(a is not b for a, b in zip(items, value)) else value
+    if kind is int and _CARD_INT_LOW <= abs(value) < _CARD_INT_HIGH:
+        text = str(value)
+        clean = scrub_text(text)
+        return value if clean == text else clean
+    return value
+
+
+def suspect_texts(record: Any) -> Iterator[tuple[str, str]]:
+    """(path, text) of every place in a record that may hold PII, however the record was stored.
+
+    Covers everything: every field, every string and object key at any depth, and every integer
+    inside an object or array (the record's own top-level numbers are counts and measurements).
+    Places `may_hold_pii` clears are left out: they cannot hold any.
+    """
+    if isinstance(record, dict):
+        for key, value in record.items():
+            yield from _suspects(key, "<key>", ints=False)
+            yield from _suspects(value, str(key), ints=False)
+    else:
+        yield from _suspects(record, "record", ints=True)
+
+
+def _suspects(value: Any, path: str, ints: bool) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        if _MAY_HOLD_PII.search(value):
+            yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _suspects(key, f"{path}.<key>", ints=True)
+            yield from _suspects(item, f"{path}.{key}", ints=True)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _suspects(item, f"{path}[{i}]", ints=True)
+    elif ints and type(value) is int and _CARD_INT_LOW <= abs(value) < _CARD_INT_HIGH:
+        yield path, str(value)
+
+
+def record_pii(record: Any) -> list[tuple[str, list[str]]]:
+    """Where a record holds PII, as (path, kinds) per place (see `suspect_texts`); never the PII."""
+    return [(path, kinds) for path, text in suspect_texts(record) if (kinds := find_pii(text))]
