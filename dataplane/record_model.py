@@ -11,6 +11,7 @@ labels dropped, so the same interaction always hashes alike whatever producer wr
 `record_json_schema` publishes the same types as JSON Schema.
 """
 
+import json
 import re
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -264,6 +265,11 @@ RECORD_ADAPTER: TypeAdapter[dict] = TypeAdapter(Annotated[InteractionRecord, Aft
 REQUIRED_FIELDS = tuple(k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__required_keys__)
 NULLABLE_FIELDS = tuple(k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__optional_keys__)
 ALL_FIELDS = frozenset(REQUIRED_FIELDS + NULLABLE_FIELDS)
+
+
+def record_schema_text() -> str:
+    """`record_json_schema` as the text `retrain schema` prints and docs/record.schema.json holds."""
+    return json.dumps(record_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
 def record_json_schema() -> dict:

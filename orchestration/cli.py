@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from assets.partitions import WeekError
 from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
+from dataplane.record_model import record_schema_text
 from evaluation.gates import ApprovalError
 from evaluation.registry import RegistryError
 from orchestration.demo import run_demo
@@ -46,6 +47,11 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         )
         for rule, n in sorted(counts.get("quarantined_by_rule", {}).items()):
             print(f"  quarantined {rule}: {n}")
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    print(record_schema_text(), end="")
     return 0
 
 
@@ -136,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", help="JSONL / JSONL.gz / Parquet files or folders")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser(
+        "schema",
+        help="print the interaction record contract as JSON Schema",
+        description="Print the interaction record contract (schema_version 1) as JSON Schema, generated "
+        "from the pydantic model ingestion validates with; docs/record.schema.json holds the same text.",
+    )
+    p.set_defaults(func=_cmd_schema)
 
     p = sub.add_parser("simulate", help="write simulated production traffic, one folder a day")
     p.add_argument("--days", type=int, required=True)
