@@ -26,6 +26,7 @@ from dataplane.record_model import (
     RFC3339_RE,
     ROLES,
     SCHEMA_VERSION,
+    TIMESTAMP_FIELDS,
     parse_timestamp,
 )
 
@@ -114,13 +115,17 @@ def _rule(error: dict) -> tuple[str, str]:
         return "invalid_unicode", f"{where} holds text UTF-8 cannot encode"
     if kind in _EXPECTED:
         return "wrong_type", f"{where} must be {_EXPECTED[kind]}, got {type(value).__name__}"
+    if kind == "is_instance_of":  # the free-form JSON objects
+        return "wrong_type", f"{where} must be dict, got {type(value).__name__}"
     if kind == "literal_error":
         if not isinstance(value, str):
             return "wrong_type", f"{where} must be str, got {type(value).__name__}"
         rule = _ENUM_RULES[field]
         allowed = "the intent set" if field == "intent" else str(sorted(OUTCOMES if field == "outcome" else ROLES))
         return rule, f"{where}={shown} not in {allowed}"
-    if kind == "string_pattern_mismatch":  # only identifiers carry a pattern
+    if kind == "string_pattern_mismatch" and field in TIMESTAMP_FIELDS:
+        return "bad_timestamp", f"{where}={repr(value)[:100]} is not RFC 3339 with an offset"
+    if kind == "string_pattern_mismatch":  # the other patterned fields are the identifiers
         return "bad_interaction_id", f"{where}={repr(value)[:140]} must be 1-128 of [A-Za-z0-9_.:-]"
     if kind == "too_short":
         if field == "messages":

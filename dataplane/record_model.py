@@ -17,7 +17,16 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationInfo, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    TypeAdapter,
+    ValidationInfo,
+    WithJsonSchema,
+)
 from pydantic import with_config as _with_config
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
@@ -75,38 +84,10 @@ def _parse_text(value: str, field: str) -> datetime:
         raise ContractError("bad_timestamp", f"{field}={value!r}: {err}") from err
 
 
-def _path(info: ValidationInfo) -> str:
-    return info.field_name or "value"
-
-
 def _custom(err: ContractError) -> PydanticCustomError:
     # The detail is passed as context, not as the template: a detail holding "{...}" (JSON)
     # must not be read as a placeholder.
     return PydanticCustomError(err.rule, "{detail}", {"detail": err.detail})
-
-
-def _timestamp(value: str, info: ValidationInfo) -> str:
-    try:
-        parse_timestamp(value, _path(info))
-    except ContractError as err:
-        raise _custom(err) from None
-    return value
-
-
-# What any PII pattern needs within an identifier's characters ([A-Za-z0-9_.:-], no space, '+' or
-# parentheses): 13 contiguous digits (a card), three digits then '.' or '-' and a digit (grouped
-# cards, national ids, phone numbers) or a UK National Insurance shape. Ids without one skip
-# `find_pii`, which would cost more than the rest of an id's validation.
-_ID_MAY_HOLD_PII = re.compile(r"\d{13}|\d{3}[.-]\d|[A-Z]{2}\d{6}")
-
-
-def _identifier(value: str, info: ValidationInfo) -> str:
-    # An id is a key (of the store, of initial_state.users): it cannot be masked like free text,
-    # so one that reads as PII is refused instead of stored.
-    kinds = find_pii(value) if _ID_MAY_HOLD_PII.search(value) else None
-    if kinds:
-        raise PydanticCustomError("pii_in_id", "{field} reads as PII ({kinds})", {"field": _path(info), "kinds": kinds})
-    return value
 
 
 def _arguments(value: Any) -> Any:
@@ -133,12 +114,16 @@ def _version(value: Any) -> int:
     return SCHEMA_VERSION
 
 
-Timestamp = Annotated[
-    str,
-    AfterValidator(_timestamp),
-    WithJsonSchema({"type": "string", "format": "date-time", "pattern": f"^{RFC3339_RE.pattern}$"}),
-]
-Identifier = Annotated[str, Field(pattern=f"^{ID_PATTERN}$"), AfterValidator(_identifier)]
+# The shapes are checked in pydantic-core; whether a timestamp is a real instant (no month 13)
+# and whether an id reads as PII are checked in `_record`, with the other rules that need Python:
+# each call from pydantic-core into a Python validator costs about as much as the check itself.
+TIMESTAMP_FIELDS = frozenset({"started_at", "ended_at", "labeled_at"})
+Timestamp = Annotated[str, Field(pattern=f"^{RFC3339_RE.pattern}$", json_schema_extra={"format": "date-time"})]
+Identifier = Annotated[str, Field(pattern=f"^{ID_PATTERN}$")]
+# A free-form JSON object: checked to be an object, passed through as is (not copied key by key,
+# which would cost more than the rest of a record's validation; its keys are strings, as every
+# JSON and Parquet object's are).
+JsonObject = Annotated[InstanceOf[dict], WithJsonSchema({"type": "object"})]
 _STRICT = ConfigDict(strict=True, extra="forbid")
 _OPEN = ConfigDict(strict=True, extra="allow")  # free-form objects: extra keys kept as given
 _TRIM = ConfigDict(strict=True, extra="ignore")  # extra keys dropped by normalisation
@@ -147,7 +132,7 @@ _TRIM = ConfigDict(strict=True, extra="ignore")  # extra keys dropped by normali
 @_with_config(_TRIM)
 class ToolCall(TypedDict):
     name: str
-    arguments: Annotated[dict[str, Any], BeforeValidator(_arguments)]
+    arguments: Annotated[JsonObject, BeforeValidator(_arguments)]
 
 
 @_with_config(_STRICT)
@@ -158,34 +143,17 @@ class Message(TypedDict):
     name: NotRequired[str | None]
 
 
-def _message(msg: dict) -> dict:
-    role = msg["role"]
-    clean: dict[str, Any] = {"role": role, "content": msg["content"]}
-    calls = msg.get("tool_calls")
-    if calls:
-        if role != "assistant":
-            raise PydanticCustomError("tool_calls_on_non_assistant", "tool_calls on a {role!r} message", {"role": role})
-        clean["tool_calls"] = calls
-    name = msg.get("name")
-    if name is None:
-        if role == "tool":
-            raise PydanticCustomError("missing_field", "name is required on tool messages")
-    else:
-        clean["name"] = name
-    return clean
-
-
 @_with_config(_OPEN)
 class InitialState(TypedDict):
-    users: dict[str, Any]
-    orders: dict[str, Any]
-    products: dict[str, Any]
+    users: JsonObject
+    orders: JsonObject
+    products: JsonObject
 
 
 @_with_config(_OPEN)
 class UserScenario(TypedDict):
     instruction: str
-    known_info: dict[str, Any]
+    known_info: JsonObject
     persona: str
 
 
@@ -219,28 +187,83 @@ class InteractionRecord(TypedDict):
     customer_sentiment_delta: Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]
     initial_state: InitialState
     user_scenario: UserScenario
-    messages: Annotated[list[Annotated[Message, AfterValidator(_message)]], Field(min_length=1)]
+    messages: Annotated[list[Message], Field(min_length=1)]
     gold: NotRequired[Gold | None]
     human_label: NotRequired[HumanLabel | None]
 
 
+def _message(msg: dict, i: int) -> dict:
+    """Message `i` normalised (empty tool_calls and a null name dropped), or its rule broken."""
+    role = msg["role"]
+    calls = msg.get("tool_calls")
+    if calls and role != "assistant":
+        raise _rule("tool_calls_on_non_assistant", f"messages[{i}].tool_calls on a {role!r} message")
+    name = msg.get("name")
+    if name is None and role == "tool":
+        raise _rule("missing_field", f"messages[{i}].name is required on tool messages")
+    if ("tool_calls" in msg and not calls) or ("name" in msg and name is None):
+        clean: dict[str, Any] = {"role": role, "content": msg["content"]}
+        if calls:
+            clean["tool_calls"] = calls
+        if name is not None:
+            clean["name"] = name
+        return clean
+    return msg
+
+
+# An identifier's shape (its pattern allows only [A-Za-z0-9_.:-]): digits "d", '.' and '-' "s",
+# capitals "L", the rest "_". Within those characters a PII pattern needs 13 digits in a row, three
+# digits, a separator and a digit (grouped card, national id, phone), or a UK id's two capitals
+# and six digits; an id with none of them skips `find_pii`, which costs more than the id's other
+# checks together.
+_ID_SHAPE = str.maketrans(
+    {
+        chr(c): "d" if chr(c).isdigit() else "s" if chr(c) in ".-" else "L" if chr(c).isupper() else "_"
+        for c in range(128)
+    }
+)
+
+
+def _id_may_hold_pii(value: str) -> bool:
+    shape = value.translate(_ID_SHAPE)
+    return "d" * 13 in shape or "dddsd" in shape or "LLdddddd" in shape
+
+
+def _rule(rule: str, detail: str) -> PydanticCustomError:
+    return PydanticCustomError(rule, "{detail}", {"detail": detail})
+
+
+def _instant(value: str, field: str) -> datetime:
+    try:
+        return parse_timestamp(value, field)
+    except ContractError as err:
+        raise _custom(err) from None
+
+
 def _record(obj: dict, info: ValidationInfo) -> dict:
-    """The cross-field rules, then the normalised record in its canonical key order."""
-    now: datetime = info.context["now"]
-    started = parse_timestamp(obj["started_at"], "started_at")
-    ended = parse_timestamp(obj["ended_at"], "ended_at")
+    """The rules that need Python, in the order they are reported, then the normalised record.
+
+    Runs once per record after pydantic-core has checked every field's type and shape.
+    """
+    for field in ("interaction_id", "customer_id"):
+        # An id is a key (of the store, of initial_state.users): it cannot be masked like free
+        # text, so one that reads as PII is refused instead of stored.
+        value = obj[field]
+        if _id_may_hold_pii(value) and (kinds := find_pii(value)):
+            raise _rule("pii_in_id", f"{field} reads as PII ({kinds})")
+    started = _instant(obj["started_at"], "started_at")
+    ended = _instant(obj["ended_at"], "ended_at")
     if ended < started:
-        raise PydanticCustomError(
-            "ended_before_started", "ended_at={e} < started_at={s}", {"e": obj["ended_at"], "s": obj["started_at"]}
-        )
+        raise _rule("ended_before_started", f"ended_at={obj['ended_at']} < started_at={obj['started_at']}")
+    now: datetime = info.context["now"]
     if ended > now + FUTURE_TOLERANCE:
-        raise PydanticCustomError(
-            "future_timestamp", "ended_at={e} is after now+5min ({now})", {"e": obj["ended_at"], "now": now.isoformat()}
-        )
+        raise _rule("future_timestamp", f"ended_at={obj['ended_at']} is after now+5min ({now.isoformat()})")
     if obj["customer_id"] not in obj["initial_state"]["users"]:
-        raise PydanticCustomError(
-            "customer_not_in_state", "customer_id={c!r} not in initial_state.users", {"c": obj["customer_id"]}
-        )
+        raise _rule("customer_not_in_state", f"customer_id={obj['customer_id']!r} not in initial_state.users")
+    messages = [_message(msg, i) for i, msg in enumerate(obj["messages"])]
+    label = obj.get("human_label")
+    if label is not None:
+        _instant(label["labeled_at"], "human_label.labeled_at")
     return {
         "interaction_id": obj["interaction_id"],
         "started_at": obj["started_at"],
@@ -250,7 +273,7 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
         "intent": obj["intent"],
         "initial_state": obj["initial_state"],
         "user_scenario": obj["user_scenario"],
-        "messages": obj["messages"],
+        "messages": messages,
         "outcome": obj["outcome"],
         "escalation_was_necessary": obj.get("escalation_was_necessary"),
         "actions_taken": obj["actions_taken"],

@@ -24,8 +24,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataplane.contract import ContractError, parse_timestamp
-from dataplane.scrub import may_hold_pii, scrub_json_text, scrub_record
+from dataplane.contract import parse_timestamp
+from dataplane.rowtext import scrubbed_canonical, storable_text
+from dataplane.scrub import scrub_json_text
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS interactions (
@@ -165,41 +166,6 @@ _ARROW_TYPES = {
 }
 
 
-# Built once: json.dumps would build the same encoder on every call. NaN and infinities are
-# refused: they are not JSON, and a stored record must read back anywhere.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def canonical_json(record: dict) -> str:
-    """The one serialisation of a record that is stored and hashed (sorted keys, no spaces).
-
-    Raises ContractError: `non_finite_number` for a NaN or infinite number anywhere in it (also a
-    float literal too large for a double), `invalid_unicode` for text UTF-8 cannot encode (a lone
-    surrogate from a JSON escape such as \\ud800).
-    """
-    try:
-        text = _CANONICAL.encode(record)
-    except ValueError as err:  # the encoder's only ValueError here: allow_nan=False
-        raise ContractError("non_finite_number", f"a number is NaN or infinite: {err}") from None
-    _require_utf8(text, "the record")
-    return text
-
-
-def _require_utf8(text: str, what: str) -> None:
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise ContractError(
-                "invalid_unicode", f"{what} holds {text[err.start : err.end]!a}, which UTF-8 cannot encode"
-            ) from None
-
-
-def storable_text(text: str) -> str:
-    """`text` with any character UTF-8 cannot encode written as its escape, for a quarantine row."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 @dataclass
 class PreparedRow:
     """A validated record scrubbed and serialised, ready for `interactions`."""
@@ -218,15 +184,9 @@ class PreparedRow:
 def prepare_row(record: dict) -> PreparedRow:
     """Scrub a validated record and compute its stored JSON and content hash.
 
-    The serialised record is searched once for anything that may be PII; only a record with a
-    hit is walked and scrubbed (and serialised again). Raises ContractError for a record that
-    cannot be stored (see `canonical_json`, and `scrub.KeyCollisionError`).
+    Raises ContractError for a record that cannot be stored (see `rowtext.scrubbed_canonical`).
     """
-    text = canonical_json(record)
-    clean = record
-    if may_hold_pii(text):
-        clean = scrub_record(record)
-        text = canonical_json(clean)
+    clean, text = scrubbed_canonical(record)
     label = clean["human_label"]
     return PreparedRow(
         (

@@ -129,7 +129,9 @@ def test_keys_that_mask_alike_are_quarantined(tmp_path, good):
 
 
 # The prefilter must never clear a text some pass would mask: generated from PII-shaped pieces.
-_pieces = st.sampled_from(["4111", "1111", "555", "0100", "123", "45", "6789", "AB", "C", "+44", "(415)", "#W", "9"])
+_pieces = st.sampled_from(
+    ["4111", "1111", "555", "0100", "123", "45", "6789", "AB", "C", "+44", "(415)", "#W", "9", "٤١١", "12 34"]
+)
 _glue = st.sampled_from(["", " ", "-", ".", "\n", "x", "_", "/"])
 
 
@@ -139,7 +141,11 @@ def test_prefilter_never_clears_a_text_with_pii(pieces, noise):
     text = "".join(p + g for p, g in pieces) + noise
     if find_pii(text):
         assert scrub.may_hold_pii(text)
-        assert scrub.may_hold_pii(json.dumps({"k": [text]}, ensure_ascii=False))
+        # Long texts take the shape path; a record's JSON holds the text among other fields.
+        assert scrub.may_hold_pii("é" * 300 + text)
+        assert scrub.may_hold_pii(json.dumps({"k": [text], "pad": "x" * 300}, ensure_ascii=False))
+    # The record walk (with its own shortcuts for short strings) masks what scrub_text masks.
+    assert scrub.scrub_field({"k": [text], text: 1}, "f") == {"k": [scrub.scrub_text(text)], scrub.scrub_text(text): 1}
 
 
 @pytest.fixture()
@@ -150,8 +156,9 @@ def bypassed(tmp_path, world, reference_tasks):
     path = write_jsonl(tmp_path / "landing.jsonl", records)
     ingest_paths(tmp_path / "db.duckdb", [path], now=NOW)
     con = open_store(tmp_path / "db.duckdb")
-    leaky = validate_record(record_from_task(world, reference_tasks[1], 99, ended_at=BASE_TIME), now=NOW)
-    leaky["messages"][2]["tool_calls"][0]["arguments"]["note"] = f"card {CARD}"
+    leaky = copy.deepcopy(validate_record(record_from_task(world, reference_tasks[1], 99, ended_at=BASE_TIME), now=NOW))
+    call = leaky["messages"][2]["tool_calls"][0]
+    call["arguments"] = {**call["arguments"], "note": f"card {CARD}"}  # not the gold action it aliases
     leaky["user_scenario"]["known_info"]["phone"] = PHONE
     leaky["user_scenario"]["persona"] = f"ssn {SSN}"
     row = list(prepare_row(leaky).values)  # scrubs: the stored text below is put back raw
