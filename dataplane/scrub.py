@@ -207,7 +207,7 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 def may_hold_pii(text: str) -> bool:
     """False only when `text` cannot hold PII: no pass of `scrub_text` would mask anything."""
     if len(text) < _SHORT:
-        return (_GATE_ASCII if text.isascii() else _GATE_ANY).search(text) is not None
+        return len(text) >= _SHORTEST and (_GATE_ASCII if text.isascii() else _GATE_ANY).search(text) is not None
     if not text.isascii() and any(c.isdecimal() for run in _NON_ASCII.findall(text) for c in run):
         return _GATE_ANY.search(text) is not None
     shape = text.encode("utf-8", "surrogatepass").translate(_SHAPE)
@@ -236,27 +236,68 @@ def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def scrub_field(value: Any, name: str) -> Any:
-    """`value` (the record's field `name`) with PII masked at any depth; shared where unchanged."""
+    """`value` (the validated record's field `name`) with PII masked at any depth; shared where
+    unchanged."""
     try:
+        if name == "messages":
+            return _clean_messages(value)
         return _clean(value)
     except KeyCollisionError as err:
         raise KeyCollisionError(err.rule, f"{name}: {err.detail}") from None
 
 
+def _clean_messages(messages: list[dict]) -> list[dict]:
+    # Validated messages have only the contract's keys (role, content, tool_calls, name) and a
+    # role from its set: neither can hold PII, so only the values that can are visited. This is
+    # the field every record has, and the one PII is most often in.
+    out = [_clean_message(m) for m in messages]
+    return out if any(a is not b for a, b in zip(out, messages)) else messages
+
+
+def _clean_message(message: dict) -> dict:
+    content = message["content"]
+    new_content = content if len(content) < _SHORTEST else _clean_text(content)
+    calls = message.get("tool_calls")
+    new_calls = calls
+    if calls:
+        new_calls = [_clean_call(c) for c in calls]
+        if all(a is b for a, b in zip(new_calls, calls)):
+            new_calls = calls
+    name = message.get("name")
+    new_name = name if name is None or len(name) < _SHORTEST else _clean_text(name)
+    if new_content is content and new_calls is calls and new_name is name:
+        return message
+    out = {**message, "content": new_content}
+    if calls:
+        out["tool_calls"] = new_calls
+    if name is not None:
+        out["name"] = new_name
+    return out
+
+
+def _clean_call(call: dict) -> dict:
+    name, arguments = call["name"], call["arguments"]
+    new_name = name if len(name) < _SHORTEST else _clean_text(name)
+    new_arguments = _clean(arguments)
+    if new_name is name and new_arguments is arguments:
+        return call
+    return {"name": new_name, "arguments": new_arguments}
+
+
 def _clean(value: Any) -> Any:
-    # Called for every node of every record ingested: the gate is inlined and paths are not built.
+    # Called for every container of every flagged record: strings are handled inline (no call
+    # per leaf), short ones skip even the gate, and paths are not built.
     kind = type(value)
     if kind is str:
-        if len(value) < _SHORTEST or (_GATE_ASCII if value.isascii() else _GATE_ANY).search(value) is None:
-            return value
-        return scrub_text(value)
+        return _clean_text(value)
     if kind is dict:
         out = None  # built only from the first change on: most objects come back as they are
         for i, (key, item) in enumerate(value.items()):
-            new_key = key
-            if len(key) >= _SHORTEST and (_GATE_ASCII if key.isascii() else _GATE_ANY).search(key) is not None:
-                new_key = scrub_text(key)
-            new_item = _clean(item)
+            new_key = key if len(key) < _SHORTEST else _clean_text(key)
+            if type(item) is str:
+                new_item = item if len(item) < _SHORTEST else _clean_text(item)
+            else:
+                new_item = _clean(item)
             if out is None:
                 if new_key == key and new_item is item:
                     continue
@@ -266,13 +307,22 @@ def _clean(value: Any) -> Any:
             out[new_key] = new_item
         return value if out is None else out
     if kind is list:
-        items = [_clean(item) for item in value]
+        items = [
+            (item if len(item) < _SHORTEST else _clean_text(item)) if type(item) is str else _clean(item)
+            for item in value
+        ]
         return items if any(a is not b for a, b in zip(items, value)) else value
     if kind is int and _CARD_INT_LOW <= abs(value) < _CARD_INT_HIGH:
         text = str(value)
         clean = scrub_text(text)
         return value if clean == text else clean
     return value
+
+
+def _clean_text(text: str) -> str:
+    if len(text) < _SHORTEST or (_GATE_ASCII if text.isascii() else _GATE_ANY).search(text) is None:
+        return text
+    return scrub_text(text)
 
 
 def suspect_texts(record: Any) -> Iterator[tuple[str, str]]:

@@ -230,3 +230,18 @@ def test_cli_ingest_exits_zero_on_hostile_lines(tmp_path, records):
     summary = json.loads(done.stdout)
     assert (summary["read"], summary["accepted"], summary["quarantined"]) == (5, 2, 3)
     assert summary["quarantined_by_rule"] == {"too_deep": 1, "number_too_large": 1, "invalid_unicode": 1}
+
+
+def test_a_parquet_struct_holding_a_non_json_value_is_quarantined(tmp_path, records):
+    # A struct column decodes to a dict as it is: a timestamp inside one is no JSON value.
+    rows = [dict(r) for r in records[:2]]
+    table = {key: [r[key] for r in rows] for key in rows[0]}
+    for key in ("initial_state", "messages", "gold", "human_label"):
+        table[key] = [None if v is None else json.dumps(v) for v in table[key]]
+    when = [NOW, None]
+    table["user_scenario"] = [
+        {"instruction": "i", "persona": "p", "known_info": {"when": w, "note": "n"}} for w in when
+    ]
+    pq.write_table(pa.table(table), tmp_path / "a.parquet")
+    summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
+    assert (summary.accepted, summary.quarantined_by_rule) == (1, {"wrong_type": 1})
