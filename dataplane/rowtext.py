@@ -15,7 +15,7 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from dataplane.errors import ContractError
-from dataplane.scrub import FREE_FORM_FIELDS, may_hold_pii, scrub_field
+from dataplane.pii_records import FREE_FORM_FIELDS, may_hold_pii, scrub_field
 
 # Built once: json.dumps would build the same encoder on every call. NaN and infinities are
 # refused: they are not JSON, and a stored record must read back anywhere.

@@ -6,7 +6,9 @@ report. The escalation rule (the outcome reward pays "escalated +2 if necessary 
 `escalation_was_necessary` only for escalated outcomes, so a flag on any other outcome is
 inconsistent data: the flag must be null unless the outcome is `escalated`.
 The PII rule counts with `scrub.find_pii`, the very detector ingestion masks with (a plain regex
-could not apply the Luhn check), so results never echo the PII itself.
+could not apply the Luhn check), so results never echo the PII itself, over the frame's `text`:
+every place of the whole stored record (`window.records_frame`), not only the fields the
+scrubber cleans, so a record that reached the store any other way is caught too.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataplane.scrub import suspect_texts
+from dataplane.pii_records import suspect_texts
 
 DEFAULT_SIZE = 10_000
 
@@ -224,7 +224,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
 
     Timestamps are parsed here with `errors="coerce"` so an unparseable one shows up as NaT for
     the suite to count, rather than as an exception. `text` is what the PII scan reads: every
-    place of the whole record that may hold PII (`scrub.suspect_texts`: every string and key at
+    place of the whole record that may hold PII (`pii_records.suspect_texts`: every string and key at
     any depth, not only the fields ingestion scrubs), one per line, so a record stored by any
     other path is judged by what it holds; `escalation_flag` is "true"/"false"/"null".
     """

@@ -32,7 +32,8 @@ from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-from dataplane.scrub import find_pii, scrub_text, suspect_texts
+from dataplane.pii_records import suspect_texts
+from dataplane.scrub import find_pii, scrub_text
 from evaluation.gates import GateReport
 from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, mlflow_client, mlflow_step
 

@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane import scrub
+from dataplane import pii_records, scrub
 from dataplane.contract import validate_record
 from dataplane.ingest import ingest_paths
+from dataplane.pii_records import record_pii, scrub_record
 from dataplane.rowtext import canonical_json, scrubbed_canonical
-from dataplane.scrub import find_pii, record_pii, scrub_json_text, scrub_record
+from dataplane.scrub import find_pii, scrub_json_text
 from dataplane.store import open_store, prepare_row
 from dataplane.validation import validate_window
 from dataplane.window import cut_window, records_frame, window_frame
@@ -78,7 +79,7 @@ def test_scrub_record_masks_every_free_form_place(good):
 def test_a_clean_record_is_shared_not_copied(good):
     record = validate_record(good, now=NOW)
     clean = scrub_record(record)
-    assert all(clean[k] is record[k] for k in scrub.FREE_FORM_FIELDS)
+    assert all(clean[k] is record[k] for k in pii_records.FREE_FORM_FIELDS)
 
 
 def test_pii_everywhere_is_accepted_and_none_of_it_is_stored(tmp_path, good):
@@ -141,12 +142,15 @@ _glue = st.sampled_from(["", " ", "-", ".", "\n", "x", "_", "/"])
 def test_prefilter_never_clears_a_text_with_pii(pieces, noise):
     text = "".join(p + g for p, g in pieces) + noise
     if find_pii(text):
-        assert scrub.may_hold_pii(text)
+        assert pii_records.may_hold_pii(text)
         # Long texts take the shape path; a record's JSON holds the text among other fields.
-        assert scrub.may_hold_pii("é" * 300 + text)
-        assert scrub.may_hold_pii(json.dumps({"k": [text], "pad": "x" * 300}, ensure_ascii=False))
+        assert pii_records.may_hold_pii("é" * 300 + text)
+        assert pii_records.may_hold_pii(json.dumps({"k": [text], "pad": "x" * 300}, ensure_ascii=False))
     # The record walk (with its own shortcuts for short strings) masks what scrub_text masks.
-    assert scrub.scrub_field({"k": [text], text: 1}, "f") == {"k": [scrub.scrub_text(text)], scrub.scrub_text(text): 1}
+    assert pii_records.scrub_field({"k": [text], text: 1}, "f") == {
+        "k": [scrub.scrub_text(text)],
+        scrub.scrub_text(text): 1,
+    }
 
 
 @pytest.fixture()
