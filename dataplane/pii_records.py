@@ -43,8 +43,8 @@ _CARD_INT_LOW, _CARD_INT_HIGH = 10**12, 10**19
 # For long texts (a whole serialised record) even that regex tries thousands of digit and capital
 # positions. There the same condition is checked on the text's shape: bytes.translate maps each
 # ASCII digit to "d", each separator to "s", each capital to "L" and everything else to "_" (both
-# C loops), and the digit alternatives become substring tests. The UK id's shape ("LLd", "LLsd")
-# is rare enough to hand to the regex when it occurs. Decimal digits outside ASCII, which the
+# C loops), and the digit alternatives become substring tests; the UK id's, rare, is checked
+# with a regex on the shape only when its start ("LLd", "LLsd") occurs. Decimal digits outside ASCII, which the
 # passes read as digits too, send the text to the regex gate.
 _SHAPE = bytes(
     ord("d")
@@ -60,6 +60,7 @@ _SHAPE = bytes(
 )
 _SHAPE_DIGITS = (b"d" * 13, b"dddsdddd", b"dddsddsdddd")  # card; grouped card or phone; national id
 _SHAPE_INTL = (b"+ds", b"+dds", b"+ddds")
+_SHAPE_NI = re.compile(rb"LLs?dds?dds?dds?L")  # the UK id's shape (its last letter A-D is an "L")
 _SHORT = 256  # below this many characters the regex gate is the cheaper one
 # The shortest text any pass masks: a UK National Insurance number without spaces ("AB123456C");
 # a card has 13 characters, a phone number 10 and separators, a US national id 11. Keys and
@@ -72,14 +73,14 @@ def may_hold_pii(text: str) -> bool:
     """False only when `text` cannot hold PII: no pass of `scrub_text` would mask anything."""
     if len(text) < _SHORT:
         return len(text) >= _SHORTEST and (_GATE_ASCII if text.isascii() else _GATE_ANY).search(text) is not None
-    if not text.isascii() and any(c.isdecimal() for run in _NON_ASCII.findall(text) for c in run):
+    if not text.isascii() and any(c.isdecimal() for c in set("".join(_NON_ASCII.findall(text)))):
         return _GATE_ANY.search(text) is not None
     shape = text.encode("utf-8", "surrogatepass").translate(_SHAPE)
     if any(part in shape for part in _SHAPE_DIGITS):
         return True
     if b"+d" in shape and any(part in shape for part in _SHAPE_INTL):
         return True
-    return (b"LLd" in shape or b"LLsd" in shape) and _GATE_ASCII.search(text) is not None
+    return (b"LLd" in shape or b"LLsd" in shape) and _SHAPE_NI.search(shape) is not None
 
 
 class KeyCollisionError(ContractError):

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dataplane.errors import ContractError
 from dataplane.ingest import ingest_paths
-from dataplane.jsontext import MAX_DEPTH, nesting_exceeds
+from dataplane.jsontext import MAX_DEPTH, decode_json, nesting_exceeds
 from dataplane.store import open_store
 from tests.helpers_data import NOW, build_records, write_jsonl
 
@@ -199,19 +200,32 @@ def test_a_repeated_key_is_never_stored_with_the_last_value(tmp_path, records):
 
 
 @pytest.mark.parametrize(
-    "text,deeper",
+    "text,rule",
     [
-        ("[]", False),
-        ("[" * MAX_DEPTH + "]" * MAX_DEPTH, False),
-        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), True),
-        ('["' + "[" * 500 + '"]', False),  # brackets inside a string do not nest
-        ('["\\"' + "[" * 500 + '"]', False),  # nor after an escaped quote
-        ("[{}]" * 500, False),  # many, but side by side
-        ("[" * 100, False),  # unbalanced: left to the decoder
+        ("[]", None),
+        ("[" * MAX_DEPTH + "]" * MAX_DEPTH, None),
+        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "too_deep"),
+        ('{"a": ' * (MAX_DEPTH + 1) + "1" + "}" * (MAX_DEPTH + 1), "too_deep"),
+        ('["' + "[" * 500 + '"]', None),  # brackets inside a string do not nest
+        ("[" + ",".join(["[{}]"] * 500) + "]", None),  # many, but side by side
+        ("[" * 100, "invalid_json"),  # unbalanced and shallow: the decoder's own error
+        ("[" * 100_000, "too_deep"),  # unbalanced and deep: the decoder gives up
     ],
 )
-def test_nesting_depth_is_measured_not_guessed(text, deeper):
-    assert nesting_exceeds(text) is deeper
+def test_nesting_depth_is_measured_not_guessed(text, rule):
+    if rule is None:
+        decode_json(text, "t")
+    else:
+        with pytest.raises(ContractError) as info:
+            decode_json(text, "t")
+        assert info.value.rule == rule
+
+
+def test_depth_is_measured_without_recursion():
+    deep: list = []
+    for _ in range(50_000):
+        deep = [deep]
+    assert nesting_exceeds(deep) and not nesting_exceeds([[]] * 1000)
 
 
 def test_cli_ingest_exits_zero_on_hostile_lines(tmp_path, records):
@@ -245,3 +259,23 @@ def test_a_parquet_struct_holding_a_non_json_value_is_quarantined(tmp_path, reco
     pq.write_table(pa.table(table), tmp_path / "a.parquet")
     summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
     assert (summary.accepted, summary.quarantined_by_rule) == (1, {"wrong_type": 1})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(alphabet='[]{}"\\ab', max_size=4),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='[]{"\\k', max_size=3), inner, max_size=3)
+        ),
+        max_leaves=80,
+    )
+)
+def test_the_text_depth_check_agrees_with_the_container_walk(value):
+    text = json.dumps(value)
+    try:
+        decode_json(text, "t")
+    except ContractError as err:
+        assert err.rule == "too_deep" and nesting_exceeds(value)
+    else:
+        assert not nesting_exceeds(value)
