@@ -2,10 +2,11 @@
 
 The types are TypedDicts validated by one TypeAdapter built at import: validation runs in
 pydantic-core and returns plain dicts, so no model object is built per record and dumped again.
-Every check the types cannot say (a timestamp that must parse, a tool message that needs a name,
-the cross-field rules) is a validator raising `PydanticCustomError` whose type is the quarantine
-rule itself; `dataplane.contract` maps pydantic's built-in error types to rule names. The
-validators also normalise: optional nullable fields filled with None, empty `tool_calls`
+Every check the types cannot say (a timestamp that must be a real instant, a tool message that
+needs a name, an id that reads as PII, the cross-field rules) sits in one record-level validator,
+`_record`, raising `PydanticCustomError` whose type is the quarantine rule itself;
+`dataplane.contract` maps pydantic's built-in error types to rule names. The validators also
+normalise: optional nullable fields filled with None, empty `tool_calls`
 dropped, tool-call arguments given as JSON text decoded, extra keys of tool calls, gold and human
 labels dropped, so the same interaction always hashes alike whatever producer wrote it.
 `record_json_schema` publishes the same types as JSON Schema.
