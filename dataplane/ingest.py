@@ -230,11 +230,10 @@ class _FileIngest:
             self._reject(item, item.error.rule, item.error.detail, _recover_id(item))
             return
         try:
-            record = validate_record(item.obj, self.now)
-        except ContractError as err:
+            row = prepare_row(validate_record(item.obj, self.now))
+        except ContractError as err:  # the contract's rules, then a record that cannot be stored
             self._reject(item, err.rule, err.detail, _recover_id(item))
             return
-        row = prepare_row(record)
         rid, digest = row.interaction_id, row.content_hash
         first = self.seen.get(rid)
         if first is None:

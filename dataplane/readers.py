@@ -21,7 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dataplane.contract import ContractError
+from dataplane.errors import ContractError
+from dataplane.jsontext import decode_json
 
 MAX_LINE_BYTES = 1024 * 1024
 RAW_KEEP = 4096  # bytes of a corrupt file's offending line kept for the quarantine row
@@ -107,10 +108,9 @@ def _read_jsonl(path: Path) -> Iterator[RawRecord]:
 
 def _decode_line(line_no: int, text: str) -> RawRecord:
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        return RawRecord(line_no, text, error=ContractError("invalid_json", f"line {line_no}: {err}"))
-    return RawRecord(line_no, text, obj)
+        return RawRecord(line_no, text, decode_json(text, f"line {line_no}"))
+    except ContractError as err:
+        return RawRecord(line_no, text, error=err)
 
 
 def _read_parquet(path: Path) -> Iterator[RawRecord]:
@@ -161,9 +161,9 @@ class _RowDecoder:
             value = obj[key]
             if isinstance(value, str):
                 try:
-                    obj[key] = json.loads(value)
-                except json.JSONDecodeError as err:
-                    return RawRecord(row_no, row, error=ContractError("invalid_json", f"row {row_no} {key}: {err}"))
+                    obj[key] = decode_json(value, f"row {row_no} {key}")
+                except ContractError as err:
+                    return RawRecord(row_no, row, error=err)
         return RawRecord(row_no, row, obj)
 
 

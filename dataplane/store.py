@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dataplane.contract import parse_timestamp
-from dataplane.scrub import scrub_record, scrub_text
+from dataplane.rowtext import scrubbed_canonical, storable_text
+from dataplane.scrub import scrub_json_text
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS interactions (
@@ -176,15 +177,6 @@ _ARROW_TYPES = {
 }
 
 
-# Built once: json.dumps would build the same encoder on every call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def canonical_json(record: dict) -> str:
-    """The one serialisation of a record that is stored and hashed (sorted keys, no spaces)."""
-    return _CANONICAL.encode(record)
-
-
 @dataclass
 class PreparedRow:
     """A validated record scrubbed and serialised, ready for `interactions`."""
@@ -201,9 +193,11 @@ class PreparedRow:
 
 
 def prepare_row(record: dict) -> PreparedRow:
-    """Scrub a validated record and compute its stored JSON and content hash."""
-    clean = scrub_record(record)
-    text = canonical_json(clean)
+    """Scrub a validated record and compute its stored JSON and content hash.
+
+    Raises ContractError for a record that cannot be stored (see `rowtext.scrubbed_canonical`).
+    """
+    clean, text = scrubbed_canonical(record)
     label = clean["human_label"]
     return PreparedRow(
         (
@@ -358,12 +352,12 @@ class QuarantineRows:
         # recovered from an invalid record are all free text.
         self.rows.append(
             (
-                self.source_file,
+                storable_text(self.source_file),
                 line_no,
                 rule,
-                scrub_text(detail),
-                None if raw is None else scrub_text(raw),
-                None if interaction_id is None else scrub_text(interaction_id),
+                storable_text(scrub_json_text(detail)),
+                None if raw is None else storable_text(scrub_json_text(raw)),
+                None if interaction_id is None else storable_text(scrub_json_text(interaction_id)),
                 file_level,
                 self.quarantined_at,
             )

@@ -19,6 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataplane.pii_records import suspect_texts
+
 DEFAULT_SIZE = 10_000
 
 
@@ -221,8 +223,10 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     """One row per record with the columns the validation suite checks.
 
     Timestamps are parsed here with `errors="coerce"` so an unparseable one shows up as NaT for
-    the suite to count, rather than as an exception. `text` joins every message content and the
-    scenario instruction for the PII scan; `escalation_flag` is "true"/"false"/"null".
+    the suite to count, rather than as an exception. `text` is what the PII scan reads: every
+    place of the whole record that may hold PII (`pii_records.suspect_texts`: every string and key at
+    any depth, not only the fields ingestion scrubs), one per line, so a record stored by any
+    other path is judged by what it holds; `escalation_flag` is "true"/"false"/"null".
     """
 
     def flag(value) -> str:
@@ -240,13 +244,9 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "actions_taken": [r.get("actions_taken") for r in records],
             "customer_sentiment_delta": [r.get("customer_sentiment_delta") for r in records],
             "has_gold": [int(r.get("gold") is not None) for r in records],
-            "text": [
-                "\n".join(
-                    [m.get("content", "") for m in r.get("messages", [])]
-                    + [r.get("user_scenario", {}).get("instruction", "")]
-                )
-                for r in records
-            ],
+            # No PII pattern reaches across a line break, so one scan of the joined text finds what
+            # a scan of each place would.
+            "text": ["\n".join(text for _path, text in suspect_texts(r)) for r in records],
         },
         columns=[c for c in FRAME_COLUMNS if c not in ("started_at", "ended_at")],
     )

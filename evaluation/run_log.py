@@ -6,8 +6,9 @@ Metric names are stable so weeks compare side by side in the MLflow UI:
 `gate/{gate}/passed`, and `train/reward` stepped over the training curve. The baseline is always
 called `champion` (the tag `baseline_kind` says when it was the base model).
 
-Artifacts: `gate_report.json`, `validation/results.json`, `samples/trajectories.json` (scrubbed,
-and checked with `dataplane.scrub.find_pii`: a leak raises instead of being logged) and four
+Artifacts: `gate_report.json`, `validation/results.json`, `samples/trajectories.json` (scrubbed
+at any depth, and checked with `dataplane.scrub.find_pii`, as are params, tags and the validation
+results: a leak raises instead of being logged) and four
 plots under `plots/`. Plots use matplotlib's object API (`Figure`), so no pyplot global state and
 no display backend is touched. mlflow is imported inside the functions that log, as in
 `evaluation.registry` (it takes about a second to import).
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from dataplane.pii_records import suspect_texts
 from dataplane.scrub import find_pii, scrub_text
 from evaluation.gates import GateReport
 from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, mlflow_client, mlflow_step
@@ -40,10 +42,13 @@ WEEK_TAG, ROLE_TAG, DAGSTER_RUN_TAG = "retrain_week", "retrain_role", "dagster_r
 
 
 class PIILeakError(ValueError):
-    """A sample trajectory still holds PII after scrubbing; `.row` and `.column` locate it."""
+    """Something to be logged still holds PII after scrubbing; `.row` and `.column` locate it.
 
-    def __init__(self, row: int, column: str, kinds: list[str]):
-        super().__init__(f"sample row {row}, column {column!r} contains PII of kinds {kinds}; not logged")
+    `.row` is None for an artifact other than the samples table (`.column` then names it)."""
+
+    def __init__(self, row: int | None, column: str, kinds: list[str]):
+        where = f"sample row {row}, column {column!r}" if row is not None else repr(column)
+        super().__init__(f"{where} contains PII of kinds {kinds}; not logged")
         self.row, self.column, self.kinds = row, column, kinds
 
 
@@ -104,19 +109,42 @@ def _flat_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def scrubbed_samples(samples: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Samples as a table with every text cell scrubbed; raises PIILeakError if any PII survives."""
+    """Samples as a table with all their text scrubbed; raises PIILeakError if any PII survives.
+
+    A cell may be nested (a trajectory's messages with tool-call arguments and tool results, a
+    scenario with its known_info): every string and key in it, at any depth, is scrubbed, and
+    integers that read as a card number become the masked text.
+    """
     rows = []
     for i, sample in enumerate(samples):
         row = {}
         for column, value in sample.items():
-            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-            clean = scrub_text(text)
-            kinds = find_pii(clean)
-            if kinds:
-                raise PIILeakError(i, column, kinds)
-            row[column] = clean if isinstance(value, str) or clean != text else value
+            clean = _scrub_cell(value)
+            _refuse_pii(clean, i, column)
+            row[column] = clean
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _scrub_cell(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, Mapping):
+        return {_scrub_cell(k): _scrub_cell(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub_cell(v) for v in value]
+    if type(value) is int:
+        text = str(value)
+        clean = scrub_text(text)
+        return value if clean == text else clean
+    return value
+
+
+def _refuse_pii(value: Any, row: int | None, column: str) -> None:
+    """PIILeakError if any string, key or integer in `value`, at any depth, still reads as PII."""
+    kinds = [kind for _path, text in suspect_texts([value]) for kind in find_pii(text)]
+    if kinds:
+        raise PIILeakError(row, column, kinds)
 
 
 def _bars(title: str, table: Mapping[str, Mapping[str, float]], ylabel: str) -> Figure:
@@ -246,6 +274,10 @@ def log_week_run(
     from mlflow.entities import Metric, Param, RunStatus  # heavy (~1 s): see `_window_input`
 
     samples = scrubbed_samples(run.samples)  # before anything is written
+    # Params and validation results carry settings, numbers and ids, but any text in them is
+    # checked all the same (tags are hashes and run ids, where a digit run is no card).
+    for name, artifact in (("params", run.params), ("validation/results.json", run.validation)):
+        _refuse_pii(artifact, None, name)
     client = mlflow_client(tracking_uri)
     tags = {
         WEEK_TAG: run.week,

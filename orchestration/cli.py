@@ -15,6 +15,7 @@ from assets.decisions import DecisionRecordError
 from assets.partitions import WeekError
 from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
+from dataplane.record_model import record_schema_text
 from evaluation.gates import ApprovalError
 from evaluation.registry import RegistryError
 from orchestration.cli_errors import CliError
@@ -42,6 +43,11 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         )
         for rule, n in sorted(counts.get("quarantined_by_rule", {}).items()):
             print(f"  quarantined {rule}: {n}")
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    print(record_schema_text(), end="")
     return 0
 
 
@@ -132,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", help="JSONL / JSONL.gz / Parquet files or folders")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser(
+        "schema",
+        help="print the interaction record contract as JSON Schema",
+        description="Print the interaction record contract (schema_version 1) as JSON Schema, generated "
+        "from the pydantic model ingestion validates with; docs/record.schema.json holds the same text.",
+    )
+    p.set_defaults(func=_cmd_schema)
 
     p = sub.add_parser("simulate", help="write simulated production traffic, one folder a day")
     p.add_argument("--days", type=int, required=True)

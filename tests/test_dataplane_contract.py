@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataplane.contract import ContractError, validate_record
-from dataplane.scrub import find_pii, scrub_record, scrub_text
+from dataplane.pii_records import scrub_record
+from dataplane.scrub import find_pii, scrub_text
 from tests.helpers_data import NOW, record_from_task
 
 

@@ -86,6 +86,14 @@ def test_digit_count_skip_never_changes_the_result(text):
     assert scrub.scrub_text(text) == _scrub_every_pass(text)
 
 
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet="0123456789 -.+()ABCDWZx#", max_size=40))
+def test_shape_skip_never_changes_the_result(text):
+    # The per-pass shape test skips passes on ASCII text; capitals reach the UK id's pass.
+    assert scrub.scrub_text(text) == _scrub_every_pass(text)
+    assert scrub.scrub_text(f"[{text}]") == _scrub_every_pass(f"[{text}]")
+
+
 # Each kind at exactly the fewest digits its pass is given (13, 9, 6, 10, 8), and mixes.
 @pytest.mark.parametrize(
     "text",

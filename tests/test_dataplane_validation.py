@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,10 @@ def test_escalation_flag_allowed_on_escalated(good_frame, home):
     ok = good_frame.copy()
     ok.loc[1, "outcome"], ok.loc[1, "escalation_flag"] = "escalated", "false"
     assert validate_window(ok, home).success
+
+
+def test_loading_the_code_location_does_not_import_great_expectations():
+    # GX takes seconds to import; only a window validation may pay for it.
+    code = "import sys, orchestration.definitions; print('great_expectations' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"

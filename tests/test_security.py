@@ -138,8 +138,10 @@ WEEK = "2026-11-16"
 
 
 def _inject_pii(landing: Path) -> int:
-    """Add a card, a phone and a national id to every message content of every landed record, and
-    append invalid records (which go to quarantine) that carry the same PII. Returns records touched."""
+    """Add a card, a phone and a national id to every message content (tool results included),
+    every tool call's arguments, the scenario's instruction, known_info and persona of every landed
+    record, and append invalid records (which go to quarantine) that carry the same PII. Returns
+    records touched."""
     touched = 0
     for path in sorted(landing.rglob("*.jsonl")):
         lines = []
@@ -147,7 +149,12 @@ def _inject_pii(landing: Path) -> int:
             record = json.loads(line)
             for message in record["messages"]:
                 message["content"] = f"{message['content']} card {CARD}, call {PHONE}, ssn {SSN}".strip()
+                for call in message.get("tool_calls") or []:
+                    call["arguments"]["handover_summary"] = {"said": [f"card {CARD}", f"call {PHONE}"]}
             record["user_scenario"]["instruction"] += f" My card is {CARD}."
+            record["user_scenario"]["known_info"]["card_number"] = CARD
+            record["user_scenario"]["known_info"]["ssn"] = SSN
+            record["user_scenario"]["persona"] += f" Reads out {PHONE} unprompted."
             lines.append(json.dumps(record))
             if n == 0:  # one rejected copy per file: an invalid outcome, same PII
                 lines.append(
@@ -290,6 +297,54 @@ def test_no_pii_in_the_mlflow_artifacts_of_a_week_run(pii_store, tmp_path):
         ]
     )
     assert _pii_in(meta) == []
+
+
+def test_run_log_scrubs_nested_sample_cells_at_any_depth():
+    from evaluation.run_log import scrubbed_samples
+
+    sample = {
+        "interaction_id": "int-1",
+        "messages": [
+            {"role": "assistant", "tool_calls": [{"name": "handover", "arguments": {"summary": f"card {CARD}"}}]},
+            {"role": "tool", "content": f"callback {PHONE}"},
+        ],
+        "user_scenario": {"known_info": {"ssn": SSN, f"card {CARD}": 1, "cards": [4012888888881881]}},
+    }
+    table = scrubbed_samples([sample])
+    text = table.to_json(orient="records")
+    assert _pii_in(text) == [] and "[CARD]" in text and "[NATIONAL_ID]" in text and "int-1" in text
+    assert table.loc[0, "messages"][0]["tool_calls"][0]["arguments"]["summary"] == "card [CARD]"
+
+
+def test_run_log_refuses_nested_pii_its_scrubber_missed(monkeypatch):
+    import evaluation.run_log as run_log
+
+    monkeypatch.setattr(run_log, "scrub_text", lambda text: text)  # a scrubber that misses everything
+    nested = {"interaction_id": "int-1", "transcript": "fine", "tool_args": [{"arguments": {"a": {"b": PHONE}}}]}
+    with pytest.raises(run_log.PIILeakError) as err:
+        run_log.scrubbed_samples([{"transcript": "fine"}, nested])
+    assert (err.value.row, err.value.column, err.value.kinds) == (1, "tool_args", ["phone"])
+
+
+def test_run_log_refuses_pii_in_params_before_logging_anything(tmp_path):
+    import pandas as pd
+
+    from evaluation.gates import evaluate_gates
+    from evaluation.run_log import PIILeakError, WeekRun, log_week_run
+    from tests.helpers_gates import gate_inputs
+
+    run = WeekRun(
+        week="2026-W47",
+        window_hash="ab" * 32,
+        window_frame=pd.DataFrame({"rows": [1]}),
+        gate_report=evaluate_gates(gate_inputs("better")),
+        params={"note": {"from": f"ops, call {PHONE}"}},
+    )
+    uri = (tmp_path / "mlruns").as_uri()
+    with pytest.raises(PIILeakError) as err:
+        log_week_run(uri, run, experiment_name="pii-params")
+    assert err.value.row is None and err.value.column == "params"
+    assert not (tmp_path / "mlruns").exists()  # refused before MLflow was touched
 
 
 # --- SQL is built with parameters only -----------------------------------------------------------

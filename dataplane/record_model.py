@@ -1,0 +1,306 @@
+"""The interaction record, schema_version 1, as pydantic v2 types (docs/ARCHITECTURE.md, "The interaction record").
+
+The types are TypedDicts validated by one TypeAdapter built at import: validation runs in
+pydantic-core and returns plain dicts, so no model object is built per record and dumped again.
+Every check the types cannot say (a timestamp that must be a real instant, a tool message that
+needs a name, an id that reads as PII, the cross-field rules) sits in one record-level validator,
+`_record`, raising `PydanticCustomError` whose type is the quarantine rule itself;
+`dataplane.contract` maps pydantic's built-in error types to rule names. The validators also
+normalise: optional nullable fields filled with None, empty `tool_calls`
+dropped, tool-call arguments given as JSON text decoded, extra keys of tool calls, gold and human
+labels dropped, so the same interaction always hashes alike whatever producer wrote it.
+`record_json_schema` publishes the same types as JSON Schema.
+"""
+
+import json
+import re
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    TypeAdapter,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic import with_config as _with_config
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+
+from dataplane.errors import ContractError
+from dataplane.jsontext import decode_json
+from dataplane.scrub import find_pii
+
+SCHEMA_VERSION = 1
+INTENT_NAMES = (
+    "order_status",
+    "cancel_order",
+    "return_items",
+    "exchange_items",
+    "modify_order_items",
+    "modify_order_address",
+    "modify_order_payment",
+    "modify_user_address",
+    "other",
+)
+INTENTS = frozenset(INTENT_NAMES)
+OUTCOMES = frozenset({"completed", "failed", "escalated"})
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+FUTURE_TOLERANCE = timedelta(minutes=5)
+MAX_INT64 = 2**63 - 1  # actions_taken is a BIGINT column
+
+ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
+ID_RE = re.compile(ID_PATTERN)
+# RFC 3339 date-time with a mandatory offset; fromisoformat alone would accept dates, week
+# dates and naive times.
+RFC3339_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def parse_timestamp(value: Any, field: str) -> datetime:
+    """Parse an RFC 3339 timestamp with offset into an aware datetime, or raise bad_timestamp."""
+    if type(value) is str:
+        # Ingestion parses each timestamp twice (validation, then the stored row); the cache
+        # makes the second parse a lookup. Failures are never cached, so errors stay per call.
+        return _parse_text(value, field)
+    if not isinstance(value, str):
+        raise ContractError("wrong_type", f"{field} must be an RFC 3339 string, got {type(value).__name__}")
+    return _parse_text.__wrapped__(value, field)
+
+
+@lru_cache(maxsize=64)
+def _parse_text(value: str, field: str) -> datetime:
+    match = RFC3339_RE.fullmatch(value)
+    if match is None:
+        raise ContractError("bad_timestamp", f"{field}={value[:100]!r} is not RFC 3339 with an offset")
+    frac = (match.group(7) or "")[:7]  # fromisoformat takes at most microseconds
+    text = f"{value[:10]}T{value[11:19]}{frac}{match.group(8).upper().replace('Z', '+00:00')}"
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as err:  # e.g. month 13, hour 25
+        raise ContractError("bad_timestamp", f"{field}={value!r}: {err}") from err
+
+
+def _custom(err: ContractError) -> PydanticCustomError:
+    # The detail is passed as context, not as the template: a detail holding "{...}" (JSON)
+    # must not be read as a placeholder.
+    return PydanticCustomError(err.rule, "{detail}", {"detail": err.detail})
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):  # OpenAI-style producers send arguments as JSON text
+        try:
+            return decode_json(value, "arguments")
+        except ContractError as err:
+            if err.rule == "invalid_json":  # the rule this has always had: not a JSON object
+                raise PydanticCustomError(
+                    "wrong_type", "arguments is not a JSON object: {e}", {"e": err.detail}
+                ) from None
+            raise _custom(err) from None
+    return value
+
+
+def _version(value: Any) -> int:
+    # JSON has one number type: 1.0 is version 1 too, but true is not.
+    if isinstance(value, bool) or value != SCHEMA_VERSION:
+        raise PydanticCustomError(
+            "unknown_schema_version",
+            "schema_version={value}, expected {expected}",
+            {"value": repr(value)[:50], "expected": SCHEMA_VERSION},
+        )
+    return SCHEMA_VERSION
+
+
+# The shapes are checked in pydantic-core; whether a timestamp is a real instant (no month 13)
+# and whether an id reads as PII are checked in `_record`, with the other rules that need Python:
+# each call from pydantic-core into a Python validator costs about as much as the check itself.
+TIMESTAMP_FIELDS = frozenset({"started_at", "ended_at", "labeled_at"})
+Timestamp = Annotated[str, Field(pattern=f"^{RFC3339_RE.pattern}$", json_schema_extra={"format": "date-time"})]
+Identifier = Annotated[str, Field(pattern=f"^{ID_PATTERN}$")]
+# A free-form JSON object: checked to be an object, passed through as is (not copied key by key,
+# which would cost more than the rest of a record's validation; its keys are strings, as every
+# JSON and Parquet object's are).
+JsonObject = Annotated[InstanceOf[dict], WithJsonSchema({"type": "object"})]
+_STRICT = ConfigDict(strict=True, extra="forbid")
+_OPEN = ConfigDict(strict=True, extra="allow")  # free-form objects: extra keys kept as given
+_TRIM = ConfigDict(strict=True, extra="ignore")  # extra keys dropped by normalisation
+
+
+@_with_config(_TRIM)
+class ToolCall(TypedDict):
+    name: str
+    arguments: Annotated[JsonObject, BeforeValidator(_arguments)]
+
+
+@_with_config(_STRICT)
+class Message(TypedDict):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tool_calls: NotRequired[list[ToolCall] | None]
+    name: NotRequired[str | None]
+
+
+@_with_config(_OPEN)
+class InitialState(TypedDict):
+    users: JsonObject
+    orders: JsonObject
+    products: JsonObject
+
+
+@_with_config(_OPEN)
+class UserScenario(TypedDict):
+    instruction: str
+    known_info: JsonObject
+    persona: str
+
+
+@_with_config(_TRIM)
+class Gold(TypedDict):
+    actions: list[ToolCall]
+    outputs: list[str]
+
+
+@_with_config(_TRIM)
+class HumanLabel(TypedDict):
+    task_success: bool
+    rater: str
+    labeled_at: Timestamp
+
+
+@_with_config(ConfigDict(strict=True, extra="forbid", title="InteractionRecord"))
+class InteractionRecord(TypedDict):
+    """One customer-service conversation, as a producer lands it (schema_version 1)."""
+
+    schema_version: Annotated[Any, AfterValidator(_version), WithJsonSchema({"const": SCHEMA_VERSION})]
+    interaction_id: Identifier
+    started_at: Timestamp
+    ended_at: Timestamp
+    policy_version: Annotated[str, Field(min_length=1)]
+    customer_id: Identifier
+    intent: Literal[INTENT_NAMES]  # type: ignore[valid-type]
+    outcome: Literal["completed", "failed", "escalated"]
+    escalation_was_necessary: NotRequired[bool | None]
+    actions_taken: Annotated[int, Field(ge=0, le=MAX_INT64)]
+    customer_sentiment_delta: Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]
+    initial_state: InitialState
+    user_scenario: UserScenario
+    messages: Annotated[list[Message], Field(min_length=1)]
+    gold: NotRequired[Gold | None]
+    human_label: NotRequired[HumanLabel | None]
+
+
+def _message(msg: dict, i: int) -> dict:
+    """Message `i` normalised (empty tool_calls and a null name dropped), or its rule broken."""
+    role = msg["role"]
+    calls = msg.get("tool_calls")
+    if calls and role != "assistant":
+        raise _rule("tool_calls_on_non_assistant", f"messages[{i}].tool_calls on a {role!r} message")
+    name = msg.get("name")
+    if name is None and role == "tool":
+        raise _rule("missing_field", f"messages[{i}].name is required on tool messages")
+    if ("tool_calls" in msg and not calls) or ("name" in msg and name is None):
+        clean: dict[str, Any] = {"role": role, "content": msg["content"]}
+        if calls:
+            clean["tool_calls"] = calls
+        if name is not None:
+            clean["name"] = name
+        return clean
+    return msg
+
+
+# An identifier's shape (its pattern allows only [A-Za-z0-9_.:-]): digits "d", '.' and '-' "s",
+# capitals "L", the rest "_". Within those characters a PII pattern needs 13 digits in a row, three
+# digits, a separator and a digit (grouped card, national id, phone), or a UK id's two capitals
+# and six digits; an id with none of them skips `find_pii`, which costs more than the id's other
+# checks together.
+_ID_SHAPE = str.maketrans(
+    {
+        chr(c): "d" if chr(c).isdigit() else "s" if chr(c) in ".-" else "L" if chr(c).isupper() else "_"
+        for c in range(128)
+    }
+)
+
+
+def _id_may_hold_pii(value: str) -> bool:
+    shape = value.translate(_ID_SHAPE)
+    return "d" * 13 in shape or "dddsd" in shape or "LLdddddd" in shape
+
+
+def _rule(rule: str, detail: str) -> PydanticCustomError:
+    return PydanticCustomError(rule, "{detail}", {"detail": detail})
+
+
+def _instant(value: str, field: str) -> datetime:
+    try:
+        return parse_timestamp(value, field)
+    except ContractError as err:
+        raise _custom(err) from None
+
+
+def _record(obj: dict, info: ValidationInfo) -> dict:
+    """The rules that need Python, in the order they are reported, then the normalised record.
+
+    Runs once per record after pydantic-core has checked every field's type and shape.
+    """
+    for field in ("interaction_id", "customer_id"):
+        # An id is a key (of the store, of initial_state.users): it cannot be masked like free
+        # text, so one that reads as PII is refused instead of stored.
+        value = obj[field]
+        if _id_may_hold_pii(value) and (kinds := find_pii(value)):
+            raise _rule("pii_in_id", f"{field} reads as PII ({kinds})")
+    started = _instant(obj["started_at"], "started_at")
+    ended = _instant(obj["ended_at"], "ended_at")
+    if ended < started:
+        raise _rule("ended_before_started", f"ended_at={obj['ended_at']} < started_at={obj['started_at']}")
+    now: datetime = info.context["now"]
+    if ended > now + FUTURE_TOLERANCE:
+        raise _rule("future_timestamp", f"ended_at={obj['ended_at']} is after now+5min ({now.isoformat()})")
+    if obj["customer_id"] not in obj["initial_state"]["users"]:
+        raise _rule("customer_not_in_state", f"customer_id={obj['customer_id']!r} not in initial_state.users")
+    messages = [_message(msg, i) for i, msg in enumerate(obj["messages"])]
+    label = obj.get("human_label")
+    if label is not None:
+        _instant(label["labeled_at"], "human_label.labeled_at")
+    return {
+        "interaction_id": obj["interaction_id"],
+        "started_at": obj["started_at"],
+        "ended_at": obj["ended_at"],
+        "policy_version": obj["policy_version"],
+        "customer_id": obj["customer_id"],
+        "intent": obj["intent"],
+        "initial_state": obj["initial_state"],
+        "user_scenario": obj["user_scenario"],
+        "messages": messages,
+        "outcome": obj["outcome"],
+        "escalation_was_necessary": obj.get("escalation_was_necessary"),
+        "actions_taken": obj["actions_taken"],
+        "customer_sentiment_delta": obj["customer_sentiment_delta"],  # a float: 0 and 0.0 hash alike
+        "gold": obj.get("gold"),
+        "human_label": obj.get("human_label"),
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+RECORD_ADAPTER: TypeAdapter[dict] = TypeAdapter(Annotated[InteractionRecord, AfterValidator(_record)])
+REQUIRED_FIELDS = tuple(k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__required_keys__)
+NULLABLE_FIELDS = tuple(k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__optional_keys__)
+ALL_FIELDS = frozenset(REQUIRED_FIELDS + NULLABLE_FIELDS)
+
+
+def record_schema_text() -> str:
+    """`record_json_schema` as the text `retrain schema` prints and docs/record.schema.json holds."""
+    return json.dumps(record_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def record_json_schema() -> dict:
+    """The record contract as JSON Schema (draft 2020-12), as pydantic generates it from the types."""
+    schema = RECORD_ADAPTER.json_schema(mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"agent-retrain/interaction-record/v{SCHEMA_VERSION}",
+        **schema,
+    }

@@ -1,0 +1,138 @@
+"""A validated record as the text `interactions.record` stores and hashes: scrubbed, canonical, UTF-8.
+
+The canonical form is JSON with sorted keys, no spaces and no ASCII escaping, so one interaction
+always hashes alike whatever producer wrote it. A record that cannot have that form (a NaN or
+infinite number, text UTF-8 cannot encode, two keys that mask alike) raises ContractError, and
+ingestion quarantines it.
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+import math
+from json.encoder import encode_basestring
+from typing import Any
+
+from dataplane.errors import ContractError
+from dataplane.pii_records import FREE_FORM_FIELDS, may_hold_pii, scrub_field
+
+# Built once: json.dumps would build the same encoder on every call. NaN and infinities are
+# refused: they are not JSON, and a stored record must read back anywhere.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_FREE_FORM = frozenset(FREE_FORM_FIELDS)
+
+
+def _c_encoder():
+    """CPython's C encoder with `_CANONICAL`'s settings, built once; None where there is none.
+
+    `JSONEncoder.encode` builds this object anew on every call, which costs as much as encoding
+    a small field, and a record is encoded a field at a time. The arguments are the ones
+    `JSONEncoder.iterencode` passes; markers=None skips the cycle check (a decoded record has no
+    cycles, and a cycle would still end in RecursionError, not a hang).
+    """
+    if json.encoder.c_make_encoder is None:
+        return None
+    e = _CANONICAL
+    return json.encoder.c_make_encoder(
+        None,
+        e.default,
+        encode_basestring,
+        e.indent,
+        e.key_separator,
+        e.item_separator,
+        e.sort_keys,
+        e.skipkeys,
+        e.allow_nan,
+    )
+
+
+_C_ENCODER = _c_encoder()
+
+
+def _encode(value: Any) -> str:
+    try:
+        if _C_ENCODER is None:
+            return _CANONICAL.encode(value)
+        return "".join(_C_ENCODER(value, 0))
+    except ValueError as err:  # the encoder's only ValueError here: allow_nan=False
+        raise ContractError("non_finite_number", f"a number is NaN or infinite: {err}") from None
+    except TypeError as err:  # e.g. a Parquet struct column holding a timestamp or bytes
+        raise ContractError("wrong_type", f"a value is not JSON: {err}") from None
+
+
+_CONSTANTS = {True: "true", False: "false", None: "null"}
+
+
+def _encode_top(value: Any) -> str:
+    """`_encode` for one top-level value, with the encoder's own scalar rules inlined.
+
+    A record has ten scalar fields; calling the encoder for each costs more than encoding them.
+    Strings use the encoder's string function, numbers their repr, as the encoder does.
+    """
+    kind = type(value)
+    if kind is str:
+        return encode_basestring(value)
+    if kind is bool or value is None:
+        return _CONSTANTS[value]
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return _encode(value)  # containers, subclasses, and the non-finite float's error
+
+
+def canonical_json(record: dict) -> str:
+    """The one serialisation of a record that is stored and hashed (sorted keys, no spaces).
+
+    Raises ContractError: `non_finite_number` for a NaN or infinite number anywhere in it (also a
+    float literal too large for a double), `invalid_unicode` for text UTF-8 cannot encode (a lone
+    surrogate from a JSON escape such as \\ud800).
+    """
+    text = _encode(record)
+    _require_utf8(text)
+    return text
+
+
+def scrubbed_canonical(record: dict) -> tuple[dict, str]:
+    """(the record with PII masked, its canonical JSON): what ingestion stores.
+
+    Each top-level value is serialised on its own and the object put together from the parts,
+    exactly as the encoder would (sorted keys, '"key":value' joined by ','), so a free-form field
+    whose text `may_hold_pii` clears is neither walked nor serialised twice. Walking every string
+    of a reference-world record (hundreds of digit-bearing ids in initial_state) costs about
+    three serialisations; the gate, a fraction of one. The gate holds on this JSON: only quotes,
+    backslashes and control characters are escaped, and PII holds none of them.
+    """
+    clean = record
+    parts = []
+    for key in sorted(record):
+        if type(key) is not str:  # a validated record's keys are the contract's field names
+            raise TypeError(f"record keys must be str, got {key!r}")
+        value = record[key]
+        text = _encode_top(value)
+        if key in _FREE_FORM and may_hold_pii(text):
+            value = scrub_field(value, key)
+            text = _encode(value)
+            if clean is record:
+                clean = dict(record)
+            clean[key] = value
+        parts.append(f"{encode_basestring(key)}:{text}")
+    text = "{" + ",".join(parts) + "}"
+    _require_utf8(text)
+    return clean, text
+
+
+def _require_utf8(text: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ContractError(
+                "invalid_unicode", f"the record holds {text[err.start : err.end]!a}, which UTF-8 cannot encode"
+            ) from None
+
+
+def storable_text(text: str) -> str:
+    """`text` with any character UTF-8 cannot encode written as its escape, for a quarantine row."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
