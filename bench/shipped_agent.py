@@ -5,6 +5,9 @@
         the manifest (training.tiny.manifest). This is the command the manifest records.
     python bench/shipped_agent.py measure --out DIR --work WORK [--threads 2]
         the second half of `build` for a folder `python -m training.tiny.agent build` made.
+    python bench/shipped_agent.py measure-expert --work WORK
+        the expert-only SFT reference alone (kept in WORK for `measure`), while the weakness
+        stage still trains.
     python bench/shipped_agent.py check [--threads 2]
         rebuilds into a scratch folder, measures, and compares success with the manifest's:
         exit 0 when the paired difference on the same trials is within its 95% CI.
@@ -38,11 +41,19 @@ from evaluation.metrics import pass_hat_ks, success_rate, successes_by_task  # n
 from evaluation.policy import HFPolicy  # noqa: E402
 from evaluation.rollout import run_rollouts  # noqa: E402
 from training.rewards import outcome_of  # noqa: E402
-from training.tiny.agent import BUILD_SUMMARY, AgentRecipe, build_agent, level1_tasks, level1_tools  # noqa: E402
+from training.tiny.agent import (  # noqa: E402
+    BUILD_SUMMARY,
+    WEIGHTS_FILE,
+    AgentRecipe,
+    build_agent,
+    level1_tasks,
+    level1_tools,
+)
 from training.tiny.manifest import (  # noqa: E402
     REBUILD_COMMAND,
     SHIPPED_AGENT_DIR,
     build_machine,
+    sha256_of,
     verify_shipped,
     write_manifest,
 )
@@ -87,9 +98,31 @@ def measure(model_path: Path, held: list[dict], trials: int = TRIALS, seed: int 
     }
 
 
+def held_out(work: Path, recipe: AgentRecipe) -> list[dict]:
+    """The recipe's held-out customers, simulated once per work folder and kept there."""
+    cached = work / "eval" / "held_out.json"
+    if not cached.is_file():
+        _, held = level1_tasks(work / "eval", recipe)
+        cached.write_text(json.dumps(held))
+    return json.loads(cached.read_text())
+
+
+def measured(model_path: Path, work: Path, recipe: AgentRecipe) -> dict:
+    """`measure` on the held-out customers, kept in the work folder under the weights' sha256, so a
+    figure measured once (the expert reference, while the weakness stage still trains) is not
+    measured again and a changed model is never given another model's figures."""
+    digest = sha256_of(model_path / WEIGHTS_FILE)
+    cached = work / "eval" / f"figures-{digest}.json"
+    if not cached.is_file():
+        figures = measure(model_path, held_out(work, recipe))
+        cached.write_text(json.dumps({"model": str(model_path), **figures}))
+    figures = json.loads(cached.read_text())
+    figures.pop("model")
+    return figures
+
+
 def figures_for(out: Path, work: Path, recipe: AgentRecipe) -> dict:
-    _, held = level1_tasks(work / "eval", recipe)
-    return {"shipped": measure(out, held), "expert_sft": measure(work / "expert", held)}
+    return {"shipped": measured(out, work, recipe), "expert_sft": measured(work / "expert", work, recipe)}
 
 
 def publish(out: Path, work: Path, recipe: AgentRecipe, threads: int) -> dict:
@@ -119,7 +152,7 @@ def report(manifest: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("build", "measure", "check"))
+    parser.add_argument("command", choices=("build", "measure", "measure-expert", "check"))
     parser.add_argument("--out", type=Path, default=SHIPPED_AGENT_DIR)
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a new temporary one)")
     parser.add_argument("--threads", type=int, default=2)
@@ -132,6 +165,9 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="shipped-agent-"))
     if args.command == "build":
         build_agent(args.out, work, recipe, threads=args.threads, progress=lambda d: print(json.dumps(d), flush=True))
+    if args.command == "measure-expert":
+        print(json.dumps(measured(work / "expert", work, recipe)))
+        return 0
     if args.command in ("build", "measure"):
         report(publish(args.out, work, recipe, args.threads))
         return 0
