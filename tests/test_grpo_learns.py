@@ -1,13 +1,13 @@
 """GRPO learns from the reward, through the product's trainer with its settings (no entropy bonus).
 
-The decision: after reading the customer's order, the shipped agent hands the customer to a
-human or acts. Its weakness stage cloned a log in which half the conversations hand over, so
-sampled at the trainer's temperature it hands over in a sizeable share of conversations. The
-product's `escalated_unnecessary` term (weight -1) prefers acting. A few GRPO steps
-(`training.grpo.run`, `GRPORunConfig`'s defaults for loss, beta, learning rate and temperature)
-must lower the sampled hand-over share beyond noise. The same run with that term weighted 0 (a
-constant reward) must not: so the test fails if the advantage, the reward's wiring into the
-trainer, or a reward-free term (an entropy bonus) is what moves the policy.
+The decision: on its first turn the policy hands the customer to a human or starts on the task.
+The base is the shipped agent after a short SFT on a log in which half the conversations hand
+over at once, so sampled at the trainer's temperature it hands over about half the time, whatever
+happens later in the conversation. The product's `escalated_unnecessary` term (weight -1) prefers
+starting on the task. A few GRPO steps (`training.grpo.run`, `GRPORunConfig`'s defaults for loss,
+beta, learning rate and temperature) must lower the sampled hand-over share beyond noise. The same
+run with that term weighted 0 (a constant reward) must not: so the test fails if the advantage, the
+reward's wiring into the trainer, or a reward-free term (an entropy bonus) is what moves the policy.
 
 Statistics: each share is measured on the same held-out customers and simulator seeds, several
 sampled trials per customer; one-sided two-proportion z-test, trials treated as independent.
@@ -22,6 +22,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 STEPS = 6
+SFT_STEPS = 40
 SAMPLES_PER_CUSTOMER = 4
 Z_LEARNED = 2.33  # one-sided p < 0.01
 Z_NO_CHANGE = 1.645  # a drop beyond one-sided p < 0.05 with a constant reward is a wiring fault
@@ -43,6 +44,42 @@ def tasks(tmp_path_factory):
     # The shipped recipe's world, with less traffic: enough customers on both sides of the split.
     recipe = AgentRecipe(traffic=2000, train_tasks=64, held_out_tasks=40)
     return level1_tasks(tmp_path_factory.mktemp("tasks"), recipe)
+
+
+def _hands_over_at_once(task: dict) -> dict:
+    call = {"name": "transfer_to_human_agents", "arguments": {"summary": "The customer needs a human agent."}}
+    return {
+        **task,
+        "messages": list(task["messages"])
+        + [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": call["name"], "content": ""},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def undecided(tasks, tmp_path_factory):
+    """The shipped agent after SFT on a log in which every other conversation hands over at once."""
+    from training.sft import SFTSettings, warm_start
+    from training.tiny.agent import level1_tools
+    from training.tiny.level1 import level1_demonstration
+    from training.tiny.manifest import shipped_agent_path
+
+    train, _ = tasks
+    log = [_hands_over_at_once(t) if i % 2 else level1_demonstration(t) for i, t in enumerate(train)]
+    out = tmp_path_factory.mktemp("undecided") / "base"
+    settings = SFTSettings(
+        steps=SFT_STEPS,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        tools=level1_tools(),
+        verified_only=False,
+        relabel=True,
+        torch_threads=2,
+    )
+    warm_start(shipped_agent_path(), log, out, settings)
+    return out
 
 
 def _handed_over(model_path, held) -> list[bool]:
@@ -81,12 +118,11 @@ def _grpo(model_path, train, out, weight: float) -> str:
     return summary["model_path"]
 
 
-def test_grpo_lowers_the_rewarded_against_decision_and_a_constant_reward_does_not(tasks, tmp_path):
+def test_grpo_lowers_the_rewarded_against_decision_and_a_constant_reward_does_not(tasks, undecided, tmp_path):
     from training.rewards import RewardWeights
-    from training.tiny.manifest import shipped_agent_path
 
     train, held = tasks
-    base = shipped_agent_path()
+    base = undecided
     assert RewardWeights().escalated_unnecessary == -1.0  # the product's weight is what is tested
     before = _handed_over(base, held)
     share = sum(before) / len(before)
