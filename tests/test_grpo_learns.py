@@ -136,5 +136,6 @@ def test_grpo_lowers_the_rewarded_against_decision_and_a_constant_reward_does_no
         name: round(sum(v) / len(v), 3)
         for name, v in {"before": before, "learned": learned, "constant": constant}.items()
     }
+    print(f"hand-over shares {shares} z_learned={z_learned:.2f} z_constant={z_constant:.2f}")  # shown with -s
     assert z_learned > Z_LEARNED, f"hand-over share did not fall beyond noise: {shares}, z={z_learned:.2f}"
     assert z_constant < Z_NO_CHANGE, f"a constant reward moved the decision: {shares}, z={z_constant:.2f}"
