@@ -74,28 +74,40 @@ def canonical_json(record: dict) -> str:
 def scrubbed_canonical(record: dict) -> tuple[dict, str]:
     """(the record with PII masked, its canonical JSON): what ingestion stores.
 
-    The free-form objects are serialised on their own first and walked only when `may_hold_pii`
-    says their text may hold PII: walking every string of a reference-world record (hundreds of
+    The free-form strings and `messages` (a few strings behind known keys, and where PII usually
+    is) are walked first; the free-form objects are walked only when `may_hold_pii` says their
+    text may hold PII: walking every string of a reference-world record (hundreds of
     digit-bearing ids in initial_state) costs about three serialisations, the gate a fraction of
-    one. The gate holds on this JSON: only quotes, backslashes and control characters are escaped,
-    and PII holds none of them. `messages` and the one free-form string are walked directly:
-    validated messages hold a few strings behind known keys, and conversations are where PII
-    usually is, so gating them first would mostly add a serialisation. The clean record is then
-    serialised in one encoder call, which costs less than putting it together field by field.
+    one. The gate is a search for shapes, so a text it clears has no part it would flag: when the
+    whole serialised record passes, no object in it needs walking, and the record is serialised
+    in one encoder call. The gate holds on this JSON: only quotes, backslashes and control
+    characters are escaped, and PII holds none of them.
     """
-    clean = record
-    for key in FREE_FORM_FIELDS:
+    clean = _scrub_fields(record, record, _WALKED)
+    text = _encode(clean)
+    if may_hold_pii(text):
+        gated = [key for key in _GATED if record[key] is not None and may_hold_pii(_encode(record[key]))]
+        if gated:
+            clean = _scrub_fields(record, clean, gated)
+            text = _encode(clean)
+    _require_utf8(text)
+    return clean, text
+
+
+_GATED = tuple(key for key in FREE_FORM_FIELDS if key in ("initial_state", "user_scenario", "gold", "human_label"))
+_WALKED = tuple(key for key in FREE_FORM_FIELDS if key not in _GATED)
+
+
+def _scrub_fields(record: dict, clean: dict, keys) -> dict:
+    """`clean` (`record` or a copy of it) with the fields `keys` of `record` scrubbed."""
+    for key in keys:
         value = record[key]
-        if type(value) is dict and not may_hold_pii(_encode(value)):
-            continue
         new = scrub_field(value, key)
         if new is not value:
             if clean is record:
                 clean = dict(record)
             clean[key] = new
-    text = _encode(clean)
-    _require_utf8(text)
-    return clean, text
+    return clean
 
 
 def _require_utf8(text: str) -> None:

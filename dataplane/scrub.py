@@ -77,6 +77,10 @@ _PASSES = (
     (_PHONE_RES[0], _phone_sub, 10, ""),
     (_PHONE_RES[1], _phone_sub, 8, "+"),  # _phone_sub keeps spans of under 8 digits
 )
+# Each pass's replacement where every span it matches is masked (a national id always; a North
+# American phone number always has 10 or 11 digits, which `_phone_sub` masks): a string
+# replacement runs in C, a function is called per match.
+_FIXED = (None, NATIONAL_ID, NATIONAL_ID, PHONE, None)
 _KINDS = {CARD: "card", NATIONAL_ID: "national_id", PHONE: "phone"}
 # Each pass's span also has a shape, in an ASCII text mapped digit -> "d", space/'.'/'-' -> "s",
 # capital -> "L", '+' -> "+": a card has 13 digits in a row or 4, a separator and 4; a US id
@@ -91,7 +95,9 @@ _TEXT_SHAPE = bytes(
     ord("d") if 48 <= b <= 57 else ord("s") if b in b" .-" else ord("L") if 65 <= b <= 90 else b if b == 43 else 95
     for b in range(256)
 )
-_PASS_SHAPES = ((b"d" * 13, b"ddddsdddd"), (b"dddsddsdddd",), (b"LLd", b"LLsd"), (b"dddsdddd",), (b"+d",))
+_PASS_SHAPES = tuple(
+    re.compile(shape) for shape in (rb"d{13}|ddddsdddd", rb"dddsddsdddd", rb"LLs?d", rb"dddsdddd", rb"\+d")
+)
 
 
 def _scrub(text: str, found: list[str] | None) -> str:
@@ -102,13 +108,13 @@ def _scrub(text: str, found: list[str] | None) -> str:
         shape, digits = None, len(_DIGIT.findall(text))
     if not digits:
         return text
-    for (pattern, sub, min_digits, needs), shapes in zip(_PASSES, _PASS_SHAPES):
+    for (pattern, sub, min_digits, needs), fixed, shapes in zip(_PASSES, _FIXED, _PASS_SHAPES):
         if digits < min_digits or needs not in text:
             continue
-        if shape is not None and not any(part in shape for part in shapes):
+        if shape is not None and shapes.search(shape) is None:
             continue
         if found is None:
-            text = pattern.sub(sub, text)
+            text = pattern.sub(fixed or sub, text)
             continue
 
         def counting(match: re.Match, sub=sub) -> str:
