@@ -3,7 +3,8 @@
 Contract: exact-type tests first, the generic check (subclasses, error text) only on a miss.
 Scrubbing: a pass is skipped when the text has too few digits for it to mask anything.
 Parquet: only timestamp and JSON-text columns are converted per row. Ingest: the cyclic GC is
-paused per file and its state restored.
+paused per file and its state restored. Storing: a record whose objects hold no PII is serialised
+once, as a whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane import scrub
+from dataplane import pii_records, rowtext, scrub
 from dataplane.contract import ContractError, validate_record
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store, prepare_row
@@ -181,3 +182,41 @@ def test_gc_state_is_restored_after_ingest(tmp_path, records, enabled):
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def _counting_encode(monkeypatch) -> list[int]:
+    calls = [0]
+    real = rowtext._encode
+
+    def counted(value):
+        calls[0] += 1
+        return real(value)
+
+    monkeypatch.setattr(rowtext, "_encode", counted)
+    return calls
+
+
+def test_a_record_whose_objects_hold_no_pii_is_serialised_once(good, monkeypatch):
+    # PII in the conversation only: the walk masks it, and the one serialisation of the clean
+    # record is gated as a whole, so initial_state and user_scenario are neither serialised on
+    # their own nor walked.
+    record = copy.deepcopy(good)
+    record["messages"][0]["content"] += " call me on 415-555-0100"
+    valid = validate_record(record, NOW)
+    assert not pii_records.may_hold_pii(rowtext.canonical_json(pii_records.scrub_record(valid)))
+    calls = _counting_encode(monkeypatch)
+    clean, text = rowtext.scrubbed_canonical(valid)
+    assert calls == [1]
+    assert "[PHONE]" in clean["messages"][0]["content"] and "555-0100" not in text
+
+
+def test_pii_in_an_object_is_masked_once_the_whole_record_gate_fires(good, monkeypatch):
+    record = copy.deepcopy(good)
+    record["user_scenario"]["known_info"]["card"] = "4111 1111 1111 1111"
+    valid = validate_record(record, NOW)
+    calls = _counting_encode(monkeypatch)
+    clean, text = rowtext.scrubbed_canonical(valid)
+    # The whole record, then each object the gate cannot clear, then the clean record again.
+    assert 3 <= calls[0] <= 2 + len(rowtext._GATED)
+    assert clean["user_scenario"]["known_info"]["card"] == "[CARD]" and "4111" not in text
+    assert text == rowtext.canonical_json(clean)
