@@ -220,3 +220,17 @@ def test_pii_in_an_object_is_masked_once_the_whole_record_gate_fires(good, monke
     assert 3 <= calls[0] <= 2 + len(rowtext._GATED)
     assert clean["user_scenario"]["known_info"]["card"] == "[CARD]" and "4111" not in text
     assert text == rowtext.canonical_json(clean)
+
+
+def test_short_clean_strings_are_remembered_and_the_memory_is_bounded(monkeypatch):
+    monkeypatch.setattr(pii_records, "_KNOWN_CLEAN", set())
+    scrubbed = []
+    real = pii_records.scrub_text
+    monkeypatch.setattr(pii_records, "scrub_text", lambda text: scrubbed.append(text) or real(text))
+    for _ in range(3):
+        assert pii_records._clean_text("get_order_details") == "get_order_details"
+        assert pii_records._clean_text("call 415-555-0100") == "call [PHONE]"  # PII is never remembered
+    assert scrubbed == ["get_order_details", *["call 415-555-0100"] * 3]
+    for i in range(pii_records._KNOWN_CLEAN_MAX + 10):
+        pii_records._clean_text(f"tool_name_{i}")
+    assert len(pii_records._KNOWN_CLEAN) <= pii_records._KNOWN_CLEAN_MAX
