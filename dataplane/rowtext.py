@@ -25,7 +25,7 @@ def _c_encoder():
     """CPython's C encoder with `_CANONICAL`'s settings, built once; None where there is none.
 
     `JSONEncoder.encode` builds this object anew on every call, which costs as much as encoding
-    a small field, and a record is encoded a field at a time. The arguments are the ones
+    a small object, and ingestion encodes each record and often some of its objects. The arguments are the ones
     `JSONEncoder.iterencode` passes; markers=None skips the cycle check (a decoded record has no
     cycles, and a cycle would still end in RecursionError, not a hang).
     """
