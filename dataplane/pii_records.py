@@ -58,7 +58,6 @@ _SHAPE = bytes(
     else ord("_")
     for b in range(256)
 )
-_SHAPE_DIGITS = (b"d" * 13, b"dddsdddd", b"dddsddsdddd")  # card; grouped card or phone; national id
 _SHAPE_INTL = (b"+ds", b"+dds", b"+ddds")
 _SHAPE_NI = re.compile(rb"LLs?dds?dds?dds?L")  # the UK id's shape (its last letter A-D is an "L")
 _SHORT = 256  # below this many characters the regex gate is the cheaper one
@@ -76,7 +75,9 @@ def may_hold_pii(text: str) -> bool:
     if not text.isascii() and any(c.isdecimal() for c in set("".join(_NON_ASCII.findall(text)))):
         return _GATE_ANY.search(text) is not None
     shape = text.encode("utf-8", "surrogatepass").translate(_SHAPE)
-    if any(part in shape for part in _SHAPE_DIGITS):
+    if (
+        b"d" * 13 in shape or b"dddsdddd" in shape or b"dddsddsdddd" in shape
+    ):  # card; grouped card or phone; national id
         return True
     if b"+d" in shape and any(part in shape for part in _SHAPE_INTL):
         return True
@@ -115,19 +116,22 @@ def _clean_messages(messages: list[dict]) -> list[dict]:
     # Validated messages have only the contract's keys (role, content, tool_calls, name) and a
     # role from its set: neither can hold PII, so only the values that can are visited. This is
     # the field every record has, and the one PII is most often in.
-    out = [_clean_message(m) for m in messages]
-    return out if any(a is not b for a, b in zip(out, messages)) else messages
+    return _replaced(messages, [_clean_message(m) for m in messages])
+
+
+def _replaced(old: list, new: list) -> list:
+    """`new` if any item differs (by identity) from `old`'s, else `old` itself (shared, not copied)."""
+    for a, b in zip(new, old):
+        if a is not b:
+            return new
+    return old
 
 
 def _clean_message(message: dict) -> dict:
     content = message["content"]
     new_content = content if len(content) < _SHORTEST else _clean_text(content)
     calls = message.get("tool_calls")
-    new_calls = calls
-    if calls:
-        new_calls = [_clean_call(c) for c in calls]
-        if all(a is b for a, b in zip(new_calls, calls)):
-            new_calls = calls
+    new_calls = _replaced(calls, [_clean_call(c) for c in calls]) if calls else calls
     name = message.get("name")
     new_name = name if name is None or len(name) < _SHORTEST else _clean_text(name)
     if new_content is content and new_calls is calls and new_name is name:
@@ -176,7 +180,7 @@ def _clean(value: Any) -> Any:
             (item if len(item) < _SHORTEST else _clean_text(item)) if type(item) is str else _clean(item)
             for item in value
         ]
-        return items if any(a is not b for a, b in zip(items, value)) else value
+        return _replaced(value, items)
     if kind is int and _CARD_INT_LOW <= abs(value) < _CARD_INT_HIGH:
         text = str(value)
         clean = scrub_text(text)
@@ -184,10 +188,28 @@ def _clean(value: Any) -> Any:
     return value
 
 
+# Short strings found clean, remembered: tool names, canned replies and personas recur in almost
+# every record, and a set lookup costs a fraction of the shape test. `scrub_text` is a pure
+# function, so a remembered answer stays right; the set is emptied when full, which bounds it.
+_KNOWN_CLEAN: set[str] = set()
+_REMEMBER_UP_TO = 64  # characters; longer texts are rarely repeated, and hashing them costs more
+_KNOWN_CLEAN_MAX = 4096
+
+
 def _clean_text(text: str) -> str:
-    if len(text) < _SHORTEST or (_GATE_ASCII if text.isascii() else _GATE_ANY).search(text) is None:
+    # ASCII text goes straight to `scrub_text`: its own shape test skips every pass the gate
+    # would, and the gate's regex costs more than the shape on digit-heavy text.
+    size = len(text)
+    if size < _SHORTEST or (size <= _REMEMBER_UP_TO and text in _KNOWN_CLEAN):
         return text
-    return scrub_text(text)
+    if not text.isascii() and _GATE_ANY.search(text) is None:
+        return text
+    clean = scrub_text(text)
+    if clean is text and size <= _REMEMBER_UP_TO:
+        if len(_KNOWN_CLEAN) >= _KNOWN_CLEAN_MAX:
+            _KNOWN_CLEAN.clear()
+        _KNOWN_CLEAN.add(text)
+    return clean
 
 
 def suspect_texts(record: Any) -> Iterator[tuple[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import json.encoder
-import math
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -20,14 +19,13 @@ from dataplane.pii_records import FREE_FORM_FIELDS, may_hold_pii, scrub_field
 # Built once: json.dumps would build the same encoder on every call. NaN and infinities are
 # refused: they are not JSON, and a stored record must read back anywhere.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_FREE_FORM = frozenset(FREE_FORM_FIELDS)
 
 
 def _c_encoder():
     """CPython's C encoder with `_CANONICAL`'s settings, built once; None where there is none.
 
     `JSONEncoder.encode` builds this object anew on every call, which costs as much as encoding
-    a small field, and a record is encoded a field at a time. The arguments are the ones
+    a small object, and ingestion encodes each record and often some of its objects. The arguments are the ones
     `JSONEncoder.iterencode` passes; markers=None skips the cycle check (a decoded record has no
     cycles, and a cycle would still end in RecursionError, not a hang).
     """
@@ -61,27 +59,6 @@ def _encode(value: Any) -> str:
         raise ContractError("wrong_type", f"a value is not JSON: {err}") from None
 
 
-_CONSTANTS = {True: "true", False: "false", None: "null"}
-
-
-def _encode_top(value: Any) -> str:
-    """`_encode` for one top-level value, with the encoder's own scalar rules inlined.
-
-    A record has ten scalar fields; calling the encoder for each costs more than encoding them.
-    Strings use the encoder's string function, numbers their repr, as the encoder does.
-    """
-    kind = type(value)
-    if kind is str:
-        return encode_basestring(value)
-    if kind is bool or value is None:
-        return _CONSTANTS[value]
-    if kind is int:
-        return int.__repr__(value)
-    if kind is float and math.isfinite(value):
-        return float.__repr__(value)
-    return _encode(value)  # containers, subclasses, and the non-finite float's error
-
-
 def canonical_json(record: dict) -> str:
     """The one serialisation of a record that is stored and hashed (sorted keys, no spaces).
 
@@ -97,30 +74,40 @@ def canonical_json(record: dict) -> str:
 def scrubbed_canonical(record: dict) -> tuple[dict, str]:
     """(the record with PII masked, its canonical JSON): what ingestion stores.
 
-    Each top-level value is serialised on its own and the object put together from the parts,
-    exactly as the encoder would (sorted keys, '"key":value' joined by ','), so a free-form field
-    whose text `may_hold_pii` clears is neither walked nor serialised twice. Walking every string
-    of a reference-world record (hundreds of digit-bearing ids in initial_state) costs about
-    three serialisations; the gate, a fraction of one. The gate holds on this JSON: only quotes,
-    backslashes and control characters are escaped, and PII holds none of them.
+    The free-form strings and `messages` (a few strings behind known keys, and where PII usually
+    is) are walked first; the free-form objects are walked only when `may_hold_pii` says their
+    text may hold PII: walking every string of a reference-world record (hundreds of
+    digit-bearing ids in initial_state) costs about three serialisations, the gate a fraction of
+    one. The gate is a search for shapes, so a text it clears has no part it would flag: when the
+    whole serialised record passes, no object in it needs walking, and the record is serialised
+    in one encoder call. The gate holds on this JSON: only quotes, backslashes and control
+    characters are escaped, and PII holds none of them.
     """
-    clean = record
-    parts = []
-    for key in sorted(record):
-        if type(key) is not str:  # a validated record's keys are the contract's field names
-            raise TypeError(f"record keys must be str, got {key!r}")
-        value = record[key]
-        text = _encode_top(value)
-        if key in _FREE_FORM and may_hold_pii(text):
-            value = scrub_field(value, key)
-            text = _encode(value)
-            if clean is record:
-                clean = dict(record)
-            clean[key] = value
-        parts.append(f"{encode_basestring(key)}:{text}")
-    text = "{" + ",".join(parts) + "}"
+    clean = _scrub_fields(record, record, _WALKED)
+    text = _encode(clean)
+    if may_hold_pii(text):
+        gated = [key for key in _GATED if record[key] is not None and may_hold_pii(_encode(record[key]))]
+        if gated:
+            clean = _scrub_fields(record, clean, gated)
+            text = _encode(clean)
     _require_utf8(text)
     return clean, text
+
+
+_GATED = tuple(key for key in FREE_FORM_FIELDS if key in ("initial_state", "user_scenario", "gold", "human_label"))
+_WALKED = tuple(key for key in FREE_FORM_FIELDS if key not in _GATED)
+
+
+def _scrub_fields(record: dict, clean: dict, keys) -> dict:
+    """`clean` (`record` or a copy of it) with the fields `keys` of `record` scrubbed."""
+    for key in keys:
+        value = record[key]
+        new = scrub_field(value, key)
+        if new is not value:
+            if clean is record:
+                clean = dict(record)
+            clean[key] = new
+    return clean
 
 
 def _require_utf8(text: str) -> None:

@@ -77,6 +77,10 @@ _PASSES = (
     (_PHONE_RES[0], _phone_sub, 10, ""),
     (_PHONE_RES[1], _phone_sub, 8, "+"),  # _phone_sub keeps spans of under 8 digits
 )
+# Each pass's replacement where every span it matches is masked (a national id always; a North
+# American phone number always has 10 or 11 digits, which `_phone_sub` masks): a string
+# replacement runs in C, a function is called per match.
+_FIXED = (None, NATIONAL_ID, NATIONAL_ID, PHONE, None)
 _KINDS = {CARD: "card", NATIONAL_ID: "national_id", PHONE: "phone"}
 # Each pass's span also has a shape, in an ASCII text mapped digit -> "d", space/'.'/'-' -> "s",
 # capital -> "L", '+' -> "+": a card has 13 digits in a row or 4, a separator and 4; a US id
@@ -85,28 +89,32 @@ _KINDS = {CARD: "card", NATIONAL_ID: "national_id", PHONE: "phone"}
 # (a mask brings no digit, separator or capital next to a digit, so skipping stays sound after
 # earlier passes). Most texts that pass the digit count, say one holding a phone number, then run
 # one regex instead of five.
-_TEXT_SHAPE = str.maketrans(
-    {
-        chr(c): "d" if "0" <= chr(c) <= "9" else "s" if chr(c) in " .-" else "L" if "A" <= chr(c) <= "Z" else "_"
-        for c in range(128)
-        if chr(c) != "+"
-    }
+# bytes.translate with a 256-byte table is one C loop; str.translate with a mapping looks every
+# character up in a dict, which cost more than the passes it lets a text skip.
+_TEXT_SHAPE = bytes(
+    ord("d") if 48 <= b <= 57 else ord("s") if b in b" .-" else ord("L") if 65 <= b <= 90 else b if b == 43 else 95
+    for b in range(256)
 )
-_PASS_SHAPES = (("d" * 13, "ddddsdddd"), ("dddsddsdddd",), ("LLd", "LLsd"), ("dddsdddd",), ("+d",))
+_PASS_SHAPES = tuple(
+    re.compile(shape) for shape in (rb"d{13}|ddddsdddd", rb"dddsddsdddd", rb"LLs?d", rb"dddsdddd", rb"\+d")
+)
 
 
 def _scrub(text: str, found: list[str] | None) -> str:
-    if _DIGIT.search(text) is None:
+    if text.isascii():
+        shape = text.encode("ascii").translate(_TEXT_SHAPE)
+        digits = shape.count(b"d")
+    else:
+        shape, digits = None, len(_DIGIT.findall(text))
+    if not digits:
         return text
-    digits = len(_DIGIT.findall(text))
-    shape = text.translate(_TEXT_SHAPE) if text.isascii() else None
-    for (pattern, sub, min_digits, needs), shapes in zip(_PASSES, _PASS_SHAPES):
+    for (pattern, sub, min_digits, needs), fixed, shapes in zip(_PASSES, _FIXED, _PASS_SHAPES):
         if digits < min_digits or needs not in text:
             continue
-        if shape is not None and not any(part in shape for part in shapes):
+        if shape is not None and shapes.search(shape) is None:
             continue
         if found is None:
-            text = pattern.sub(sub, text)
+            text = pattern.sub(fixed or sub, text)
             continue
 
         def counting(match: re.Match, sub=sub) -> str:

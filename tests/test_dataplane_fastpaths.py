@@ -3,7 +3,8 @@
 Contract: exact-type tests first, the generic check (subclasses, error text) only on a miss.
 Scrubbing: a pass is skipped when the text has too few digits for it to mask anything.
 Parquet: only timestamp and JSON-text columns are converted per row. Ingest: the cyclic GC is
-paused per file and its state restored.
+paused per file and its state restored. Storing: a record whose objects hold no PII is serialised
+once, as a whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane import scrub
+from dataplane import pii_records, rowtext, scrub
 from dataplane.contract import ContractError, validate_record
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store, prepare_row
@@ -181,3 +182,55 @@ def test_gc_state_is_restored_after_ingest(tmp_path, records, enabled):
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def _counting_encode(monkeypatch) -> list[int]:
+    calls = [0]
+    real = rowtext._encode
+
+    def counted(value):
+        calls[0] += 1
+        return real(value)
+
+    monkeypatch.setattr(rowtext, "_encode", counted)
+    return calls
+
+
+def test_a_record_whose_objects_hold_no_pii_is_serialised_once(good, monkeypatch):
+    # PII in the conversation only: the walk masks it, and the one serialisation of the clean
+    # record is gated as a whole, so initial_state and user_scenario are neither serialised on
+    # their own nor walked.
+    record = copy.deepcopy(good)
+    record["messages"][0]["content"] += " call me on 415-555-0100"
+    valid = validate_record(record, NOW)
+    assert not pii_records.may_hold_pii(rowtext.canonical_json(pii_records.scrub_record(valid)))
+    calls = _counting_encode(monkeypatch)
+    clean, text = rowtext.scrubbed_canonical(valid)
+    assert calls == [1]
+    assert "[PHONE]" in clean["messages"][0]["content"] and "555-0100" not in text
+
+
+def test_pii_in_an_object_is_masked_once_the_whole_record_gate_fires(good, monkeypatch):
+    record = copy.deepcopy(good)
+    record["user_scenario"]["known_info"]["card"] = "4111 1111 1111 1111"
+    valid = validate_record(record, NOW)
+    calls = _counting_encode(monkeypatch)
+    clean, text = rowtext.scrubbed_canonical(valid)
+    # The whole record, then each object the gate cannot clear, then the clean record again.
+    assert 3 <= calls[0] <= 2 + len(rowtext._GATED)
+    assert clean["user_scenario"]["known_info"]["card"] == "[CARD]" and "4111" not in text
+    assert text == rowtext.canonical_json(clean)
+
+
+def test_short_clean_strings_are_remembered_and_the_memory_is_bounded(monkeypatch):
+    monkeypatch.setattr(pii_records, "_KNOWN_CLEAN", set())
+    scrubbed = []
+    real = pii_records.scrub_text
+    monkeypatch.setattr(pii_records, "scrub_text", lambda text: scrubbed.append(text) or real(text))
+    for _ in range(3):
+        assert pii_records._clean_text("get_order_details") == "get_order_details"
+        assert pii_records._clean_text("call 415-555-0100") == "call [PHONE]"  # PII is never remembered
+    assert scrubbed == ["get_order_details", *["call 415-555-0100"] * 3]
+    for i in range(pii_records._KNOWN_CLEAN_MAX + 10):
+        pii_records._clean_text(f"tool_name_{i}")
+    assert len(pii_records._KNOWN_CLEAN) <= pii_records._KNOWN_CLEAN_MAX

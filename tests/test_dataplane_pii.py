@@ -211,7 +211,7 @@ def test_a_clean_window_passes_the_pii_checks(world, reference_tasks, home):
 
 
 def test_the_stored_text_is_the_canonical_json_of_the_scrubbed_record(world, reference_tasks):
-    # Stored text is put together a field at a time; it must be exactly what the encoder writes,
+    # Stored text is gated and scrubbed in parts; it must be exactly what the encoder writes,
     # or content hashes would change with the way a record was scrubbed.
     records = build_records(world, reference_tasks, 6)
     for record in [*records, *(_dirty(r) for r in records)]:
