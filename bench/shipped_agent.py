@@ -38,8 +38,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from evaluation.failure_modes import failure_mode_shares  # noqa: E402
 from evaluation.metrics import pass_hat_ks, success_rate, successes_by_task  # noqa: E402
-from evaluation.policy import HFPolicy  # noqa: E402
 from evaluation.rollout import run_rollouts  # noqa: E402
+from training.policies import HFPolicy  # noqa: E402
 from training.rewards import outcome_of  # noqa: E402
 from training.tiny.agent import (  # noqa: E402
     BUILD_SUMMARY,

@@ -83,8 +83,8 @@ def undecided(tasks, tmp_path_factory):
 
 
 def _handed_over(model_path, held) -> list[bool]:
-    from evaluation.policy import HFPolicy
     from evaluation.rollout import run_rollouts
+    from training.policies import HFPolicy
     from training.tiny.agent import level1_tools
 
     tools = level1_tools()
