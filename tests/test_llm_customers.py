@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import re
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from dataplane.contract import validate_record
 from evaluation.rollout import run_rollouts
+from tests.helpers_chat_server import chat_server, completion
 from tests.helpers_eval import expert_steps, make_records
 from tests.helpers_traffic import NOW, generated_world, read_records
 from training.customers import (
@@ -61,53 +60,26 @@ def customer_line(messages: list[dict]) -> str:
     return f"Thank you, that is all. {STOP_TOKEN}"
 
 
-class _Customer(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        server = self.server
-        with server.lock:
-            server.requests.append((self.path, dict(self.headers), body))
-            count = len(server.requests)
-        model = body["model"]
-        status, reply = 200, None
-        if model == "slow":
-            time.sleep(1.0)
-        elif model == "flaky" and count == 1:
-            status, reply = 503, {"error": "warming up"}
-        elif model == "bad-request":
-            status, reply = 400, {"error": "unknown model"}
-        if reply is None:
-            content = customer_line(body["messages"])
-            reply = {
-                "garbled": "not a completion",
-                "no-choices": {"choices": []},
-                "empty": {"choices": [{"message": {"role": "assistant", "content": "  "}}]},
-                "number": {"choices": [{"message": {"role": "assistant", "content": 42}}]},
-            }.get(model, {"choices": [{"message": {"role": "assistant", "content": content}}]})
-        payload = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):  # keep test output clean
-        pass
+def _answer(body: dict, count: int) -> tuple[int, object]:
+    model = body["model"]
+    if model == "slow":
+        time.sleep(1.0)
+    elif model == "flaky" and count == 1:
+        return 503, {"error": "warming up"}
+    elif model == "bad-request":
+        return 400, {"error": "unknown model"}
+    return 200, {
+        "garbled": "not a completion",
+        "no-choices": {"choices": []},
+        "empty": completion("  "),
+        "number": completion(42),
+    }.get(model, completion(customer_line(body["messages"])))
 
 
 @pytest.fixture()
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Customer)
-    httpd.daemon_threads = True
-    httpd.block_on_close = False  # a "slow" handler still sleeping must not hold up the teardown
-    httpd.requests, httpd.lock = [], threading.Lock()
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    httpd.base = f"http://127.0.0.1:{httpd.server_port}"
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+    with chat_server(_answer) as httpd:
+        yield httpd
 
 
 @pytest.fixture()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.helpers_chat_server import chat_server, completion
 from training.customers import ENDED, PERSONAS, CustomerSimulator, PersonaSimulator, make_simulator, scenario_facts
 from training.customers.llm import (
     STOP_TOKEN,
@@ -267,44 +266,18 @@ def test_transformers_backend_needs_a_tokenizer_with_a_loaded_model(tiny_chat_mo
         TransformersChatBackend(AutoModelForCausalLM.from_pretrained(tiny_chat_model))
 
 
-class _StubHandler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append((self.path, dict(self.headers), body))
-        if body["model"] == "broken":
-            self.send_response(500)
-            payload = b'{"error": "boom"}'
-        else:
-            self.send_response(200)
-            reply = (
-                "garbled"
-                if body["model"] == "garbled"
-                else {
-                    "choices": [
-                        {"message": {"role": "assistant", "content": f"echo: {body['messages'][-1]['content']}"}}
-                    ]
-                }
-            )
-            payload = json.dumps(reply).encode()
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):  # keep test output clean
-        pass
+def _echo(body: dict, count: int) -> tuple[int, object]:
+    if body["model"] == "broken":
+        return 500, {"error": "boom"}
+    if body["model"] == "garbled":
+        return 200, "garbled"
+    return 200, completion(f"echo: {body['messages'][-1]['content']}")
 
 
 @pytest.fixture()
 def stub_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubHandler)
-    server.requests = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with chat_server(_echo) as server:
+        yield server
 
 
 def test_openai_backend_posts_chat_completions(stub_server):
