@@ -108,9 +108,9 @@ def _read_jsonl(path: Path) -> Iterator[RawRecord]:
 
 def _decode_line(line_no: int, text: str) -> RawRecord:
     try:
-        return RawRecord(line_no, text, decode_json(text, f"line {line_no}"))
+        return RawRecord(line_no, text, decode_json(text))
     except ContractError as err:
-        return RawRecord(line_no, text, error=err)
+        return RawRecord(line_no, text, error=err.at(f"line {line_no}"))
 
 
 def _read_parquet(path: Path) -> Iterator[RawRecord]:
@@ -161,9 +161,9 @@ class _RowDecoder:
             value = obj[key]
             if isinstance(value, str):
                 try:
-                    obj[key] = decode_json(value, f"row {row_no} {key}")
+                    obj[key] = decode_json(value)
                 except ContractError as err:
-                    return RawRecord(row_no, row, error=err)
+                    return RawRecord(row_no, row, error=err.at(f"row {row_no} {key}"))
         return RawRecord(row_no, row, obj)
 
 

@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataplane.contract import parse_timestamp
+from dataplane.record_model import valid_instant
 from dataplane.rowtext import scrubbed_canonical, storable_text
 from dataplane.scrub import scrub_json_text
 
@@ -202,8 +202,8 @@ def prepare_row(record: dict) -> PreparedRow:
     return PreparedRow(
         (
             clean["interaction_id"],
-            parse_timestamp(clean["started_at"], "started_at"),
-            parse_timestamp(clean["ended_at"], "ended_at"),
+            valid_instant(clean["started_at"], "started_at"),
+            valid_instant(clean["ended_at"], "ended_at"),
             clean["policy_version"],
             clean["customer_id"],
             clean["intent"],
