@@ -6,11 +6,19 @@ from functools import partial
 import dagster as dg
 
 from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
-from assets.partitions import weekly_partitions
+from assets.partitions import week_end, weekly_partitions
 from assets.resources import Curriculum, DuckDBStore, HomeResource
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
-from evaluation.eval_sets import build_shadow_set, calibration_eligible, current_calibration_set, freeze_calibration_set
+from dataplane.window import window_ids
+from evaluation.eval_sets import (
+    EvalSetError,
+    build_shadow_set,
+    calibration_eligible,
+    current_calibration_set,
+    freeze_calibration_set,
+    shadow_counts,
+)
 from evaluation.replay import proxy_reward, reward_alignment
 from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
 from training.rewards import RewardWeights
@@ -184,18 +192,31 @@ def shadow_report(
     store: DuckDBStore,
     curriculum: Curriculum,
 ):
-    """Candidate vs baseline replaying recent held-out conversations, paired per conversation."""
+    """Candidate vs baseline replaying recorded held-out conversations, paired per conversation.
+
+    The set is drawn from the whole stored log up to the week's end, newest first (a short window is
+    topped up with older conversations); its metadata says how many came from the window.
+    """
     h = home.home
     splits = split_records(h, store, window_splits)
     with store.connect(h) as con:
-        shadow = build_shadow_set(
-            con, context.partition_key, splits["shadow"], size=config.shadow_size, split_of=_split_fn(window_splits)
-        )
+        try:
+            shadow = build_shadow_set(
+                con,
+                context.partition_key,
+                week_end(context.partition_key),
+                size=config.shadow_size,
+                split_of=_split_fn(window_splits),
+            )
+        except EvalSetError as err:
+            raise dg.Failure(f"shadow set: {err}") from err
         records = shadow.records(con)
+        found = shadow_counts(shadow, window_ids(con, window_splits.week), config.shadow_size)
     yield _never_trained_on(splits, records)
-    if not records:
-        raise dg.Failure("the shadow split of this window holds no conversation with gold")
-    context.log.info(f"shadow: {len(records)} conversations, candidate and baseline")
+    context.log.info(
+        f"shadow: {found['found']} conversations of {found['requested']} requested "
+        f"({found['found_in_window']} in the window, {found['found_before_window']} before it), candidate and baseline"
+    )
     records = at_level(records, curriculum.level)
     if not records:
         raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level}")
@@ -212,4 +233,11 @@ def shadow_report(
         reward_weights=run_reward_weights(grpo_candidate),
     )
     report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))
-    yield dg.MaterializeResult(value=report, metadata={**_report_metadata(pair), "shadow_rows": len(records)})
+    yield dg.MaterializeResult(
+        value=report,
+        metadata={
+            **_report_metadata(pair),
+            "shadow_rows": len(records),
+            **{f"shadow_{name}": count for name, count in found.items()},
+        },
+    )

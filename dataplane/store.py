@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -146,6 +147,39 @@ def load_records(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict]:
     if missing:
         raise KeyError(f"{len(missing)} interaction id(s) not in the store, e.g. {missing[:3]}")
     return [json.loads(by_id[i]) for i in ids]
+
+
+def gold_customers_before(con: duckdb.DuckDBPyConnection, before: datetime) -> list[str]:
+    """Distinct customers with at least one interaction carrying gold that ended before `before`.
+
+    Splits are a hash of the customer id computed in Python (`dataplane.splits`), so a caller picks a
+    split's customers from this list rather than from every stored record.
+    """
+    rows = con.execute(
+        "SELECT DISTINCT customer_id FROM interactions WHERE has_gold AND ended_at < ? ORDER BY customer_id", [before]
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def newest_with_gold(
+    con: duckdb.DuckDBPyConnection, customers: Sequence[str], before: datetime, limit: int
+) -> list[str]:
+    """Ids of up to `limit` interactions of `customers` that carry gold and ended before
+    `before`, newest first, equal times by interaction id: the top-N runs in DuckDB over the whole
+    stored log, so only the chosen rows reach Python."""
+    if not customers:
+        return []
+    con.register("_customers", pa.table({"customer_id": pa.array(list(customers), pa.string())}))
+    try:
+        rows = con.execute(
+            "SELECT interaction_id FROM interactions "
+            "WHERE has_gold AND ended_at < ? AND customer_id IN (SELECT customer_id FROM _customers) "
+            "ORDER BY ended_at DESC, interaction_id LIMIT ?",
+            [before, limit],
+        ).fetchall()
+    finally:
+        con.unregister("_customers")
+    return [r[0] for r in rows]
 
 
 _INTERACTION_COLUMNS = (

@@ -6,8 +6,13 @@ through an explicit `freeze_calibration_set(..., force_new=True)` (or a new expl
 Its human labels are what reward alignment is measured against, so it must stay fixed across weeks
 for week-over-week numbers to mean anything.
 
-Shadow set: per week, up to 5,000 (configurable) most recent shadow-split conversations with gold,
-replayed by candidate and champion with the same seeds so outcomes pair up per conversation.
+Shadow set: per week, up to 5,000 (configurable) shadow-split conversations with gold, the newest
+first, drawn from the whole stored log (`interactions`), not only the week's window: a week whose
+window holds too few takes older ones. Only conversations that ended before the week's end (the
+window's own exclusive cut-off) qualify, so a backfill of an old week never sees later traffic. The
+selection is a top-N query in DuckDB; only the split, a hash of the customer id, is computed in
+Python, over the distinct customers with gold. Candidate and champion replay the set with the same
+seeds so outcomes pair up per conversation. Once stored, a week's set is reused on every re-run.
 
 Both live in tables `calibration_sets` / `shadow_sets` (ids and positions only: the records
 themselves stay in `interactions`, which is append-only, and the set hash covers each record's
@@ -15,7 +20,8 @@ content hash, so any drift of the underlying rows is detectable). The tables are
 CREATE TABLE IF NOT EXISTS using exactly the schema `dataplane.store` declares, so either module
 may be first to touch a database.
 
-Neither set is ever trained on: splits are by customer, and `assert_disjoint_from_training` is the
+Neither set is ever trained on: splits are by customer (a shadow customer is never a train
+customer, whichever week's window is trained on), and `assert_disjoint_from_training` is the
 explicit check a training asset (and a test) runs.
 """
 
@@ -29,9 +35,8 @@ from typing import Any, ClassVar, TypeVar
 
 import duckdb
 
-from dataplane.contract import parse_timestamp
 from dataplane.splits import split_of as default_split_of
-from dataplane.store import SCHEMA, load_records
+from dataplane.store import SCHEMA, gold_customers_before, load_records, newest_with_gold
 
 DEFAULT_SHADOW_SIZE = 5_000
 
@@ -273,21 +278,21 @@ def _validated_ids(records: Sequence[dict], split_of: SplitFn) -> list[str]:
     return sorted(seen)
 
 
-def _ended_at(record: dict[str, Any]) -> datetime:
-    value = record["ended_at"]
-    return value if isinstance(value, datetime) else parse_timestamp(value, "ended_at")
-
-
 def select_shadow(
-    records: Iterable[dict], size: int = DEFAULT_SHADOW_SIZE, split_of: SplitFn = default_split_of
-) -> list[dict]:
-    """Up to `size` most recent shadow-split records with gold; ties broken by interaction id."""
+    con: duckdb.DuckDBPyConnection,
+    before: datetime,
+    size: int = DEFAULT_SHADOW_SIZE,
+    split_of: SplitFn = default_split_of,
+) -> list[str]:
+    """Ids of up to `size` shadow-split conversations with gold that ended before `before`, over the
+    whole stored log, newest first (equal times by interaction id)."""
     if size < 1:
         raise ValueError(f"shadow set size must be positive, got {size}")
-    keep = [r for r in records if r.get("gold") and split_of(r["customer_id"]) == "shadow"]
-    keep.sort(key=lambda r: r["interaction_id"])
-    keep.sort(key=_ended_at, reverse=True)  # stable: equal times stay in id order
-    return keep[:size]
+    if before.tzinfo is None or before.utcoffset() is None:
+        # DuckDB would read a naive time in the session's zone: the cut-off would move with the machine.
+        raise ValueError(f"the shadow cut-off must be timezone-aware, got naive {before.isoformat()}")
+    shadow_customers = [c for c in gold_customers_before(con, before) if split_of(c) == "shadow"]
+    return newest_with_gold(con, shadow_customers, before, size)
 
 
 def shadow_set(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
@@ -299,13 +304,14 @@ def shadow_set(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
 def build_shadow_set(
     con: duckdb.DuckDBPyConnection,
     week: str,
-    records: Iterable[dict],
+    before: datetime,
     size: int = DEFAULT_SHADOW_SIZE,
     *,
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
 ) -> ShadowSet:
-    """Select and store the shadow set of `week`, or return the one stored by an earlier run.
+    """Select (`select_shadow`, ended before `before`: the week's end) and store the shadow set of
+    `week`, or return the one stored by an earlier run.
 
     Re-running a week never rewrites its shadow set, so a backfill evaluates on the same
     conversations as the original run did.
@@ -314,10 +320,28 @@ def build_shadow_set(
     stored = _load(con, ShadowSet, week)
     if stored is not None:
         return stored
-    chosen = select_shadow(records, size, split_of)
+    chosen = select_shadow(con, before, size, split_of)
     if not chosen:
-        raise EvalSetError("empty_set", f"week {week}: no shadow-split records with gold")
-    return _store(con, ShadowSet, week, [r["interaction_id"] for r in chosen], now)
+        raise EvalSetError(
+            "empty_set", f"week {week}: no shadow-split conversation with gold ended before {before.isoformat()}"
+        )
+    return _store(con, ShadowSet, week, chosen, now)
+
+
+def shadow_counts(shadow: ShadowSet, window_ids: Iterable[str], requested: int) -> dict[str, int]:
+    """Where `shadow`'s conversations came from: the week's window (`window_ids`) or the log before it
+    (the window is the newest interactions before the same cut-off, so any other member is older).
+
+    `requested` is the size asked for; `found` falls short of it when the log holds too few. A set
+    reused from an earlier run keeps the size it was built with.
+    """
+    in_window = len(set(window_ids).intersection(shadow.interaction_ids))
+    return {
+        "found_in_window": in_window,
+        "found_before_window": shadow.rows - in_window,
+        "found": shadow.rows,
+        "requested": requested,
+    }
 
 
 def assert_disjoint_from_training(train_ids: Iterable[str], *sets: StoredSet) -> None:

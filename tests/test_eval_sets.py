@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
 from dataplane.ingest import ingest_paths
 from dataplane.splits import split_of, split_window
 from dataplane.store import open_store
+from dataplane.window import cut_window, window_ids
 from evaluation.eval_sets import (
     CalibrationSet,
     EvalSetError,
@@ -23,23 +25,31 @@ from evaluation.eval_sets import (
     current_calibration_set,
     freeze_calibration_set,
     select_shadow,
+    shadow_counts,
     shadow_set,
 )
 from tests.helpers_gates import make_record
 
 N = 600
+# make_record(n) ends at minute n of 2025-01-01, so every record of the store below ended before this.
+AFTER_ALL = datetime(2025, 1, 2, tzinfo=UTC)
+
+
+def _ingested(tmp_path, records: list[dict]):
+    """A real store at tmp_path holding `records`, ingested from a landing file."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "batch.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    summary = ingest_paths(tmp_path / "db.duckdb", [landing])
+    assert summary.accepted == len(records)
+    return open_store(tmp_path / "db.duckdb")
 
 
 @pytest.fixture()
 def store(tmp_path):
     """A store with N ingested interactions; every third one lacks gold, every fifth a label."""
     records = [make_record(i, gold=i % 3 != 0, label=None if i % 5 == 0 else i % 2 == 0) for i in range(N)]
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    (landing / "batch.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    summary = ingest_paths(tmp_path / "db.duckdb", [landing])
-    assert summary.accepted == N
-    con = open_store(tmp_path / "db.duckdb")
+    con = _ingested(tmp_path, records)
     yield con, records
     con.close()
 
@@ -119,36 +129,93 @@ def test_new_version_only_with_force_and_old_version_kept(store):
     assert calibration_set(con, "v1").interaction_ids == v1.interaction_ids
 
 
+def _ended(record: dict) -> datetime:
+    return datetime.fromisoformat(record["ended_at"])
+
+
+def _newest_shadow_with_gold(records: list[dict], before: datetime) -> list[str]:
+    """The shadow selection rule spelled out in Python: the reference the SQL must match."""
+    pool = [r for r in records if split_of(r["customer_id"]) == "shadow" and r["gold"] and _ended(r) < before]
+    pool.sort(key=lambda r: r["interaction_id"])
+    pool.sort(key=_ended, reverse=True)  # stable: equal times stay in id order
+    return [r["interaction_id"] for r in pool]
+
+
 def test_shadow_set_takes_the_most_recent_gold_shadow_records(store):
     con, records = store
-    chosen = select_shadow(records, size=7)
-    pool = [r for r in records if split_of(r["customer_id"]) == "shadow" and r["gold"]]
-    newest = sorted(pool, key=lambda r: r["ended_at"], reverse=True)[:7]
-    assert [r["interaction_id"] for r in chosen] == [r["interaction_id"] for r in newest]
-    built = build_shadow_set(con, "2025-W02", records, size=7)
-    assert built.created and list(built.interaction_ids) == [r["interaction_id"] for r in newest]
-    # Re-running the week returns the stored set, whatever is passed in now.
-    rerun = build_shadow_set(con, "2025-W02", records[:50], size=3)
+    newest = _newest_shadow_with_gold(records, AFTER_ALL)[:7]
+    assert select_shadow(con, AFTER_ALL, size=7) == newest
+    built = build_shadow_set(con, "2025-W02", AFTER_ALL, size=7)
+    assert built.created and list(built.interaction_ids) == newest
+    # Re-running the week returns the stored set, whatever is asked now.
+    rerun = build_shadow_set(con, "2025-W02", datetime(2025, 1, 1, 1, tzinfo=UTC), size=3)
     assert not rerun.created and rerun.interaction_ids == built.interaction_ids
     assert shadow_set(con, "2025-W02").set_hash == built.set_hash
     assert shadow_set(con, "2025-W03") is None
 
 
-def test_shadow_size_defaults_to_5000_and_ties_break_by_id():
+def test_a_short_window_is_topped_up_from_history_before_it_and_never_after(store):
+    """The window alone holds too few shadow conversations: older ones from the whole stored log fill
+    the set, newest first, capped at its size, and nothing that ended at or after the week's end
+    enters it (a backfill of this week, run today, sees no later traffic)."""
+    con, records = store
+    end = datetime(2025, 1, 1, 8, tzinfo=UTC)  # minutes 0..479 ended before it, 480..599 after
+    window = cut_window(con, end, size=40)
+    in_window = window_ids(con, window.week)
+    size = 20
+    wanted = _newest_shadow_with_gold(records, end)
+    from_window = [rid for rid in wanted if rid in set(in_window)]
+    later = [r for r in records if split_of(r["customer_id"]) == "shadow" and r["gold"] and _ended(r) >= end]
+    assert 0 < len(from_window) < size < len(wanted) and later  # the case under test, and a future to leak
+
+    shadow = build_shadow_set(con, "2025-W01", end, size=size)
+    chosen = shadow.records(con)
+    assert list(shadow.interaction_ids) == wanted[:size]
+    ended = [_ended(r) for r in chosen]
+    assert all(t < end for t in ended) and ended == sorted(ended, reverse=True)
+    assert all(split_of(r["customer_id"]) == "shadow" and r["gold"] for r in chosen)
+    assert set(from_window) <= set(shadow.interaction_ids)  # the window's own come first: they are newest
+    assert shadow_counts(shadow, in_window, requested=size) == {
+        "found_in_window": len(from_window),
+        "found_before_window": size - len(from_window),
+        "found": size,
+        "requested": size,
+    }
+    # Asking for more than the log holds takes every eligible conversation and says it fell short.
+    everything = build_shadow_set(con, "2025-W01-all", end)
+    assert list(everything.interaction_ids) == wanted
+    counts = shadow_counts(everything, in_window, requested=5000)
+    assert counts["found"] == len(wanted) < counts["requested"] == 5000
+
+
+def test_a_week_before_any_shadow_conversation_is_an_empty_set_error_naming_the_week(store):
+    con, _ = store
+    with pytest.raises(EvalSetError) as err:
+        build_shadow_set(con, "2024-W52", datetime(2025, 1, 1, tzinfo=UTC))
+    assert err.value.rule == "empty_set" and "2024-W52" in str(err.value)
+    assert shadow_set(con, "2024-W52") is None
+    with pytest.raises(ValueError, match="timezone-aware"):
+        select_shadow(con, datetime(2025, 1, 2))
+
+
+def test_shadow_size_defaults_to_5000_and_ties_break_by_id(tmp_path):
     from evaluation.eval_sets import DEFAULT_SHADOW_SIZE
 
     assert DEFAULT_SHADOW_SIZE == 5000
     records = [make_record(i, minute=0) for i in range(40)]
-    chosen = select_shadow(records)
-    ids = [r["interaction_id"] for r in chosen]
-    assert ids == sorted(ids) and len(ids) == sum(split_of(r["customer_id"]) == "shadow" for r in records)
+    con = _ingested(tmp_path, records)
+    try:
+        ids = select_shadow(con, AFTER_ALL)
+    finally:
+        con.close()
+    assert ids == sorted(ids) and len(ids) == sum(split_of(r["customer_id"]) == "shadow" for r in records) > 1
 
 
 def test_neither_set_is_ever_trained_on(store):
     """The training split of every week's window excludes both evaluation sets."""
     con, records = store
     cal = freeze_calibration_set(con, calibration_eligible(records))
-    shadow = build_shadow_set(con, "2025-W02", records)
+    shadow = build_shadow_set(con, "2025-W02", AFTER_ALL)
     # Two "weeks" of windows overlapping the frozen calibration set's period.
     for window in (records[: N // 2], records[N // 3 :]):
         train_ids = [r["interaction_id"] for r in split_window(window)["train"]]
@@ -167,7 +234,7 @@ def test_neither_set_is_ever_trained_on(store):
 def test_both_kinds_of_set_reload_as_their_own_kind(store):
     con, records = store
     cal = freeze_calibration_set(con, calibration_eligible(records))
-    shadow = build_shadow_set(con, "2025-W02", records)
+    shadow = build_shadow_set(con, "2025-W02", AFTER_ALL)
     again_cal, again_shadow = calibration_set(con, "v1"), shadow_set(con, "2025-W02")
     assert type(again_cal) is CalibrationSet and type(again_shadow) is ShadowSet
     assert (again_cal.version, again_shadow.week) == ("v1", "2025-W02")

@@ -1,5 +1,6 @@
-"""The evaluation assets' own rules: leakage by customer, the run's reward weights, one declaration
-of the gate thresholds, and what runs by itself when the code location loads."""
+"""The evaluation assets' own rules: leakage by customer, the shadow set reaching back before a short
+window, the run's reward weights, one declaration of the gate thresholds, and what runs by itself
+when the code location loads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,65 @@ def test_a_misspelt_switch_is_an_error_naming_it(monkeypatch):
     monkeypatch.setenv("RETRAIN_SCHEDULE", "of")
     with pytest.raises(ValueError, match="RETRAIN_SCHEDULE='of'"):
         switched_on("RETRAIN_SCHEDULE")
+
+
+def test_shadow_report_tops_up_a_short_window_from_earlier_history(home):
+    """The real shadow_report after the real data assets, with a tiny model as both candidate and
+    baseline: a 40-row window holds too few shadow conversations, so the set reaches back into the
+    log before it, never past the week's end, and the metadata says where each part came from."""
+    import dagster as dg
+
+    from assets import data
+    from assets.evaluation import shadow_report
+    from assets.handoffs import GRPOCandidate, PolicyBase
+    from assets.partitions import week_end, weekly_partitions
+    from assets.resources import Curriculum, default_resources
+    from dataplane.store import load_records, open_store
+    from dataplane.window import week_id, window_ids
+    from evaluation.eval_sets import shadow_set
+    from tests.helpers_training import tiny_spec
+    from training.tiny.bootstrap import build_tiny_policy
+
+    week, size = "2026-11-16", 8
+    # Three weeks up to the partition's end and one week after it: later traffic that must not leak.
+    simulate(days=28, per_day=12, seed=5, out_dir=str(home.landing), start=date(2026, 11, 2), n_users=60)
+    landed = [json.loads(line) for f in sorted(home.landing.rglob("*.jsonl")) for line in f.read_text().splitlines()]
+    model = str(build_tiny_policy(home.models / "tiny", landed[:40], tiny_spec()))
+
+    @dg.asset(name="policy_base", partitions_def=weekly_partitions)
+    def stub_policy_base():
+        return PolicyBase(path=model, source="base_model")
+
+    @dg.asset(name="grpo_candidate", partitions_def=weekly_partitions)
+    def stub_candidate():
+        return GRPOCandidate(path=model, mlflow_run_id="none", final_step=0)
+
+    resources = {**default_resources(), "curriculum": Curriculum(levels={"2": 1.0})}  # recorded form: no rewrite
+    config = {
+        "ops": {
+            "interaction_window": {"config": {"size": 40}},
+            "shadow_report": {"config": {"shadow_size": size, "max_turns": 2, "max_new_tokens": 8}},
+        }
+    }
+    assets = [data.raw_interactions, data.interaction_window, data.window_splits, stub_policy_base, stub_candidate]
+    result = dg.materialize(
+        [*assets, shadow_report], partition_key=week, resources=resources, run_config=config, raise_on_error=False
+    )
+    assert result.success
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "shadow_report"]
+    meta = {k: v.value for k, v in event.materialization.metadata.items() if k.startswith("shadow_")}
+    in_window, before = meta["shadow_found_in_window"], meta["shadow_found_before_window"]
+    assert meta["shadow_found"] == meta["shadow_requested"] == size == in_window + before
+    assert in_window > 0 and before > 0
+
+    con = open_store(home.duckdb_path)
+    try:
+        stored = shadow_set(con, week)
+        records = load_records(con, list(stored.interaction_ids))
+        window = set(window_ids(con, week_id(week_end(week))))
+    finally:
+        con.close()
+    ended = [datetime.fromisoformat(r["ended_at"]) for r in records]
+    assert max(ended) < week_end(week) and ended == sorted(ended, reverse=True)
+    assert len(window) == 40 and sum(r["interaction_id"] in window for r in records) == in_window
+    assert any(datetime.fromisoformat(r["ended_at"]) >= week_end(week) for r in landed)  # a future to leak

@@ -209,7 +209,7 @@ def pii_store(home):
         info = cut_window(con, week_end(WEEK), size=10_000)
         records = window_records(con, info.week)
         calibration = freeze_calibration_set(con, calibration_eligible(records), now=now)
-        shadow = build_shadow_set(con, info.week, records, now=now)
+        shadow = build_shadow_set(con, info.week, week_end(WEEK), now=now)
         assert calibration.rows > 0 and shadow.rows > 0
         yield home, con, info.week, calibration, shadow
     finally:
