@@ -36,7 +36,11 @@ from dataplane.store import SCHEMA, load_records
 DEFAULT_SHADOW_SIZE = 5_000
 
 # The tables are part of the store's schema (dataplane.store.SCHEMA); one definition serves both.
-_TABLES = tuple(statement for statement in SCHEMA if "calibration_sets" in statement or "shadow_sets" in statement)
+_TABLES = tuple(
+    statement
+    for statement in SCHEMA
+    if any(table in statement for table in ("calibration_sets", "calibration_week", "shadow_sets"))
+)
 
 SplitFn = Callable[[str], str]
 

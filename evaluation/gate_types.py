@@ -98,7 +98,8 @@ class PolicyOutcomes:
 @dataclass(frozen=True)
 class GateInputs:
     """Everything the gates read. `proxy_rewards[i]` and `human_success[i]` describe the same
-    calibration record (the proxy reward of the recorded conversation and its human label).
+    labelled interaction (the proxy reward of the recorded conversation and its human verdict);
+    `labels_week` names the week whose served interactions those labels are of ("" when unknown).
 
     `success_worth` is what one verified success adds to the proxy reward under the weights the
     candidate trained with (`RewardWeights.success_worth`): the exchange rate the hacking alarm
@@ -114,6 +115,7 @@ class GateInputs:
     baseline_kind: Literal["champion", "base_model"] = "champion"
     data_detail: str = ""
     success_worth: float = RewardWeights().success_worth()
+    labels_week: str = ""
 
 
 @dataclass(frozen=True)
