@@ -6,19 +6,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from assets.partitions import week_end
-from dataplane.ingest import ingest_paths
 from dataplane.labels import import_labels
 from dataplane.store import load_records, open_store
 from evaluation.gates import evaluate_gates
 from evaluation.replay import reward_alignment
 from evaluation.week_alignment import alignment_series, measure_alignment, read_week_labels
 from tests.helpers_gates import gate_inputs
-from training.traffic.simulate import simulate
+from tests.helpers_traffic import simulated_store
 
 W1, W2 = "2026-11-09", "2026-11-16"  # Mondays
 NOW = datetime(2026, 11, 24, 9, tzinfo=UTC)
@@ -27,10 +26,7 @@ NOW = datetime(2026, 11, 24, 9, tzinfo=UTC)
 @pytest.fixture(scope="module")
 def two_weeks(tmp_path_factory):
     """Two weeks of simulated traffic, a third of it labelled in the records, ingested into a store."""
-    root = tmp_path_factory.mktemp("two-weeks")
-    simulate(days=14, per_day=20, seed=4, out_dir=root / "landing", start=date.fromisoformat(W1), label_share=0.35)
-    ingest_paths(root / "store.duckdb", [root / "landing"], now=NOW)
-    return root / "store.duckdb"
+    return simulated_store(tmp_path_factory.mktemp("two-weeks"), W1, days=14, per_day=20, seed=4, label_share=0.35)
 
 
 @pytest.fixture()
