@@ -28,8 +28,13 @@ class EvalConfig(dg.Config):
     max_turns: int = 12
     compact: bool = True  # short tool results, as the curriculum's first level trains with
     max_new_tokens: int = 128
-    # A new calibration version is frozen when this many eligible interactions (calibration customer,
-    # gold, agreed human label) have accrued outside the current one; `retrain calibration refresh`
+
+
+class CalibrationConfig(EvalConfig):
+    """EvalConfig, plus when the week's first run freezes a new calibration version."""
+
+    # A new version is frozen when this many eligible interactions (calibration customer, gold,
+    # agreed human label) have accrued outside the current one; `retrain calibration refresh`
     # freezes one at any time.
     calibration_refresh_after: int = DEFAULT_REFRESH_AFTER
 
@@ -107,7 +112,7 @@ def _report_metadata(report: PairReport) -> dict:
 )
 def calibration_report(
     context: dg.AssetExecutionContext,
-    config: EvalConfig,
+    config: CalibrationConfig,
     window_splits: WindowSplits,
     policy_base: PolicyBase,
     grpo_candidate: GRPOCandidate,

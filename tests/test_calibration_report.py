@@ -20,6 +20,7 @@ from assets.evaluation import calibration_report
 from assets.handoffs import GRPOCandidate, PolicyBase
 from assets.partitions import weekly_partitions
 from assets.resources import Curriculum, default_resources
+from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER
 from evaluation.registry import mlflow_client
 from evaluation.run_log import find_week_runs, week_step
 from orchestration.cli import main
@@ -109,3 +110,21 @@ def test_the_week_run_logs_the_calibration_version_and_a_weekly_alignment_series
         assert {t.key: t.value for t in calibration.tags}["mlflow.data.context"] == "calibration"
         assert run.data.tags["calibration_version"] == "v1" and run.data.tags["alignment_labels_week"] == week
     assert steps[1] == steps[0] + 1  # consecutive weeks, consecutive steps
+
+
+def test_the_refresh_threshold_is_calibration_report_config_only():
+    from orchestration.definitions import defs
+    from orchestration.demo import demo_run_config
+
+    job = defs.resolve_job_def("weekly_retrain")
+    config = demo_run_config("ci")
+    config["ops"]["calibration_report"]["config"]["calibration_refresh_after"] = 10
+    resolved = dg.validate_run_config(job, config)["ops"]["calibration_report"]["config"]
+    assert resolved["calibration_refresh_after"] == 10
+    del config["ops"]["calibration_report"]["config"]["calibration_refresh_after"]
+    assert dg.validate_run_config(job, config)["ops"]["calibration_report"]["config"]["calibration_refresh_after"] == (
+        DEFAULT_REFRESH_AFTER
+    )
+    config["ops"]["shadow_report"]["config"]["calibration_refresh_after"] = 10
+    with pytest.raises(dg.DagsterInvalidConfigError, match="calibration_refresh_after"):
+        dg.validate_run_config(job, config)
