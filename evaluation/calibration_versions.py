@@ -74,9 +74,15 @@ def eligible_verdicts(
     con: duckdb.DuckDBPyConnection, before: datetime | None = None, split_of: SplitFn = default_split_of
 ) -> dict[str, bool]:
     """The calibration pool by interaction id, with each one's agreed verdict: calibration-split
-    customers' stored interactions with gold that ended before `before` (None: any time)."""
+    customers' stored interactions with gold that ended before `before` (None: any time).
+
+    Only labelled interactions are read (a record label, or a row in `labels`, which every writer's
+    `open_store` creates), so the cost follows the labels, not the size of the log.
+    """
     rows = con.execute(
-        "SELECT interaction_id, customer_id FROM interactions WHERE has_gold AND ($before IS NULL OR ended_at < $before)",
+        "SELECT interaction_id, customer_id FROM interactions WHERE has_gold "
+        "AND (human_task_success IS NOT NULL OR interaction_id IN (SELECT interaction_id FROM labels)) "
+        "AND ($before IS NULL OR ended_at < $before)",
         {"before": before},
     ).fetchall()
     splits: dict[str, str] = {}
