@@ -1,6 +1,7 @@
 """Evaluation assets: held-out calibration and paired shadow replay, candidate against baseline."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
+from datetime import timedelta
 from functools import partial
 
 import dagster as dg
@@ -11,16 +12,10 @@ from assets.resources import Curriculum, DuckDBStore, HomeResource
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from dataplane.window import window_ids
-from evaluation.eval_sets import (
-    EvalSetError,
-    build_shadow_set,
-    calibration_eligible,
-    current_calibration_set,
-    freeze_calibration_set,
-    shadow_counts,
-)
-from evaluation.replay import proxy_reward, reward_alignment
+from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER, WeekCalibration, week_calibration
+from evaluation.eval_sets import EvalSetError, build_shadow_set, shadow_counts
 from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
+from evaluation.week_alignment import WeekAlignment, measure_alignment, read_week_labels
 from training.rewards import RewardWeights
 
 
@@ -34,6 +29,15 @@ class EvalConfig(dg.Config):
     max_turns: int = 12
     compact: bool = True  # short tool results, as the curriculum's first level trains with
     max_new_tokens: int = 128
+
+
+class CalibrationConfig(EvalConfig):
+    """EvalConfig, plus when the week's first run freezes a new calibration version."""
+
+    # A new version is frozen when this many eligible interactions (calibration customer, gold,
+    # agreed human label) have accrued outside the current one; `retrain calibration refresh`
+    # freezes one at any time.
+    calibration_refresh_after: int = DEFAULT_REFRESH_AFTER
 
 
 def _split_fn(window_splits: WindowSplits):
@@ -59,16 +63,6 @@ def _never_trained_on(splits: dict, evaluated: list[dict]) -> dg.AssetCheckResul
             "sample": dg.MetadataValue.json(leaked[:5]),
         },
     )
-
-
-def alignment_evidence(labelled: list[dict], reward_weights: dict[str, float]) -> tuple[list[float], list[bool], dict]:
-    """Proxy reward (priced with the weights the candidate trained with) and human verdict of each
-    labelled record, and the alignment summary under those same weights."""
-    weights = RewardWeights.from_dict(reward_weights)
-    rewards = [proxy_reward(r, weights) for r in labelled]
-    human = [bool(r["human_label"]["task_success"]) for r in labelled]
-    summary = {k: v for k, v in reward_alignment(labelled, weights).items() if k != "skipped"}
-    return rewards, human, summary
 
 
 def run_reward_weights(grpo_candidate: GRPOCandidate) -> dict[str, float]:
@@ -119,7 +113,7 @@ def _report_metadata(report: PairReport) -> dict:
 )
 def calibration_report(
     context: dg.AssetExecutionContext,
-    config: EvalConfig,
+    config: CalibrationConfig,
     window_splits: WindowSplits,
     policy_base: PolicyBase,
     grpo_candidate: GRPOCandidate,
@@ -127,27 +121,38 @@ def calibration_report(
     store: DuckDBStore,
     curriculum: Curriculum,
 ):
-    """Candidate vs baseline on the frozen calibration set, plus reward alignment with human labels."""
-    h = home.home
+    """Candidate vs baseline on the week's calibration version, plus the week's reward alignment.
+
+    The version is the one the week is pinned to (a re-run of the week uses it again); a new one is
+    frozen first when enough eligible interactions accrued (`calibration_refresh_after`). Reward
+    alignment scores the proxy reward against the labels of the interactions served this week.
+    """
+    h, week = home.home, context.partition_key
     splits = split_records(h, store, window_splits)
+    # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
+    weights = run_reward_weights(grpo_candidate)
+    end = week_end(week)
     with store.connect(h) as con:
-        frozen = current_calibration_set(con)
-        if frozen is None:
-            eligible = calibration_eligible(splits["calibration"], split_of=_split_fn(window_splits))
-            if not eligible:
-                raise dg.Failure(
-                    "no calibration-split interaction with gold and a human label yet: "
-                    "the calibration set cannot be frozen (label more interactions)"
-                )
-            frozen = freeze_calibration_set(con, eligible, split_of=_split_fn(window_splits))
-        records = frozen.records(con)
+        try:
+            chosen = week_calibration(
+                con,
+                week,
+                before=end,
+                refresh_after=config.calibration_refresh_after,
+                split_of=_split_fn(window_splits),
+            )
+        except ValueError as err:  # EvalSetError, or a calibration_refresh_after below 1
+            raise dg.Failure(f"week {week}: no calibration version to evaluate on: {err}") from err
+        records = chosen.version.records(con)
+        labels = read_week_labels(con, week, end - timedelta(days=7), end)
     yield _never_trained_on(splits, records)
     evaluated = at_level(records, curriculum.level)[: config.max_tasks]
     if not evaluated:
         raise dg.Failure(f"no calibration task at curriculum level {curriculum.level} among {len(records)} records")
-    context.log.info(f"calibration: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline")
-    # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
-    weights = run_reward_weights(grpo_candidate)
+    context.log.info(
+        f"calibration {chosen.version.version}: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline"
+    )
+    # One call rolls both policies out on the same records of the one version.
     pair = evaluate_pair(
         grpo_candidate.path,
         policy_base.path,
@@ -160,20 +165,57 @@ def calibration_report(
         tools=curriculum.tools,
         reward_weights=weights,
     )
-    labelled = [r for r in records if r.get("human_label")]
-    rewards, human, alignment = alignment_evidence(labelled, weights)
-    report = CalibrationReport(pair, frozen.version, frozen.set_hash, len(records), rewards, human, alignment, weights)
+    alignment = measure_alignment(labels, weights)
+    summary = alignment.summary()
+    report = CalibrationReport(
+        pair,
+        chosen.version.version,
+        chosen.version.set_hash,
+        len(records),
+        alignment.proxy_rewards,
+        alignment.human_success,
+        summary,
+        weights,
+        chosen.version.interaction_ids,
+    )
     yield dg.MaterializeResult(
         value=report,
         metadata={
             **_report_metadata(pair),
-            "calibration_version": frozen.version,
-            "calibration_rows": len(records),
-            "reward_alignment_auc": alignment.get("auc"),
-            "human_labels": len(labelled),
+            **_calibration_metadata(chosen),
+            **_alignment_metadata(alignment),
             "reward_weights": dg.MetadataValue.json(RewardWeights.from_dict(weights).to_dict()),
         },
     )
+
+
+def _calibration_metadata(chosen: WeekCalibration) -> dict:
+    version = chosen.version
+    how = "pinned by an earlier run of this week" if chosen.pinned_before else "pinned by this run"
+    return {
+        "calibration_version": version.version,
+        "calibration_set_hash": version.set_hash,
+        "calibration_rows": version.rows,
+        "calibration_created_at": version.created_at.isoformat(),
+        "calibration_pin": how + (" (frozen now)" if chosen.frozen_now else ""),
+        "calibration_new_eligible": chosen.new_eligible,
+    }
+
+
+def _alignment_metadata(alignment: WeekAlignment) -> dict:
+    summary = alignment.summary()
+    return {
+        "labels_week": alignment.week,
+        "human_labels": summary["n"],
+        "label_rows": summary["labels"],
+        "raters": dg.MetadataValue.json(list(alignment.tally.raters)),
+        "rater_disagreements": summary["disagreements"],
+        "disagreements": dg.MetadataValue.json(alignment.tally.disagreements[:20]),
+        "reward_alignment_auc": summary["auc"],
+        "reward_alignment_note": summary["auc_undefined"] or "",
+        "verified_success_agreement": summary["agreement"],
+        "labels_not_replayable": summary["skipped"],
+    }
 
 
 @dg.asset(

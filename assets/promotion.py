@@ -20,7 +20,8 @@ from evaluation.decision import PromotionDecision
 from evaluation.failure_modes import compare_weeks
 from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
-from evaluation.run_log import WeekRun, log_week_run
+from evaluation.run_log import DatasetRef, WeekRun, log_week_run
+from evaluation.week_alignment import alignment_series
 from training.rewards import RewardWeights
 
 # The thresholds are declared once, on GateConfig; the Dagster config is built from its fields.
@@ -60,6 +61,18 @@ def _tool_shares(calibration: CalibrationReport) -> dict:
     for policy, side in (("candidate", calibration.pair.candidate), ("champion", calibration.pair.baseline)):
         tools[policy] = {t: n / max(1, sum(side.tool_counts.values())) for t, n in side.tool_counts.items()}
     return tools
+
+
+def _calibration_input(calibration: CalibrationReport) -> DatasetRef:
+    """The week's calibration version as an MLflow dataset input, its set hash as the digest."""
+    source = {
+        "store": "interactions.duckdb",
+        "table": "calibration_sets",
+        "version": calibration.version,
+        "set_hash": calibration.set_hash,
+    }
+    frame = pd.DataFrame({"interaction_id": list(calibration.interaction_ids)}, dtype="string")
+    return DatasetRef(f"calibration-{calibration.version}", calibration.set_hash, source, frame, "calibration")
 
 
 def _gate_check(gate) -> dg.AssetCheckResult:
@@ -130,6 +143,7 @@ def promotion_gate(
             baseline_kind="champion" if policy_base.source == "champion" else "base_model",
             data_detail=", ".join(interaction_window.failed_expectations),
             success_worth=RewardWeights.from_dict(calibration_report.reward_weights).success_worth(),
+            labels_week=calibration_report.alignment.get("labels_week", ""),
         ),
         GateConfig(**config.model_dump()),
     )
@@ -168,7 +182,12 @@ def promotion_gate(
             reward_curve=grpo_candidate.reward_curve,
             samples=samples,
             validation={"success": interaction_window.validation_success},
+            datasets=[_calibration_input(calibration_report)],
+            # The week's reward alignment as a time series: one step per week across the weekly runs.
+            weekly={f"alignment/{k}": v for k, v in alignment_series(calibration_report.alignment).items()},
             tags={
+                "calibration_version": calibration_report.version,
+                "alignment_labels_week": str(calibration_report.alignment.get("labels_week", "")),
                 "dagster_run_id": context.run_id,
                 "dagster_run_url": _dagster_run_url(context.run_id),
                 "gate_reason": report.reason[:4000],
@@ -186,6 +205,8 @@ def promotion_gate(
         "dagster_run_id": context.run_id,
         "window_rows": interaction_window.rows,
         "calibration_rows": calibration_report.rows,
+        "calibration_version": calibration_report.version,
+        "calibration_set_hash": calibration_report.set_hash,
         "shadow_rows": shadow_report.rows,
         "shadow_success": shadow_report.pair.candidate.summary["success_rate"],
         "violation_rate": candidate.violation_rate,

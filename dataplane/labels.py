@@ -22,7 +22,9 @@ from typing import Any
 import duckdb
 
 from dataplane.contract import FUTURE_TOLERANCE, ContractError, parse_timestamp
+from dataplane.review_sample import week_population
 from dataplane.scrub import scrub_text
+from dataplane.store import load_records
 
 # What an exported review line holds; an import accepts these keys (plus `labeled_at`) and no
 # other, so a misspelt `task_succes` is refused instead of leaving the line unlabelled.
@@ -233,12 +235,65 @@ def agreed_task_success(labels: Iterable[Label]) -> bool | None:
     return verdicts.pop() if len(verdicts) == 1 else None
 
 
+def week_labels(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> dict[str, list[Label]]:
+    """Every label (reviews and records' own alike) of the interactions that ended in [start, end).
+
+    Chosen by when the interaction was served, not when it was labelled: this is the population
+    `retrain review export --week` samples, so a week's review file lands in that week's labels
+    whenever it is imported.
+    """
+    ids = [rid for rid, _outcome, _intent in week_population(con, start, end)]
+    return labels_for(con, ids) if ids else {}
+
+
+@dataclass(frozen=True)
+class LabelTally:
+    """What a set of labels says: `agreed` holds each interaction whose raters agree (its verdict),
+    `disagreements` the others with every rater's verdict; `labels` counts label rows."""
+
+    labels: int
+    raters: tuple[str, ...]
+    agreed: dict[str, bool]
+    disagreements: list[dict[str, Any]]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "labels": self.labels,
+            "labelled_interactions": len(self.agreed) + len(self.disagreements),
+            "raters": len(self.raters),
+            "agreed": len(self.agreed),
+            "disagreements": len(self.disagreements),
+        }
+
+
+def tally(by_id: dict[str, list[Label]]) -> LabelTally:
+    """The labels of `labels_for` / `week_labels` reduced to verdicts and disagreements."""
+    agreed = {rid: verdict for rid, labels in by_id.items() if (verdict := agreed_task_success(labels)) is not None}
+    return LabelTally(
+        labels=sum(len(labels) for labels in by_id.values()),
+        raters=tuple(sorted({label.rater for labels in by_id.values() for label in labels})),
+        agreed=dict(sorted(agreed.items())),
+        disagreements=disagreements(by_id),
+    )
+
+
 def disagreements(by_id: dict[str, list[Label]]) -> list[dict[str, Any]]:
     """Interactions whose raters disagree, each with every rater's verdict."""
     return [
         {"interaction_id": rid, "labels": {label.rater: label.task_success for label in labels}}
         for rid, labels in sorted(by_id.items())
         if agreed_task_success(labels) is None and labels
+    ]
+
+
+def records_with_verdicts(con: duckdb.DuckDBPyConnection, verdicts: dict[str, bool]) -> list[dict[str, Any]]:
+    """The stored records of `verdicts`' interactions (in id order), each with `human_label.task_success`
+    set to the raters' agreed verdict; the rest of a record's own label is kept."""
+    ids = sorted(verdicts)
+    records = load_records(con, ids)
+    return [
+        {**r, "human_label": {**(r.get("human_label") or {}), "task_success": verdicts[rid]}}
+        for rid, r in zip(ids, records)
     ]
 
 

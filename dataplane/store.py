@@ -83,6 +83,12 @@ SCHEMA = (
         set_hash VARCHAR NOT NULL,
         created_at TIMESTAMPTZ NOT NULL,
         PRIMARY KEY (version, position))""",
+    # The calibration version each week was judged on (evaluation/calibration_versions.py): pinned
+    # by the week's first run, so a re-run (backfill) of the week uses it again, never a newer one.
+    """CREATE TABLE IF NOT EXISTS calibration_week (
+        week VARCHAR PRIMARY KEY,
+        version VARCHAR NOT NULL,
+        pinned_at TIMESTAMPTZ NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS shadow_sets (
         week VARCHAR NOT NULL,
         position INTEGER NOT NULL,

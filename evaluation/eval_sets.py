@@ -1,10 +1,10 @@
 """The two held-out evaluation sets, stored in DuckDB.
 
-Calibration set: frozen and versioned. Built once from calibration-split interactions that carry
-gold actions and a human label; a stored version is never rewritten, and a new version appears only
-through an explicit `freeze_calibration_set(..., force_new=True)` (or a new explicit version name).
-Its human labels are what reward alignment is measured against, so it must stay fixed across weeks
-for week-over-week numbers to mean anything.
+Calibration set: frozen and versioned. A version is frozen from calibration-split interactions that
+carry gold actions and a human label; a stored version is never rewritten, and a new version appears
+only through an explicit `freeze_calibration_set(..., force_new=True)` (or a new explicit version
+name). When a new version is frozen, and which version each week is judged on (a week is pinned to
+the version its first run used), is `evaluation.calibration_versions`.
 
 Shadow set: per week, up to 5,000 (configurable) shadow-split conversations with gold, the newest
 first, drawn from the whole stored log (`interactions`), not only the week's window: a week whose
@@ -41,7 +41,11 @@ from dataplane.store import SCHEMA, gold_customers_before, load_records, newest_
 DEFAULT_SHADOW_SIZE = 5_000
 
 # The tables are part of the store's schema (dataplane.store.SCHEMA); one definition serves both.
-_TABLES = tuple(statement for statement in SCHEMA if "calibration_sets" in statement or "shadow_sets" in statement)
+_TABLES = tuple(
+    statement
+    for statement in SCHEMA
+    if any(table in statement for table in ("calibration_sets", "calibration_week", "shadow_sets"))
+)
 
 SplitFn = Callable[[str], str]
 
@@ -51,7 +55,8 @@ class EvalSetError(ValueError):
 
     `.rule` is a short name (`not_calibration_split`, `no_gold`, `no_human_label`,
     `duplicate_record`, `not_in_store`, `empty_set`, `frozen_version_exists`,
-    `new_version_needs_force`); `.record_id` names the offending interaction when there is one.
+    `new_version_needs_force`, `pinned_version_missing`); `.record_id` names the offending
+    interaction when there is one.
     """
 
     def __init__(self, rule: str, detail: str, record_id: str | None = None):

@@ -150,10 +150,10 @@ def reward_alignment(inp: GateInputs, cfg: GateConfig) -> Gate:
             cfg.min_reward_alignment,
             ">=",
             False,
-            f"not measurable: {len(labels)} human labels ({positives} successes), need >= "
+            f"not measurable: {len(labels)} human labels{_of_week(inp.labels_week)} ({positives} successes), need >= "
             f"{cfg.min_human_labels} with both outcomes; rule: {cfg.on_insufficient_labels}",
             on_fail=cfg.on_insufficient_labels,  # type: ignore[arg-type]
-            lift=_labels_needed(len(labels), positives, cfg.min_human_labels),
+            lift=_labels_needed(len(labels), positives, cfg.min_human_labels, inp.labels_week),
             labels=len(labels),
             positives=positives,
         )
@@ -164,7 +164,7 @@ def reward_alignment(inp: GateInputs, cfg: GateConfig) -> Gate:
         cfg.min_reward_alignment,
         ">=",
         auc >= cfg.min_reward_alignment,
-        f"ROC AUC of proxy reward vs human task_success over {len(labels)} labels",
+        f"ROC AUC of proxy reward vs human task_success over {len(labels)} labels{_of_week(inp.labels_week)}",
         labels=len(labels),
         positives=positives,
     )
@@ -251,9 +251,14 @@ def tool_call_drift(inp: GateInputs, cfg: GateConfig) -> Gate:
     )
 
 
-def _labels_needed(labels: int, positives: int, needed: int) -> str:
-    """What would make the AUC measurable, in a person's terms."""
+def _of_week(week: str) -> str:
+    return f" of week {week}'s interactions" if week else ""
+
+
+def _labels_needed(labels: int, positives: int, needed: int, week: str = "") -> str:
+    """What would make the AUC measurable, in a person's terms (and, with the week, the commands)."""
+    how = f" (retrain review export --week {week}, label, retrain review import; then re-run the week)" if week else ""
     if labels < needed:
-        return f"{labels} human labels, {needed} needed: label {needed - labels} more"
+        return f"{labels} human labels, {needed} needed: label {needed - labels} more{_of_week(week)}{how}"
     missing = "failures" if positives == labels else "successes"
-    return f"all {labels} human labels share one outcome: label some {missing}"
+    return f"all {labels} human labels share one outcome: label some {missing}{_of_week(week)}{how}"

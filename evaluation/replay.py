@@ -39,6 +39,8 @@ __all__ = [
     "recorded_episode",
     "proxy_reward",
     "record_verified_success",
+    "AlignmentEvidence",
+    "alignment_evidence",
     "reward_alignment",
 ]
 
@@ -258,15 +260,27 @@ def record_verified_success(record: Mapping[str, Any]) -> bool | None:
     return verified_success(recorded_episode(record))
 
 
-def reward_alignment(
+@dataclass(frozen=True)
+class AlignmentEvidence:
+    """The proxy reward and human verdict of every labelled record that replays
+    (`rewards[i]` and `human[i]` belong to the same record), their summary, and what was left out."""
+
+    rewards: list[float]
+    human: list[bool]
+    summary: dict[str, Any]
+    skipped: list[dict[str, Any]]
+
+
+def alignment_evidence(
     records: Iterable[Mapping[str, Any]], weights: RewardWeights | Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+) -> AlignmentEvidence:
     """How well the proxy reward and verified success agree with human `task_success` labels.
 
     Over records with a human label: `auc` of proxy reward vs the label (None, with
     `auc_undefined`, when only one class is present), and `agreement` of verified success with the
     label over the labelled records that carry gold (`n_agreement`). `skipped` lists every record
-    left out, with why and of what (`scope`: "all" or "agreement").
+    left out, with why and of what (`scope`: "all" or "agreement"); a record that cannot be
+    replayed is left out of the rewards and verdicts alike, so the two always pair up.
     """
     rewards: list[float] = []
     labels: list[bool] = []
@@ -302,12 +316,20 @@ def reward_alignment(
         undefined = f"labels are all {labels[0]}: AUC needs both classes"
     else:
         auc = roc_auc(rewards, labels)
-    return {
+    summary = {
         "n": len(rewards),
         "auc": auc,
         "auc_undefined": undefined,
         "n_agreement": len(verified),
         "agreement": agreement_rate(verified, verified_labels) if verified else None,
         "positives": sum(labels),
-        "skipped": skipped,
     }
+    return AlignmentEvidence(rewards, labels, summary, skipped)
+
+
+def reward_alignment(
+    records: Iterable[Mapping[str, Any]], weights: RewardWeights | Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """`alignment_evidence`'s summary with its `skipped` list, as one dict."""
+    evidence = alignment_evidence(records, weights)
+    return {**evidence.summary, "skipped": evidence.skipped}

@@ -58,9 +58,11 @@ class PairReport:
 
 @dataclass(frozen=True)
 class CalibrationReport:
-    """The frozen calibration set's comparison, its identity, and the reward-alignment evidence:
+    """The comparison on the week's calibration version, that version's identity (`version`,
+    `set_hash`, `rows`, its `interaction_ids`), and the week's reward-alignment evidence:
     `proxy_rewards[i]` (under `reward_weights`, the weights the candidate trained with) and
-    `human_success[i]` describe the same labelled record."""
+    `human_success[i]` describe the same interaction labelled in the week; `alignment` summarises
+    them (which week, how many labels and raters, disagreements, the AUC)."""
 
     pair: PairReport
     version: str
@@ -70,6 +72,7 @@ class CalibrationReport:
     human_success: list[bool]
     alignment: dict[str, Any]
     reward_weights: dict[str, float] = field(default_factory=dict)
+    interaction_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,12 @@ Metric names are stable so weeks compare side by side in the MLflow UI:
 `{eval_set}/{policy}/{metric}` (e.g. `calibration/candidate/success`, `shadow/champion/pass_hat_2`),
 `failure_modes/{policy}/{mode}`, `tools/{policy}/{tool}`, `gate/{gate}/value` and
 `gate/{gate}/passed`, and `train/reward` stepped over the training curve. The baseline is always
-called `champion` (the tag `baseline_kind` says when it was the base model).
+called `champion` (the tag `baseline_kind` says when it was the base model). `WeekRun.weekly`
+metrics (the week's reward alignment, `alignment/auc`, ...) are logged at step `week_step(week)`,
+stamped with the week's end, so MLflow's charts over runs lay them out week by week.
+
+Dataset inputs: the window, and every `WeekRun.datasets` entry (the week's calibration version),
+each with its content hash as digest (MLflow keeps 32 characters; the full hash is in the source).
 
 Artifacts: `gate_report.json`, `validation/results.json`, `samples/trajectories.json` (scrubbed
 at any depth, and checked with `dataplane.scrub.find_pii`, as are params, tags and the validation
@@ -23,6 +28,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +58,18 @@ class PIILeakError(ValueError):
         self.row, self.column, self.kinds = row, column, kinds
 
 
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset the week's run read, logged as an MLflow dataset input: `digest` is its content
+    hash, `source` where it lives, `frame` what MLflow profiles (its rows), `context` its role."""
+
+    name: str
+    digest: str
+    source: Mapping[str, Any]
+    frame: pd.DataFrame
+    context: str
+
+
 @dataclass
 class WeekRun:
     """What one weekly run logs. Nested mappings are `{set: {policy: {metric: value}}}` for
@@ -69,6 +87,26 @@ class WeekRun:
     samples: Sequence[Mapping[str, Any]] = ()
     validation: Mapping[str, Any] | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    datasets: Sequence[DatasetRef] = ()
+    weekly: Mapping[str, float] = field(default_factory=dict)
+
+
+# Weeks are numbered from the Monday 1970-01-05, so a week's step is the same in every run and store.
+_FIRST_MONDAY = date(1970, 1, 5)
+
+
+def week_monday(week: str) -> date:
+    """The Monday of `week`, given as a partition key (YYYY-MM-DD, any day of it) or ISO (YYYY-Www)."""
+    if "-W" in week:
+        year, number = week.split("-W")
+        return date.fromisocalendar(int(year), int(number), 1)
+    day = date.fromisoformat(week)
+    return day - timedelta(days=day.weekday())
+
+
+def week_step(week: str) -> int:
+    """The MLflow step of `week`: consecutive weeks are consecutive steps."""
+    return (week_monday(week) - _FIRST_MONDAY).days // 7
 
 
 def metric_key(*parts: str) -> str:
@@ -207,24 +245,26 @@ def figures(run: WeekRun) -> dict[str, Figure]:
     return out
 
 
-def _window_input(run: WeekRun) -> DatasetInput:
+def _window_ref(run: WeekRun) -> DatasetRef:
+    source = {"store": "interactions.duckdb", "table": "windows", "week": run.week, "window_hash": run.window_hash}
+    return DatasetRef(f"window-{run.week}", run.window_hash, source, run.window_frame, "window")
+
+
+def _dataset_input(ref: DatasetRef) -> DatasetInput:
     # mlflow is heavy (~1 s to import): imported here, not by every module that imports this one.
     import mlflow.data
     from mlflow.data.code_dataset_source import CodeDatasetSource
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    source = CodeDatasetSource(
-        {"store": "interactions.duckdb", "table": "windows", "week": run.week, "window_hash": run.window_hash}
-    )
     # The registry's dataset digest column holds 36 characters; the full hash is in the source.
     with warnings.catch_warnings():
-        # Schema inference hints about integer columns concern model signatures, not a window.
+        # Schema inference hints about integer columns concern model signatures, not a dataset.
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
         dataset = mlflow.data.from_pandas(
-            run.window_frame, source=source, name=f"window-{run.week}", digest=run.window_hash[:32]
+            ref.frame, source=CodeDatasetSource(dict(ref.source)), name=ref.name, digest=ref.digest[:32]
         )._to_mlflow_entity()
-    return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, "window")])
+    return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, ref.context)])
 
 
 def open_week_run(
@@ -259,6 +299,19 @@ def open_week_run(
         return client.create_run(exp, tags=all_tags, run_name=f"week-{week}").info.run_id
 
 
+def _weekly_metrics(run: WeekRun) -> list:
+    """`run.weekly` at the week's step, stamped with the week's end (MLflow's time axis then reads
+    as the weeks too)."""
+    from mlflow.entities import Metric  # heavy (~1 s): see `_dataset_input`
+
+    if not run.weekly:
+        return []
+    step = week_step(run.week)
+    end = datetime.combine(week_monday(run.week) + timedelta(days=7), datetime.min.time(), tzinfo=UTC)
+    stamp = int(end.timestamp() * 1000)
+    return [Metric(metric_key(*name.split("/")), float(v), stamp, step) for name, v in sorted(run.weekly.items())]
+
+
 def log_week_run(
     tracking_uri: str,
     run: WeekRun,
@@ -271,7 +324,7 @@ def log_week_run(
     anything cannot be logged, so a half-logged run is never mistaken for a complete one.
 
     With `run_id` (from `open_week_run`) the numbers go into that run; otherwise a new one."""
-    from mlflow.entities import Metric, Param, RunStatus  # heavy (~1 s): see `_window_input`
+    from mlflow.entities import Metric, Param, RunStatus  # heavy (~1 s): see `_dataset_input`
 
     samples = scrubbed_samples(run.samples)  # before anything is written
     # Params and validation results carry settings, numbers and ids, but any text in them is
@@ -301,9 +354,10 @@ def log_week_run(
             now = int(time.time() * 1000)
             metrics = [Metric(k, v, now, 0) for k, v in sorted(flatten_metrics(run).items())]
             metrics += [Metric("train/reward", float(r), now, i) for i, r in enumerate(run.reward_curve)]
+            metrics += _weekly_metrics(run)
             for start in range(0, max(len(params), len(metrics)), 100):
                 client.log_batch(run_id, metrics=metrics[start : start + 100], params=params[start : start + 100])
-            client.log_inputs(run_id, datasets=[_window_input(run)])
+            client.log_inputs(run_id, datasets=[_dataset_input(ref) for ref in (_window_ref(run), *run.datasets)])
             client.log_dict(run_id, run.gate_report.to_dict(), "gate_report.json")
             if run.validation is not None:
                 client.log_dict(run_id, dict(run.validation), "validation/results.json")

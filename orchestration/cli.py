@@ -18,6 +18,7 @@ from dataplane.ingest import InputPathError, ingest_paths
 from dataplane.record_model import record_schema_text
 from evaluation.gates import ApprovalError
 from evaluation.registry import RegistryError
+from orchestration.calibration_cli import add_calibration_parser
 from orchestration.cli_errors import CliError
 from orchestration.demo import run_demo
 from orchestration.review import add_review_parser
@@ -174,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_rollback)
 
     add_review_parser(sub)
+    add_calibration_parser(sub)
     return parser
 
 

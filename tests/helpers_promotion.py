@@ -21,7 +21,7 @@ from assets.registration import champion_is_this_version, first_champion, regist
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.reports import CalibrationReport, PairReport, PolicyReport, ShadowReport
 from evaluation.run_log import open_week_run
-from evaluation.stats import mcnemar_exact, paired_bootstrap_ci
+from evaluation.stats import mcnemar_exact, paired_bootstrap_ci, roc_auc
 from tests.helpers_gates import POLICIES, human_labels, make_tasks
 
 
@@ -100,9 +100,20 @@ def stand_ins(candidate: str, model_dir: Path, base_dir: Path, reward_weights: d
         )
 
     @dg.asset(name="calibration_report", **part)
-    def cal():
+    def cal(context: dg.AssetExecutionContext):
+        # The week's alignment summary as calibration_report hands it on: which week's labels, the score.
+        alignment = {
+            "labels_week": context.partition_key,
+            "labels": len(human),
+            "raters": 2,
+            "disagreements": 0,
+            "n": len(human),
+            "positives": sum(human),
+            "auc": roc_auc(proxy, human),
+        }
+        ids = tuple(t.task_id for t in calibration)
         return CalibrationReport(
-            pair_report(candidate, "champion", calibration), "v1", "cd" * 32, 200, proxy, human, {}, {}
+            pair_report(candidate, "champion", calibration), "v1", "cd" * 32, 200, proxy, human, alignment, {}, ids
         )
 
     @dg.asset(name="shadow_report", **part)

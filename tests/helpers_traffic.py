@@ -56,6 +56,26 @@ def ingest(tmp_path: Path, paths: list[Path | str]) -> dict[str, Any]:
     return ingest_paths(tmp_path / "ingest.duckdb", paths, now=NOW).to_dict()
 
 
+def simulated_store(root: Path, start: str, days: int, per_day: int, seed: int, label_share: float) -> Path:
+    """`days` of simulated traffic from `start` ingested into `root/store.duckdb`, for module fixtures
+    whose tests each work on a copy."""
+    from datetime import date
+
+    from dataplane.ingest import ingest_paths
+    from training.traffic.simulate import simulate
+
+    simulate(
+        days=days,
+        per_day=per_day,
+        seed=seed,
+        out_dir=root / "landing",
+        start=date.fromisoformat(start),
+        label_share=label_share,
+    )
+    ingest_paths(root / "store.duckdb", [root / "landing"], now=NOW)
+    return root / "store.duckdb"
+
+
 def day_files(out: Path) -> list[Path]:
     return sorted(out.glob("*/interactions.jsonl"))
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from assets.evaluation import _never_trained_on, alignment_evidence, run_reward_weights
+from assets.evaluation import _never_trained_on, run_reward_weights
 from assets.promotion import GateSettings
 from evaluation.gates import GateConfig
-from evaluation.replay import reward_alignment
+from evaluation.replay import alignment_evidence, reward_alignment
 from tests.helpers_gates import make_record
 from training.traffic.simulate import simulate
 
@@ -46,14 +46,14 @@ def labelled(tmp_path_factory) -> list[dict]:
 
 
 def test_alignment_is_scored_with_the_weights_the_candidate_trained_with(labelled):
-    default_rewards, human, default = alignment_evidence(labelled, {})
-    assert not all(human) and any(human)  # both classes, so the AUC is defined
+    default = alignment_evidence(labelled, {})
+    assert not all(default.human) and any(default.human)  # both classes, so the AUC is defined
     inverted = {"completed": -10.0, "failed": 5.0}
-    rewards, same_human, summary = alignment_evidence(labelled, inverted)
-    assert same_human == human
-    assert summary["auc"] == pytest.approx(reward_alignment(labelled, inverted)["auc"])
-    assert summary["auc"] < 0.5 < default["auc"]  # a reward that pays failure is not aligned
-    assert rewards != default_rewards
+    priced = alignment_evidence(labelled, inverted)
+    assert priced.human == default.human and len(priced.rewards) == len(priced.human)
+    assert priced.summary["auc"] == pytest.approx(reward_alignment(labelled, inverted)["auc"])
+    assert priced.summary["auc"] < 0.5 < default.summary["auc"]  # a reward that pays failure is not aligned
+    assert priced.rewards != default.rewards
 
 
 def test_evaluation_refuses_a_candidate_that_does_not_say_its_reward_weights():

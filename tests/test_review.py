@@ -9,12 +9,11 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
 import duckdb
 import pytest
 
-from dataplane.ingest import ingest_paths
 from dataplane.labels import (
     EXPORT_FIELDS,
     LabelFileError,
@@ -26,7 +25,7 @@ from dataplane.review_sample import allocate, stratified_sample
 from dataplane.store import open_store
 from orchestration.cli import main
 from orchestration.review import transcript
-from training.traffic.simulate import simulate
+from tests.helpers_traffic import simulated_store
 
 WEEK = "2026-11-23"  # a Monday
 NOW = datetime(2026, 12, 1, 9, tzinfo=UTC)
@@ -93,10 +92,7 @@ def test_transcript_reads_as_a_conversation():
 @pytest.fixture(scope="module")
 def week_store(tmp_path_factory):
     """One week of simulated traffic ingested into a store; every test works on its own copy."""
-    root = tmp_path_factory.mktemp("week")
-    simulate(days=7, per_day=36, seed=3, out_dir=root / "landing", start=date.fromisoformat(WEEK), label_share=0.1)
-    ingest_paths(root / "store.duckdb", [root / "landing"], now=NOW)
-    return root / "store.duckdb"
+    return simulated_store(tmp_path_factory.mktemp("week"), WEEK, days=7, per_day=36, seed=3, label_share=0.1)
 
 
 @pytest.fixture()
