@@ -26,6 +26,7 @@ from training.sandbox.prompting import initial_messages
 from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
 from training.tiny.bootstrap import ensure_base_policy
 from training.tiny.level1 import level1_demonstration
+from training.tiny.manifest import REBUILD_COMMAND, ManifestError, shipped_agent_path
 
 
 class _PolicyKnobs(dg.Config):
@@ -34,11 +35,16 @@ class _PolicyKnobs(dg.Config):
     The `sft_*` settings are `training.sft.SFTSettings`' own fields, generated from it; the
     curriculum level comes from the run's `curriculum` resource."""
 
-    base_model: str = ""  # a local folder (or a hub id, with network); empty: build the tiny model
+    # Empty: the shipped agent (models/retail-agent-tiny, checked against its manifest), which can
+    # already act. A local folder (or a hub id, with network): that model. SCRATCH_BASE: a tiny
+    # model built here from nothing, which needs `sft_warm_start` (and copy pretraining) to act.
+    base_model: str = ""
     use_champion: bool = True
-    sft_warm_start: bool = True  # a real instruct model may skip it
-    # Copy pretraining of the tiny base before SFT (training.tiny.pretrain): a freshly built model
-    # cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
+    # SFT on the window's trajectories before the first week. Off by default: the shipped agent
+    # and an instruct model already call tools; a model built from scratch needs it.
+    sft_warm_start: bool = False
+    # Copy pretraining of a SCRATCH_BASE model before SFT (training.tiny.pretrain): a freshly built
+    # model cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
     copy_pretrain_steps: int = 0
     probe_prompts: int = 8
     min_tool_call_rate: float = 0.5
@@ -85,6 +91,24 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
     return [level1_demonstration(task) for task in at_level(train, 1)]
 
 
+SCRATCH_BASE = "scratch"  # `base_model` value: build the tiny model here instead of the shipped agent
+
+
+def _base_model_path(config: _PolicyKnobs, models: Path, train: list[dict]) -> Path:
+    """The folder of the configured base model; the shipped agent only once it matches its manifest."""
+    if config.base_model == SCRATCH_BASE:
+        return ensure_base_policy(models, train, copy_steps=config.copy_pretrain_steps)
+    if not config.base_model:
+        try:
+            return shipped_agent_path()
+        except ManifestError as err:
+            raise dg.Failure(
+                f"the shipped agent does not match its manifest ({err}); rebuild it with `{REBUILD_COMMAND}`, "
+                f"or set policy_base.base_model to a model folder (or {SCRATCH_BASE!r} to build a tiny one here)"
+            ) from err
+    return Path(config.base_model)
+
+
 def _probe_tool_calls(model_path: str, records: list[dict], n: int, tools: tuple[str, ...] | None) -> float:
     """Share of greedy first turns that parse as a call of one of the offered tools."""
     prompts = [initial_messages(r) for r in records[:n]]
@@ -124,19 +148,15 @@ def policy_base(
         path = next(p.parent for p in target.rglob("config.json"))
         source, sft = "champion", None
     else:
-        path = (
-            Path(config.base_model)
-            if config.base_model
-            else ensure_base_policy(h.models, train, copy_steps=config.copy_pretrain_steps)
-        )
+        path = _base_model_path(config, h.models, train)
         source, sft = "base_model", None
         if config.sft_warm_start:
             settings = SFTSettings(tools=curriculum.tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
-            # Named after what it warm-starts and how (a copy-pretrained base, other SFT settings,
-            # another level or trajectory format get their own folder), so a cached warm start is reused only when it is
-            # the one this configuration would train.
-            recipe = hashlib.sha256(repr((settings, level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
-            warm = h.models / f"{'base' if config.base_model else path.name}-sft-{recipe}"
+            # Named after what it warm-starts and how (another base folder, other SFT settings,
+            # another level or trajectory format get their own folder), so a cached warm start is
+            # reused only when it is the one this configuration would train.
+            recipe = hashlib.sha256(repr((str(path), settings, level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
+            warm = h.models / f"{path.name}-sft-{recipe}"
             if not (warm / "config.json").exists():
                 demos = _sft_records(train, level)
                 context.log.info(

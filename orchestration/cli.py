@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="simulate traffic and run the weekly retrain end to end")
     p.add_argument("--weeks", type=int, default=4, help="weeks of traffic to simulate (default 4)")
-    p.add_argument("--per-day", type=int, default=40, help="interactions a day (default 40)")
+    p.add_argument("--per-day", type=int, default=80, help="interactions a day (default 80)")
     p.add_argument("--fresh", action="store_true", help="start from an empty home folder")
     p.set_defaults(func=_cmd_demo)
 
