@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m orchestration.cli demo
+	$(PY) -m orchestration.cli demo --fresh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -99,7 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(weeks=args.weeks, per_day=args.per_day, fresh=args.fresh)
+    return run_demo(weeks=args.weeks, per_day=args.per_day, fresh=args.fresh, legacy_per_day=args.legacy_per_day)
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
@@ -125,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="simulate traffic and run the weekly retrain end to end")
-    p.add_argument("--weeks", type=int, default=4, help="weeks of traffic to simulate (default 4)")
-    p.add_argument("--per-day", type=int, default=80, help="interactions a day (default 80)")
-    p.add_argument("--fresh", action="store_true", help="start from an empty home folder")
+    p.add_argument("--weeks", type=int, default=4, help="legacy weeks of the rule-based agent before (default 4)")
+    p.add_argument("--legacy-per-day", type=int, default=160, help="legacy interactions a day (default 160)")
+    p.add_argument("--per-day", type=int, default=80, help="model-served interactions a day (default 80)")
+    p.add_argument("--fresh", action="store_true", help="start from an empty home folder (make demo does)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("run", help="run the weekly retrain for one week through Dagster")

@@ -15,10 +15,15 @@ import shutil
 import time
 from datetime import date, timedelta
 
+from assets.evaluation import EvalConfig
 from assets.partitions import week_key
 from dataplane.home import Home
-from evaluation.registry import champion_info, find_base_version, find_week_version
+from dataplane.store import open_store
+from evaluation.registry import champion_info, download_champion, find_base_version, find_week_version
 from orchestration.runner import WeekRun, mlflow_target, run_week
+from training.policies import HFPolicy
+from training.tiny.level1 import LEVEL1_TOOLS
+from training.tiny.manifest import shipped_agent_path
 from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
@@ -129,50 +134,125 @@ def _champion_line(champion, name: str) -> str:
     return f"{name} v{champion.version} (candidate of week {champion.week})"
 
 
-def run_demo(weeks: int = 4, per_day: int = 80, fresh: bool = False, today: date | None = None) -> int:
+# The calendar: LEGACY_WEEKS of the shop's rule-based agent (scripted, LEGACY_VERSION), then the
+# two retrained weeks, each served by the model that is champion when it starts (before the first
+# retrain, the shipped agent, which that week's `first_champion` registers as version 1).
+LEGACY_WEEKS = 4
+LEGACY_VERSION = "rules-agent/legacy"
+SERVED_MIX = {"order_status": 0.5, "cancel_order": 0.5}  # the level-1 shop the tiny agent serves
+
+
+def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
+    """(model folder, policy_version) of whatever serves the next week: the champion, else the
+    shipped agent as the version the first retrain will register it as."""
+    champion = champion_info(uri, name)
+    if champion is None:
+        if find_base_version(uri, name) is not None:
+            raise RuntimeError(f"{name} has versions but no champion: run `retrain rollback` or start --fresh")
+        return str(shipped_agent_path()), f"{name}/1"
+    target = home.models / f"champion-v{champion.version}"
+    if not any(target.rglob("config.json")):
+        download_champion(uri, target, name)
+    return str(next(p.parent for p in target.rglob("config.json"))), f"{name}/{champion.version}"
+
+
+def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> dict:
+    path, version = _serving_model(home, uri, name)
+    print(f"serving week {monday} with {version} ({path}): {per_day} conversations a day ...", flush=True)
+    started = time.monotonic()
+    policy = HFPolicy(path, max_new_tokens=EvalConfig().max_new_tokens, tools=LEVEL1_TOOLS)
+    sim = simulate(
+        days=7,
+        per_day=per_day,
+        seed=DEMO_SEED,
+        out_dir=str(home.landing / "demo"),
+        start=monday,
+        intent_mix=SERVED_MIX,
+        policy=policy,
+        level=1,
+        policy_version=version,
+        label_share=0.5,
+    )
+    print(f"  served in {time.monotonic() - started:.0f} s: outcomes {sim['outcomes']}", flush=True)
+    return sim
+
+
+def run_demo(
+    weeks: int = LEGACY_WEEKS,
+    per_day: int = 80,
+    fresh: bool = False,
+    today: date | None = None,
+    legacy_per_day: int = 160,
+) -> int:
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.
     for name in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
         os.environ.setdefault(name, "1")
     home = Home.from_env()
     if fresh and home.root.exists():
+        print(f"agent-retrain demo: starting from an empty home (removed {home.root})")
         shutil.rmtree(home.root)
     home.ensure()
+    uri, model_name = mlflow_target(home)
     this_monday = date.fromisoformat(week_key(today or date.today()))
-    first_day = this_monday - timedelta(weeks=weeks)
+    retrained = [this_monday - timedelta(weeks=offset) for offset in (2, 1)]
+    first_day = retrained[0] - timedelta(weeks=weeks)
     print(f"agent-retrain demo: home {home.root}")
-    print(f"simulating {weeks} weeks x 7 days x {per_day} interactions from {first_day} ...", flush=True)
+    print(
+        f"simulating {weeks} legacy weeks x 7 days x {legacy_per_day} interactions of the rule-based agent "
+        f"from {first_day} ...",
+        flush=True,
+    )
     sim = simulate(
         days=7 * weeks,
-        per_day=per_day,
+        per_day=legacy_per_day,
         seed=DEMO_SEED,
         out_dir=str(home.landing / "demo"),
         start=first_day,
         label_share=0.5,
+        policy_version=LEGACY_VERSION,
     )
     print(f"  {len(sim['files'])} day files, outcomes {sim['outcomes']}")
     results = []
-    for offset in (2, 1):
-        week = (this_monday - timedelta(weeks=offset)).isoformat()
-        print(f"\nweekly_retrain for week {week} (through Dagster):", flush=True)
-        results.append(run_week(week, run_config=demo_run_config(), home=home))
+    for monday in retrained:
+        _serve_week(home, monday, per_day, uri, model_name)
+        print(f"\nweekly_retrain for week {monday} (through Dagster):", flush=True)
+        results.append(run_week(monday.isoformat(), run_config=demo_run_config(), home=home))
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
-    uri, name = mlflow_target(home)
-    base = find_base_version(uri, name)
+    base = find_base_version(uri, model_name)
     for result in results:
         print("\n".join(_summary_rows(result)))
         if base is not None and base[1] == result.week:
             print(f"    first champion: the base model, registered as version {base[0]} (no champion existed)")
-        version = find_week_version(uri, result.week, name)
+        version = find_week_version(uri, result.week, model_name)
         why = f"decision {result.decision.decision}" if result.decision else "the run did not reach the gate"
         print(
             f"    registered: {'version ' + str(version) if version else 'no (' + why + ')'}"
             f"   dagster run {result.run_id}"
         )
-    champion = champion_info(uri, name)
-    print(f"\nchampion: {_champion_line(champion, name)}")
+    print("\n" + "\n".join(_served_rows(home)))
+    champion = champion_info(uri, model_name)
+    print(f"\nchampion: {_champion_line(champion, model_name)}")
     print(f"demo finished in {time.monotonic() - started:.0f} s\n")
     print("open the UIs on this data:")
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")
     print(f"  .venv/bin/mlflow ui --backend-store-uri {uri}   # http://127.0.0.1:5000")
     return 0 if all(r.success for r in results) else 1
+
+
+def _served_rows(home: Home) -> list[str]:
+    """Who served the stored traffic: interactions and verified success per policy_version."""
+    con = open_store(home.duckdb_path, read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT policy_version, count(*), avg(CASE WHEN outcome = 'completed' THEN 1.0 ELSE 0.0 END), "
+            "min(ended_at)::DATE, max(ended_at)::DATE FROM interactions GROUP BY 1 ORDER BY 4"
+        ).fetchall()
+    finally:
+        con.close()
+    lines = [
+        "traffic in DuckDB by the policy that served it:",
+        f"  {'policy_version':24s} {'rows':>6s} {'completed':>9s}  days",
+    ]
+    lines += [f"  {v:24s} {n:6d} {rate:9.3f}  {first} .. {last}" for v, n, rate, first, last in rows]
+    return lines

@@ -72,19 +72,20 @@ def validate_mistake_rates(rates: Mapping[str, float] | None) -> dict[str, float
     return {name: float(rates.get(name, DEFAULT_MISTAKE_RATES[name])) for name in MISTAKES}
 
 
+def scenario_row(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as the record fields a conversation (and a level restatement) reads."""
+    return {
+        "initial_state": scenario.initial_state,
+        "user_scenario": scenario.user_scenario,
+        "gold": scenario.gold,
+        "escalation_was_necessary": scenario.escalation_was_necessary,
+        "intent": scenario.intent,
+    }
+
+
 def scenario_conversation(scenario: Scenario, seed: int) -> Conversation:
     """A conversation about `scenario` in a reset environment, opened (system policy, customer)."""
-    return start_conversation(
-        {
-            "initial_state": scenario.initial_state,
-            "user_scenario": scenario.user_scenario,
-            "gold": scenario.gold,
-            "escalation_was_necessary": scenario.escalation_was_necessary,
-            "intent": scenario.intent,
-        },
-        seed,
-        customer_id=scenario.user_id,
-    )
+    return start_conversation(scenario_row(scenario), seed, customer_id=scenario.user_id)
 
 
 class _Turns:

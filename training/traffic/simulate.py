@@ -24,14 +24,14 @@ from typing import Any
 from training.rewards import outcome_of
 from training.sandbox.rollout import Policy
 from training.sandbox.world import load_world, validate_world
-from training.traffic.agents import ScriptedAgent, run_policy, validate_mistake_rates
+from training.traffic.agents import ScriptedAgent, validate_mistake_rates
 from training.traffic.scenarios import (
     DEFAULT_INTENT_MIX,
     Scenario,
     ScenarioSampler,
-    sample_scenario,
     validate_intent_mix,
 )
+from training.traffic.served import ServedTrafficError, check_level, draw, serve
 from training.traffic.worldgen import generate_world
 
 DEFAULT_START = date(2026, 11, 2)
@@ -263,6 +263,7 @@ def simulate(
     label_flip_rate: float = 0.1,
     n_users: int = 300,
     policy: Policy | None = None,
+    level: int | None = None,
 ) -> dict[str, Any]:
     """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
 
@@ -295,6 +296,10 @@ def simulate(
         policy_version,
         drifts,
     )
+    try:
+        check_level(level, [i for d in schedule for i, share in d.intent_mix.items() if share > 0], policy)
+    except ServedTrafficError as err:
+        raise TrafficConfigError(str(err)) from None
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
     sampler, out = ScenarioSampler(the_world), Path(out_dir)
     counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
@@ -307,15 +312,19 @@ def simulate(
         offsets = sorted(day_rng.randrange(0, 86_400 - 1_200) for _ in range(per_day))
         intents = day_rng.choices(list(settings.intent_mix), list(settings.intent_mix.values()), k=per_day)
         lines, day_outcomes = [], Counter()
-        for index, (offset, intent) in enumerate(zip(offsets, intents)):
-            rng = random.Random(f"traffic:{seed}:{day.isoformat()}:{index}")
-            scenario = sample_scenario(the_world, intent, rng, sampler=sampler)
-            conv_seed = rng.randrange(2**31)
-            conv = (
-                run_policy(policy, scenario, seed=conv_seed)
-                if policy is not None
-                else settings.agent.run(scenario, seed=conv_seed)
-            )
+        # Every conversation of the day is drawn first (its generator then goes on to the record's
+        # own draws), so a model serves the whole day in one batched rollout.
+        drawn = [
+            draw(the_world, intent, random.Random(f"traffic:{seed}:{day.isoformat()}:{index}"), sampler, level)
+            for index, intent in enumerate(intents)
+        ]
+        conversations = (
+            serve(policy, drawn)
+            if policy is not None
+            else [settings.agent.run(item.scenario, seed=item.seed) for item in drawn]
+        )
+        for index, (offset, intent, item, conv) in enumerate(zip(offsets, intents, drawn, conversations)):
+            rng, scenario = item.rng, item.scenario
             record = _record(
                 scenario,
                 conv,

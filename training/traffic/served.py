@@ -1,0 +1,84 @@
+"""Traffic served by a model: a day's customers drawn first, then every conversation in one batch.
+
+`simulate(policy=...)` records what a model (e.g. the registered champion) actually does with the
+day's customers. At `level=1` the shop is the one a level-1 policy is trained and judged on
+(`training.tiny.level1`): order-status and cancellation requests of a cooperative customer who
+states identity and request in the first message, compact tool results and the level-1 tools. A
+scenario that has no level-1 form (two orders, too many actions) is drawn again from the same
+generator, so the day stays reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
+from training.tiny.level1 import LEVEL1_INTENTS, LEVEL1_TOOLS, as_level1
+from training.traffic.agents import scenario_conversation, scenario_row
+from training.traffic.scenarios import Scenario, ScenarioSampler, sample_scenario
+
+SERVED_LEVELS = (None, 1)
+_LEVEL1_DRAWS = 50  # scenarios tried per conversation before the intent is declared unservable
+
+
+class ServedTrafficError(ValueError):
+    """Model-served traffic cannot be drawn as asked (names the setting and the rule)."""
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One conversation of the day before it is held: its generator (the record's later draws
+    come from it), the scenario (restated at level 1), the level-1 task row, the customer seed."""
+
+    rng: random.Random
+    scenario: Scenario
+    task: dict[str, Any] | None
+    seed: int
+
+
+def check_level(level: int | None, intents: Sequence[str], policy: Policy | None) -> None:
+    if level not in SERVED_LEVELS:
+        raise ServedTrafficError(f"level={level!r}: served traffic is drawn as recorded (None) or at level 1")
+    if level is None:
+        return
+    if policy is None:
+        raise ServedTrafficError("level=1 traffic is a model's: pass the policy that serves it")
+    outside = sorted(set(intents) - set(LEVEL1_INTENTS))
+    if outside:
+        raise ServedTrafficError(f"level=1 serves only {list(LEVEL1_INTENTS)}; the intent mix also has {outside}")
+
+
+def draw(world: dict[str, Any], intent: str, rng: random.Random, sampler: ScenarioSampler, level: int | None) -> Drawn:
+    scenario = sample_scenario(world, intent, rng, sampler=sampler)
+    task = None
+    if level == 1:
+        for _ in range(_LEVEL1_DRAWS):
+            task = as_level1(scenario_row(scenario))
+            if task is not None:
+                break
+            scenario = sample_scenario(world, intent, rng, sampler=sampler)
+        else:
+            raise ServedTrafficError(f"no level-1 form among {_LEVEL1_DRAWS} {intent!r} scenarios of this world")
+        scenario = replace(scenario, user_scenario=task["user_scenario"])
+    return Drawn(rng, scenario, task, rng.randrange(2**31))
+
+
+def serve(policy: Policy, drawn: Sequence[Drawn], max_turns: int = DEFAULT_MAX_TURNS) -> list[Conversation]:
+    """Hold every drawn conversation with `policy`, in one batched rollout.
+
+    A model answers every live conversation's next turn in one generate call (`roll_out` keeps the
+    batch at the policy's `max_live`): what makes a day of model-served traffic affordable on a CPU.
+    Conversations are independent, so batching changes no transcript.
+    """
+    conversations = [_open(item) for item in drawn]
+    roll_out(policy, conversations, max_turns)
+    return conversations
+
+
+def _open(item: Drawn) -> Conversation:
+    if item.task is None:
+        return scenario_conversation(item.scenario, item.seed)
+    return start_conversation(item.task, item.seed, customer_id=item.scenario.user_id, compact=True, tools=LEVEL1_TOOLS)
