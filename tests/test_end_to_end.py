@@ -88,8 +88,8 @@ def test_a_training_without_signal_is_a_warning_not_a_failure(week_runs):
 
 
 def test_an_ordinary_week_at_default_gates_is_a_successful_rejection(week_runs):
+    from dataplane.incidents import list_incidents
     from evaluation.registry import champion_info, find_week_version
-    from orchestration.incidents import list_incidents
 
     home, run = week_runs
     assert run.success, run
