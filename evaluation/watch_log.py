@@ -67,7 +67,13 @@ def _histogram_figure(watch: DayWatch) -> Figure:
 
 
 def _champion_run(client, experiment_id: str, champion: str) -> str:
-    found = client.search_runs([experiment_id], f"tags.{CHAMPION_TAG} = '{champion}'", max_results=1)
+    # The oldest, should two runs ever have been created for one champion: its days stay together.
+    found = client.search_runs(
+        [experiment_id],
+        f"tags.{CHAMPION_TAG} = '{champion}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1,
+    )
     if found:
         return found[0].info.run_id
     name = champion.replace("/", "-v")

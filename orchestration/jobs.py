@@ -11,7 +11,8 @@ from orchestration.switches import LIVE_WATCH_SWITCH, SCHEDULE_SWITCH, switched_
 
 # One retrain at a time: every run of this job carries this tag, and the instance's run queue
 # (dagster.yaml written by orchestration.instance) limits the tag to one run in progress.
-RETRAIN_TAG = {"agent-retrain/pipeline": "weekly"}
+PIPELINE_TAG = "agent-retrain/pipeline"
+RETRAIN_TAG = {PIPELINE_TAG: "weekly"}
 # The daily live watch is its own job over its own (daily) partitions; the week never runs it.
 WATCH_GROUP = "watch"
 
@@ -46,7 +47,7 @@ daily_watch = dg.define_asset_job(
     "daily_watch",
     selection=dg.AssetSelection.groups(WATCH_GROUP),
     partitions_def=daily_partitions,
-    tags={"agent-retrain/pipeline": "watch"},
+    tags={PIPELINE_TAG: "watch"},  # one at a time, by the same run queue
     description="Watch one day of the champion's served traffic: action drift, rewards, failure modes.",
 )
 
