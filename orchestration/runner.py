@@ -144,8 +144,9 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
         run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
     )
+    done: dict[str, Any] = {"week": approved.week, "version": version, "approved_by": approver}
     lifted = lift_pause(home, approver)
-    return {"week": approved.week, "version": version, "approved_by": approver, "lifted_pause": lifted}
+    return done if lifted is None else {**done, "lifted_pause": lifted}
 
 
 def lift_watch_pause(approver: str, home: Home | None = None) -> dict[str, Any]:
