@@ -113,8 +113,8 @@ def live_watch(
     uri = mlflow.uri(h)
     champion = champion_info(uri, mlflow.model_name)
     if champion is None:
-        for name in WATCH_CHECKS:
-            yield _check(Finding(name, "not_measured", None, 0.0, "no champion yet: nothing serves to watch"))
+        for name, limit in zip(WATCH_CHECKS, (settings.max_action_drift, settings.reward_max_ks)):
+            yield _check(Finding(name, "not_measured", None, limit, "no champion yet: nothing serves to watch"))
         yield dg.MaterializeResult(metadata={"champion": "none", "interactions": 0})
         return
     served_by = f"{mlflow.model_name}/{champion.version}"

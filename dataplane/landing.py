@@ -41,14 +41,17 @@ def new_landing_files(con: duckdb.DuckDBPyConnection, landing: Path) -> list[Pat
     return [p for p in collect_files([landing]) if (str(p), p.stat().st_size) not in known]
 
 
-def ingest_landed(db_path: str | os.PathLike, landing: str | os.PathLike, now: datetime | None = None) -> LandedBatch:
-    """Ingest the landing files that are new since the last ingest, and say which days they hold.
+def ingest_landed(
+    db_path: str | os.PathLike, landing: str | os.PathLike, max_files: int | None = None, now: datetime | None = None
+) -> LandedBatch:
+    """Ingest the landing files that are new since the last ingest (the first `max_files` of them,
+    None: all), and say which days they hold. The rest stay new for the next call.
 
     Raises `StoreLockedError` when another process holds the store (nothing is ingested then).
     """
     con = open_store(db_path)
     try:
-        files = new_landing_files(con, Path(landing).expanduser().resolve())
+        files = new_landing_files(con, Path(landing).expanduser().resolve())[:max_files]
         batch = LandedBatch(files=[str(p) for p in files])
         for path in files:
             batch.summary.add(ingest_file(con, path, now))

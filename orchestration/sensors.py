@@ -27,6 +27,9 @@ from orchestration.switches import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, sw
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
 
 HEALTH_WINDOW = int(os.environ.get("RETRAIN_HEALTH_WINDOW", "500"))
+# A sensor tick has about a minute (Dagster's gRPC timeout): a backlog of landed files (a first
+# start on a full landing folder) is ingested over several ticks, each file in its own transaction.
+LANDING_FILES_PER_TICK = 20
 
 
 @dg.run_failure_sensor(
@@ -151,7 +154,7 @@ def landing_ingest(context: dg.SensorEvaluationContext, home: HomeResource, stor
     """Ingest files new in `<home>/landing` into DuckDB, then watch every finished day they hold."""
     h = home.home
     try:
-        batch = ingest_landed(store.resolved_path(h), h.landing)
+        batch = ingest_landed(store.resolved_path(h), h.landing, max_files=LANDING_FILES_PER_TICK)
     except StoreLockedError as err:
         # A run holds the DuckDB writer lock; the files are still new on the next tick.
         return dg.SkipReason(f"interaction store busy: {err}")

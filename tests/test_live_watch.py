@@ -18,6 +18,7 @@ import pytest
 
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import list_incidents
+from dataplane.landing import ingest_landed
 from dataplane.store import open_store
 from evaluation.gates import evaluate_gates
 from evaluation.pause import active_pause, lifted_pauses
@@ -112,6 +113,14 @@ def test_the_landing_sensor_ingests_new_files_and_asks_for_their_days(home, inst
     _land(home, days=1, start=datetime.now(UTC).date().isoformat(), seed=7, per_day=3)
     result = landing_ingest(context)
     assert not result.run_requests and "no finished day" in result.skip_reason.skip_message
+
+
+def test_a_backlog_of_landed_files_is_ingested_a_few_files_at_a_time(home):
+    _land(home, days=3, start="2026-11-23", seed=4, per_day=5)
+    batches = [ingest_landed(home.duckdb_path, home.landing, max_files=2) for _ in range(3)]
+    assert [len(b.files) for b in batches] == [2, 1, 0]
+    assert [sorted(b.days) for b in batches] == [["2026-11-23", "2026-11-24"], ["2026-11-25"], []]
+    assert sum(b.summary.accepted for b in batches) == 15
 
 
 def test_the_health_breaker_reads_the_day_just_ingested(champion, instance):
