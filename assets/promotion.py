@@ -22,7 +22,7 @@ from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, Gat
 from evaluation.pause import active_pause
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.run_log import WeekRun, log_week_run
-from evaluation.watch import EVALUATED_MIX_TAG
+from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 from training.rewards import RewardWeights
 
 # The thresholds are declared once, on GateConfig; the Dagster config is built from its fields.
@@ -194,7 +194,7 @@ def promotion_gate(
         "violation_rate": candidate.violation_rate,
         "base_model": policy_base.path,
         # What the live watch compares the served traffic with, should this candidate become champion.
-        EVALUATED_MIX_TAG: dict(candidate.tool_distribution),
+        EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution),
     }
     decision = PromotionDecision(week, report, grpo_candidate.path, lineage, run_id, summaries, modes, rises)
     for gate in report.gates:

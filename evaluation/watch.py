@@ -39,9 +39,13 @@ from evaluation.failure_modes import failure_mode_shares
 from evaluation.recorded import JudgedRecord, judge_record
 from evaluation.replay import ReplayError
 from training.rewards import GoldError
+from training.sandbox.tools import TOOL_NAMES
 
 # The model-version tag holding the tool-call mix the champion showed when it was evaluated.
 EVALUATED_MIX_TAG = "evaluated_tool_mix"
+# Calls to tools that do not exist count as one name: a model can invent any number of names,
+# which would make the tag unbounded, and one invented name is as wrong as another.
+UNKNOWN_TOOL = "unknown_tool"
 QUANTILES = {"p10": 0.10, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p90": 0.90}
 Status = Literal["ok", "alarm", "not_measured"]
 
@@ -141,6 +145,15 @@ class EvaluatedMixError(ValueError):
     """The champion's `evaluated_tool_mix` tag is not a tool-call distribution; names the version."""
 
 
+def fold_unknown_tools(mix: Mapping[str, float]) -> dict[str, float]:
+    """The mix with every name that is not a tool of the environment summed under UNKNOWN_TOOL."""
+    out: dict[str, float] = {}
+    for name, share in mix.items():
+        key = name if name in TOOL_NAMES else UNKNOWN_TOOL
+        out[key] = out.get(key, 0.0) + share
+    return dict(sorted(out.items()))
+
+
 def evaluated_mix(tags: Mapping[str, str], champion: str) -> dict[str, float] | None:
     """The evaluated tool-call mix on a champion's version tags; None when the tag is missing."""
     raw = tags.get(EVALUATED_MIX_TAG)
@@ -151,7 +164,7 @@ def evaluated_mix(tags: Mapping[str, str], champion: str) -> dict[str, float] | 
         total_variation(mix, mix)  # the check that it is a distribution
     except (json.JSONDecodeError, TypeError, AttributeError, ValueError) as err:
         raise EvaluatedMixError(f"{champion}: tag {EVALUATED_MIX_TAG} is not a tool-call distribution: {err}") from err
-    return {str(k): float(v) for k, v in mix.items()}
+    return fold_unknown_tools({str(k): float(v) for k, v in mix.items()})
 
 
 def judge_day(records: Iterable[Mapping[str, Any]]) -> tuple[list[JudgedRecord], list[dict[str, Any]]]:
@@ -166,7 +179,7 @@ def judge_day(records: Iterable[Mapping[str, Any]]) -> tuple[list[JudgedRecord],
 
 
 def served_tool_mix(judged: Sequence[JudgedRecord]) -> dict[str, float]:
-    return distribution(e.tool for j in judged for e in j.episode.audit_log)
+    return fold_unknown_tools(distribution(e.tool for j in judged for e in j.episode.audit_log))
 
 
 def gold_rewards(judged: Sequence[JudgedRecord]) -> list[float]:

@@ -21,10 +21,12 @@ from evaluation.pause import (
 )
 from evaluation.watch import (
     EVALUATED_MIX_TAG,
+    UNKNOWN_TOOL,
     EvaluatedMixError,
     WatchSettings,
     action_drift,
     evaluated_mix,
+    fold_unknown_tools,
     reference_day,
     reward_shift,
     watch_day,
@@ -73,6 +75,10 @@ def test_the_evaluated_mix_comes_from_the_version_tag_and_a_bad_one_is_named():
         evaluated_mix({EVALUATED_MIX_TAG: '{"a": 0.3}'}, "retail-agent/3")
     with pytest.raises(EvaluatedMixError, match="retail-agent/3"):
         evaluated_mix({EVALUATED_MIX_TAG: "not json"}, "retail-agent/3")
+    # Invented tool names are one name, on both sides of the comparison.
+    invented = {"get_order_details": 0.5, "lookup_everything": 0.3, "x" * 100: 0.2}
+    assert fold_unknown_tools(invented) == {"get_order_details": 0.5, UNKNOWN_TOOL: pytest.approx(0.5)}
+    assert evaluated_mix({EVALUATED_MIX_TAG: json.dumps(invented)}, "v")[UNKNOWN_TOOL] == pytest.approx(0.5)
 
 
 # ---- reward distribution ----
