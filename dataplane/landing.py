@@ -65,3 +65,14 @@ def ingest_landed(
     finally:
         con.close()
     return batch
+
+
+def ingested_since(con: duckdb.DuckDBPyConnection, since: datetime) -> dict[str, int]:
+    """Files, rows read, accepted, duplicates and quarantined over every ingest since `since`,
+    by whoever ran it (the landing sensor or a weekly run)."""
+    row = con.execute(
+        "SELECT count(*), coalesce(sum(read), 0), coalesce(sum(accepted), 0), coalesce(sum(duplicates), 0), "
+        "coalesce(sum(quarantined), 0) FROM ingested_files WHERE ingested_at >= ?",
+        [since],
+    ).fetchone()
+    return dict(zip(("files", "read", "accepted", "duplicates", "quarantined"), (int(v) for v in row)))

@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime
 import dagster as dg
 import pytest
 
+from assets import data
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import list_incidents
 from dataplane.landing import ingest_landed
@@ -121,6 +122,24 @@ def test_a_backlog_of_landed_files_is_ingested_a_few_files_at_a_time(home):
     assert [len(b.files) for b in batches] == [2, 1, 0]
     assert [sorted(b.days) for b in batches] == [["2026-11-23", "2026-11-24"], ["2026-11-25"], []]
     assert sum(b.summary.accepted for b in batches) == 15
+
+
+def test_rows_the_sensor_quarantined_still_count_in_the_weekly_quarantine_rate(home, instance):
+    """By Monday the sensor has ingested the week: the weekly run finds nothing new, and its
+    blocking quarantine-rate check must still see the bad rows of the week."""
+    _land(home, days=2, start="2026-11-23", seed=10, per_day=20)
+    (home.landing / "broken.jsonl").write_text("not json\n" * 10)
+    landing_ingest(dg.build_sensor_context(instance=instance, resources=_resources(home)))
+    result = dg.materialize(
+        [data.raw_interactions, data.interaction_window],
+        partition_key=WEEK,
+        instance=instance,
+        resources=_resources(home),
+        raise_on_error=False,
+    )
+    assert result.output_for_node("raw_interactions")["read"] == 0  # all ingested by the sensor
+    rate = _checks(result)["window_quarantine_rate"]
+    assert not rate.passed and rate.metadata["quarantined"].value == 10 and rate.metadata["read"].value == 50
 
 
 def test_the_health_breaker_reads_the_day_just_ingested(champion, instance):
