@@ -57,8 +57,7 @@ class Pause:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Pause:
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}  # a lifted one has more
         return cls(**{**values, "days": tuple(values.get("days", ())), "incidents": tuple(values.get("incidents", ()))})
 
 
