@@ -1,4 +1,4 @@
-"""Weekly partitions: a partition key is the Monday a week starts (UTC)."""
+"""Weekly partitions (a key is the Monday a week starts) and the live watch's daily ones, in UTC."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import dagster as dg
 
 DEFAULT_START = "2026-01-05"  # a Monday; RETRAIN_START_DATE moves it
 
-weekly_partitions = dg.WeeklyPartitionsDefinition(
-    start_date=os.environ.get("RETRAIN_START_DATE", DEFAULT_START), day_offset=1, timezone="UTC"
-)
+START_DATE = os.environ.get("RETRAIN_START_DATE", DEFAULT_START)
+
+weekly_partitions = dg.WeeklyPartitionsDefinition(start_date=START_DATE, day_offset=1, timezone="UTC")
+
+# The live watch judges one UTC day of served traffic per partition, from the same first day.
+daily_partitions = dg.DailyPartitionsDefinition(start_date=START_DATE, timezone="UTC")
 
 
 class WeekError(ValueError):

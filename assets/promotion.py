@@ -19,8 +19,10 @@ from assets.resources import HomeResource, MLflowTracking
 from evaluation.decision import PromotionDecision
 from evaluation.failure_modes import compare_weeks
 from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
+from evaluation.pause import active_pause
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.run_log import DatasetRef, WeekRun, log_week_run
+from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 from evaluation.week_alignment import alignment_series
 from training.rewards import RewardWeights
 
@@ -144,6 +146,7 @@ def promotion_gate(
             data_detail=", ".join(interaction_window.failed_expectations),
             success_worth=RewardWeights.from_dict(calibration_report.reward_weights).success_worth(),
             labels_week=calibration_report.alignment.get("labels_week", ""),
+            watch_pause=active_pause(h),
         ),
         GateConfig(**config.model_dump()),
     )
@@ -211,6 +214,8 @@ def promotion_gate(
         "shadow_success": shadow_report.pair.candidate.summary["success_rate"],
         "violation_rate": candidate.violation_rate,
         "base_model": policy_base.path,
+        # What the live watch compares the served traffic with, should this candidate become champion.
+        EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution),
     }
     decision = PromotionDecision(week, report, grpo_candidate.path, lineage, run_id, summaries, modes, rises)
     for gate in report.gates:

@@ -16,6 +16,7 @@ from evaluation.registry import (
     register_candidate,
 )
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
+from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 
 _REGISTRY_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
 
@@ -56,6 +57,7 @@ def first_champion(
             "calibration_success": calibration_report.pair.baseline.summary["success_rate"],
             "violation_rate": base.violation_rate,
             "dagster_run_id": context.run_id,
+            EVALUATED_MIX_TAG: fold_unknown_tools(base.tool_distribution),  # the live watch's reference for its traffic
         }
         try:
             version = register_base_champion(

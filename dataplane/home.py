@@ -71,6 +71,11 @@ class Home:
     def incidents(self) -> Path:
         return self.root / "incidents"
 
+    @property
+    def watch(self) -> Path:
+        """The live watch's state: whether promotions are paused, and who lifted past pauses."""
+        return self.root / "watch"
+
     def ensure(self) -> Home:
         for path in (
             self.root,

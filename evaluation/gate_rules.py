@@ -251,6 +251,24 @@ def tool_call_drift(inp: GateInputs, cfg: GateConfig) -> Gate:
     )
 
 
+def live_watch(inp: GateInputs) -> Gate:
+    pause = inp.watch_pause
+    if pause is None:
+        return _gate("live_watch", 0.0, 0.0, "==", True, "promotions are not paused by the live watch")
+    return _gate(
+        "live_watch",
+        1.0,
+        0.0,
+        "==",
+        False,
+        pause.summary,
+        on_fail="hold",
+        action_drift_tv=pause.value,
+        max_action_drift=pause.threshold,
+        days_paused=len(pause.days),
+    )
+
+
 def _of_week(week: str) -> str:
     return f" of week {week}'s interactions" if week else ""
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from evaluation.pause import Pause
 from training.rewards import RewardWeights
 
 Verdict = Literal["pass", "fail", "hold"]
@@ -32,12 +33,14 @@ GATE_RULES = {
     "verified success rate, and success_worth = completed - failed weight (the reward one success adds)",
     "tool_call_drift": "total variation between candidate and baseline tool-call mixes <= max_tool_drift, "
     "else hold (a person's approval lifts it)",
+    "live_watch": "promotions are not paused by the live watch (the champion's served tool-call mix drifted "
+    "from its evaluated mix by more than max_action_drift); a pause holds until a person runs `retrain approve`",
 }
 GATE_NAMES = tuple(GATE_RULES)
-# The only hold a person's approval lifts: a shift in how the agent works, which a person can judge
-# by reading transcripts. A hold for missing evidence (too few human labels) is lifted by the
-# evidence, never by an approval.
-APPROVABLE_HOLDS = ("tool_call_drift",)
+# The holds a person's approval lifts: a shift in how the agent works (the candidate's, or the served
+# champion's), which a person can judge by reading transcripts. A hold for missing evidence (too
+# few human labels) is lifted by the evidence, never by an approval.
+APPROVABLE_HOLDS = ("tool_call_drift", "live_watch")
 
 
 def _setting(default: Any, help: str) -> Any:
@@ -104,7 +107,8 @@ class GateInputs:
 
     `success_worth` is what one verified success adds to the proxy reward under the weights the
     candidate trained with (`RewardWeights.success_worth`): the exchange rate the hacking alarm
-    uses to put reward and success on one scale.
+    uses to put reward and success on one scale. `watch_pause` is the live watch's pause in force
+    when the week is gated (None: not paused).
     """
 
     candidate: PolicyOutcomes
@@ -117,6 +121,7 @@ class GateInputs:
     data_detail: str = ""
     success_worth: float = RewardWeights().success_worth()
     labels_week: str = ""
+    watch_pause: Pause | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ or the base model when there is none yet (so the first candidate must beat the b
 
 Verdicts: 'pass', 'fail' (the week's candidate is rejected) or 'hold' (a person must look).
 Decision: any fail -> 'reject'; else any hold -> 'hold'; else 'promote'. `approve` lifts the
-`tool_call_drift` hold only (APPROVABLE_HOLDS): failures, and holds for missing evidence, stay.
+`tool_call_drift` and `live_watch` holds only (APPROVABLE_HOLDS): failures, and holds for missing
+evidence, stay. `live_watch` holds every week while the daily watch has paused promotions.
 
 Each gate's definition is in `GATE_RULES`, its thresholds in `GateConfig`. Two need more words:
 reward_alignment is not measurable with too few human labels (or one class) and then follows
@@ -107,12 +108,13 @@ def evaluate_gates(inputs: GateInputs, config: GateConfig | None = None) -> Gate
         gate_rules.reward_alignment(inputs, cfg),
         gate_rules.reward_hacking_alarm(inputs, cfg),
         gate_rules.tool_call_drift(inputs, cfg),
+        gate_rules.live_watch(inputs),
     )
     return GateReport(gates, inputs.baseline_kind, cfg)
 
 
 def approve(report: GateReport, approver: str) -> GateReport:
-    """A person's approval of a held report: the `tool_call_drift` hold becomes 'pass'.
+    """A person's approval of a held report: the approvable holds (APPROVABLE_HOLDS) become 'pass'.
 
     Raises ApprovalError, naming each gate in the way and what would lift it, when a gate failed
     (approval cannot overrule evidence), when any other hold remains (e.g. too few human labels:

@@ -185,7 +185,7 @@ def _refuse_pii(value: Any, row: int | None, column: str) -> None:
         raise PIILeakError(row, column, kinds)
 
 
-def _bars(title: str, table: Mapping[str, Mapping[str, float]], ylabel: str) -> Figure:
+def bar_figure(title: str, table: Mapping[str, Mapping[str, float]], ylabel: str) -> Figure:
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.subplots()
     names = sorted({n for shares in table.values() for n in shares})
@@ -234,12 +234,14 @@ def figures(run: WeekRun) -> dict[str, Figure]:
     """The plots this run can draw from what it was given, by artifact path."""
     out: dict[str, Figure] = {}
     if run.failure_modes:
-        out["plots/failure_modes.png"] = _bars("Failure modes: candidate vs champion", run.failure_modes, "share")
+        out["plots/failure_modes.png"] = bar_figure("Failure modes: candidate vs champion", run.failure_modes, "share")
     pass_k = _pass_hat_k_figure(run.metrics)
     if pass_k is not None:
         out["plots/pass_hat_k.png"] = pass_k
     if run.tool_distribution:
-        out["plots/tool_distribution.png"] = _bars("Tool-call distribution", run.tool_distribution, "share of calls")
+        out["plots/tool_distribution.png"] = bar_figure(
+            "Tool-call distribution", run.tool_distribution, "share of calls"
+        )
     if run.reward_curve:
         out["plots/training_reward.png"] = _reward_figure(run.reward_curve)
     return out

@@ -17,13 +17,21 @@ from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
 from dataplane.record_model import record_schema_text
 from evaluation.gates import ApprovalError
+from evaluation.pause import PauseStateError
 from evaluation.registry import RegistryError
 from orchestration.calibration_cli import add_calibration_parser
 from orchestration.cli_errors import CliError
 from orchestration.demo import run_demo
 from orchestration.review import add_review_parser
 from orchestration.run_config import RunConfigFileError
-from orchestration.runner import NoDecisionError, RetrainBusyError, approve_week, rollback_champion, run_week
+from orchestration.runner import (
+    NoDecisionError,
+    RetrainBusyError,
+    approve_week,
+    lift_watch_pause,
+    rollback_champion,
+    run_week,
+)
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
 
@@ -55,7 +63,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     drift = {}
     if args.drift_day is not None:
-        drift["intent_mix_from_day"] = args.drift_day
+        drift["action_drift_day"] = args.drift_day
+    if args.intent_shift_day is not None:
+        drift["intent_mix_from_day"] = args.intent_shift_day
     if args.degrade_day is not None:
         drift["degraded_agent_from_day"] = args.degrade_day
     try:
@@ -104,8 +114,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
-    except (WeekError, NoDecisionError, ApprovalError, DecisionRecordError) as err:
+        if args.week is None:
+            done = lift_watch_pause(args.by)
+        else:
+            done = approve_week(args.week, approver=args.by)
+        print(json.dumps(done, indent=2, default=str))
+    except (WeekError, NoDecisionError, ApprovalError, DecisionRecordError, PauseStateError) as err:
         raise CliError(str(err)) from err
     except RegistryError as err:
         raise CliError(str(err), code=1) from err
@@ -157,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="first day, YYYY-MM-DD (default: DAYS days before today)")
     p.add_argument("--world", help="a retail world folder (users/orders/products.json); default built in")
     p.add_argument("--policy-version", default="retail-agent/1", help="policy_version to record")
-    p.add_argument("--drift-day", type=int, help="day index from which the intent mix shifts")
+    p.add_argument("--drift-day", type=int, help="day index on which (only) the agent over-escalates: action drift")
+    p.add_argument("--intent-shift-day", type=int, help="day index from which the intent mix shifts")
     p.add_argument("--degrade-day", type=int, help="day index from which the agent degrades")
     p.set_defaults(func=_cmd_simulate)
 
@@ -167,9 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_cmd_import_tasks)
 
-    p = sub.add_parser("approve", help="register a week held only for tool-call drift, after a person reviewed it")
-    p.add_argument("--week", required=True)
-    p.add_argument("--by", default="cli", help="who approves (recorded as a tag)")
+    p = sub.add_parser(
+        "approve",
+        help="after a person reviewed it: lift the live watch's pause, and register a week held only for drift",
+        description="Lift the live watch's promotion pause (recording who lifted it) and, with --week, register "
+        "that week's candidate if it was held only for tool-call drift or the pause.",
+    )
+    p.add_argument(
+        "--week", help="a week whose held candidate to register (any date in it); omit to lift the pause only"
+    )
+    p.add_argument("--by", default="cli", help="who approves (recorded on the pause and as a tag)")
     p.set_defaults(func=_cmd_approve)
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")

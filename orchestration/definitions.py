@@ -1,21 +1,21 @@
-"""The Dagster definitions: assembly only (assets, checks, job, schedule, sensors, resources)."""
+"""The Dagster definitions: assembly only (assets, checks, jobs, schedules, sensors, resources)."""
 
 import dagster as dg
 
-from assets import data, evaluation, promotion, registration, training
+from assets import data, evaluation, promotion, registration, training, watch
 from assets.resources import default_resources
-from orchestration.jobs import weekly_retrain, weekly_retrain_schedule
+from orchestration.jobs import daily_watch, daily_watch_schedule, weekly_retrain, weekly_retrain_schedule
 from orchestration.progress import progress_logger
-from orchestration.sensors import champion_health, retrain_failure_incident
+from orchestration.sensors import champion_health, landing_ingest, retrain_failure_incident
 
-_modules = [data, training, evaluation, promotion, registration]
+_modules = [data, training, evaluation, promotion, registration, watch]
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(_modules),
     asset_checks=dg.load_asset_checks_from_modules(_modules),
-    jobs=[weekly_retrain],
-    schedules=[weekly_retrain_schedule],
-    sensors=[retrain_failure_incident, champion_health],
+    jobs=[weekly_retrain, daily_watch],
+    schedules=[weekly_retrain_schedule, daily_watch_schedule],
+    sensors=[retrain_failure_incident, champion_health, landing_ingest],
     resources=default_resources(),
     loggers={"progress": progress_logger},
 )

@@ -1,8 +1,9 @@
 """The Dagster instance under the home folder, with the retrain concurrency rules.
 
 `dagster dev`, the daemon and `retrain run` all use `<home>/dagster`, so runs launched from the
-CLI show up in the UI. The run queue allows one weekly retrain at a time (runs carry the
-`agent-retrain/pipeline` tag), and the `retrain` pool admits one training/registration step.
+CLI show up in the UI. The run queue allows one weekly retrain and one daily watch at a time (runs
+carry the `agent-retrain/pipeline` tag: days watched one after another append to the champion's
+MLflow run and the pause in order), and the `retrain` pool admits one training/registration step.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ concurrency:
     tag_concurrency_limits:
       - key: "agent-retrain/pipeline"
         value: "weekly"
+        limit: 1
+      - key: "agent-retrain/pipeline"
+        value: "watch"
         limit: 1
   pools:
     default_limit: 1

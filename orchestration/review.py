@@ -23,10 +23,10 @@ from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, impor
 from dataplane.review_sample import stratified_sample, week_population
 from dataplane.store import StoreLockedError, load_records, open_store
 from evaluation.failure_modes import primary_failure_mode
-from evaluation.replay import ReplayError, recorded_episode
-from evaluation.rollout import Trial
+from evaluation.recorded import judge_record
+from evaluation.replay import ReplayError
 from orchestration.cli_errors import CliError
-from training.rewards import GoldError, score_episode, verified_success
+from training.rewards import GoldError
 from training.sandbox.episode import MESSAGE_TOOL
 
 DEFAULT_SAMPLE = 200
@@ -70,35 +70,14 @@ def _judged(record: Mapping[str, Any], weights: Any) -> dict[str, Any]:
     cannot), with `replay_error` saying why the numbers are missing.
     """
     try:
-        episode = recorded_episode(record)
-        terms = score_episode(episode, weights)
-        success = verified_success(episode) if episode.gold is not None else None
+        judged = judge_record(record, weights)
     except (ReplayError, GoldError) as err:
         return {"replay_error": f"{type(err).__name__}: {err}"}
-    mode = None
-    if success is not None:
-        messages = list(record.get("messages") or [])
-        trial = Trial(
-            record_id=str(record["interaction_id"]),
-            trial=0,
-            seed=0,
-            episode=episode,
-            success=success,
-            messages=messages,
-            turns=sum(m.get("role") == "assistant" for m in messages),
-            tool_calls=len(episode.audit_log),
-            tool_errors=sum(bool(e.error) for e in episode.audit_log),
-            ended_by="done" if episode.transferred else "answer",
-            reward=sum(terms.values()),
-            reward_terms=terms,
-            intent=record.get("intent"),
-        )
-        mode = primary_failure_mode(trial)
     return {
-        "proxy_reward": round(sum(terms.values()), 6),
-        "reward_terms": {name: round(value, 6) + 0.0 for name, value in terms.items()},  # no -0.0
-        "verified_success": success,
-        "failure_mode": mode,
+        "proxy_reward": round(judged.reward, 6),
+        "reward_terms": {name: round(value, 6) + 0.0 for name, value in judged.reward_terms.items()},  # no -0.0
+        "verified_success": judged.success,
+        "failure_mode": None if judged.trial is None else primary_failure_mode(judged.trial),
     }
 
 

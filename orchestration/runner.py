@@ -16,7 +16,8 @@ from assets.partitions import WeekError, week_key, weekly_partitions
 from assets.resources import MLflowTracking
 from dataplane.home import Home
 from evaluation.decision import PromotionDecision
-from evaluation.gates import approve
+from evaluation.gates import ApprovalError, approve
+from evaluation.pause import lift_pause
 from evaluation.registry import register_candidate, rollback
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
@@ -122,10 +123,12 @@ def week_decision(week: str, home: Home | None = None) -> PromotionDecision:
 
 
 def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str, Any]:
-    """Register a week's held candidate after a person reviewed it, without retraining.
+    """Register a week's held candidate after a person reviewed it, without retraining, and lift
+    the live watch's pause if one is in force (the person has seen why the week was held).
 
-    Only the drift hold can be approved; a failed gate, or any other hold (too few human labels),
-    raises ApprovalError naming it and what would lift it, and nothing is registered.
+    Only the drift holds can be approved (the candidate's tool-call drift, the live watch's pause);
+    a failed gate, or any other hold (too few human labels), raises ApprovalError naming it and
+    what would lift it, and nothing is registered or lifted.
     """
     home = (home or Home.from_env()).ensure()
     decision = week_decision(week, home)
@@ -141,7 +144,24 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
         run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
     )
-    return {"week": approved.week, "version": version, "approved_by": approver}
+    done: dict[str, Any] = {"week": approved.week, "version": version, "approved_by": approver}
+    lifted = lift_pause(home, approver)
+    return done if lifted is None else {**done, "lifted_pause": lifted}
+
+
+def lift_watch_pause(approver: str, home: Home | None = None) -> dict[str, Any]:
+    """Lift the live watch's promotion pause after a person reviewed the served traffic; records who.
+
+    Raises ApprovalError when nothing is paused (and no week was named to approve)."""
+    if not approver.strip():
+        raise ApprovalError("an approval needs the approver's name")
+    home = (home or Home.from_env()).ensure()
+    lifted = lift_pause(home, approver)
+    if lifted is None:
+        raise ApprovalError(
+            "nothing to approve: promotions are not paused by the live watch (name a held week with --week)"
+        )
+    return {"lifted_pause": lifted}
 
 
 def rollback_champion(home: Home | None = None) -> dict[str, Any]:

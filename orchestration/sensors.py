@@ -1,26 +1,35 @@
-"""Sensors: an incident for every failed retrain, and the champion-health circuit breaker.
+"""Sensors: an incident for every failed retrain, the champion-health circuit breaker, and the
+landing sensor that ingests new log files as they land and asks for the live watch of their days.
 
 A run fails only on an error (an exception, a failed data check); a week whose candidate the gates
 reject or hold succeeds, so it files no incident.
 """
 
+import hashlib
 import json
 import os
+from datetime import UTC, datetime
 
 import dagster as dg
 
+from assets.partitions import daily_partitions
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.home import Home
+from dataplane.incidents import record_incident
+from dataplane.landing import ingest_landed
+from dataplane.served import latest_served
 from dataplane.store import StoreLockedError, open_store
 from evaluation.health import assess_champion_health
 from evaluation.registry import champion_info, rollback
-from orchestration.incidents import record_incident
-from orchestration.jobs import weekly_retrain
-from orchestration.switches import CHAMPION_HEALTH_SWITCH, switched_on
+from orchestration.jobs import daily_watch, weekly_retrain
+from orchestration.switches import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
 
 HEALTH_WINDOW = int(os.environ.get("RETRAIN_HEALTH_WINDOW", "500"))
+# A sensor tick has about a minute (Dagster's gRPC timeout): a backlog of landed files (a first
+# start on a full landing folder) is ingested over several ticks, each file in its own transaction.
+LANDING_FILES_PER_TICK = 20
 
 
 @dg.run_failure_sensor(
@@ -44,16 +53,13 @@ def retrain_failure_incident(context: dg.RunFailureSensorContext, home: HomeReso
 
 
 def champion_records(store_path: str, policy_version: str, limit: int) -> list[dict]:
-    """The latest `limit` interactions served by `policy_version`, read-only."""
+    """The latest `limit` interactions served by `policy_version`, read-only (newest first): with
+    the landing sensor ingesting files as they land, that is yesterday's traffic, not last week's."""
     con = open_store(store_path, read_only=True)
     try:
-        rows = con.execute(
-            "SELECT record FROM interactions WHERE policy_version = ? ORDER BY ended_at DESC, interaction_id LIMIT ?",
-            [policy_version, limit],
-        ).fetchall()
+        return latest_served(con, policy_version, limit)
     finally:
         con.close()
-    return [json.loads(row[0]) for row in rows]
 
 
 def check_champion(
@@ -74,8 +80,11 @@ def check_champion(
     if expected is None:
         return {"action": "none", "reason": f"champion v{champion.version} carries no shadow_success tag"}
     baseline = champion.tags.get("violation_rate")
+    records = champion_records(store_path, served_by, HEALTH_WINDOW)
+    # The newest interaction judged: shows which day of traffic the verdict rests on.
+    latest = records[0]["ended_at"] if records else None
     verdict = assess_champion_health(
-        champion_records(store_path, served_by, HEALTH_WINDOW),
+        records,
         float(expected),
         margin=margin,
         min_interactions=min_interactions,
@@ -84,7 +93,7 @@ def check_champion(
         champion=served_by,
     )
     if verdict.healthy:
-        return {"action": "none", "reason": verdict.reason, "n": verdict.n, "champion": served_by}
+        return {"action": "none", "reason": verdict.reason, "n": verdict.n, "champion": served_by, "latest": latest}
     result = rollback(tracking_uri, model_name)
     path = record_incident(
         home,
@@ -97,6 +106,7 @@ def check_champion(
         "from_version": result.from_version,
         "to_version": result.to_version,
         "reason": verdict.reason,
+        "latest": latest,
         "incident": str(path),
     }
 
@@ -126,3 +136,45 @@ def champion_health(
         return dg.SkipReason(f"interaction store busy: {err}")
     context.update_cursor(json.dumps(outcome, sort_keys=True, default=str))
     return dg.SkipReason(json.dumps(outcome, sort_keys=True, default=str))
+
+
+def _watchable(days: dict[str, int], today: str) -> list[str]:
+    """The days among `days` that have a daily partition: over (before today, UTC) and not before the first."""
+    first = daily_partitions.get_first_partition_key() or today
+    return [day for day in sorted(days) if first <= day < today]
+
+
+@dg.sensor(
+    name="landing_ingest",
+    job=daily_watch,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING if switched_on(LIVE_WATCH_SWITCH) else dg.DefaultSensorStatus.STOPPED,
+)
+def landing_ingest(context: dg.SensorEvaluationContext, home: HomeResource, store: DuckDBStore):
+    """Ingest files new in `<home>/landing` into DuckDB, then watch every finished day they hold."""
+    h = home.home
+    try:
+        batch = ingest_landed(store.resolved_path(h), h.landing, max_files=LANDING_FILES_PER_TICK)
+    except StoreLockedError as err:
+        # A run holds the DuckDB writer lock; the files are still new on the next tick.
+        return dg.SkipReason(f"interaction store busy: {err}")
+    if not batch.files:
+        return dg.SkipReason(f"no new files in {h.landing}")
+    counts = batch.summary.to_dict()
+    context.log.info(
+        f"ingested {len(batch.files)} landing files: accepted {counts['accepted']}, "
+        f"duplicates {counts['duplicates']}, quarantined {counts['quarantined']}; days {batch.days}"
+    )
+    days = _watchable(batch.days, datetime.now(UTC).date().isoformat())
+    cursor = json.dumps({"files": batch.files[-20:], "days": batch.days, "accepted": counts["accepted"]})
+    if not days:
+        return dg.SensorResult(
+            skip_reason=f"ingested {len(batch.files)} files ({counts['accepted']} accepted); no finished day to watch",
+            cursor=cursor,
+        )
+    # One run per day and batch of files: a later file for the same day asks for the day again.
+    digest = hashlib.sha256("\n".join(batch.files).encode()).hexdigest()[:16]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(partition_key=day, run_key=f"{day}:{digest}") for day in days],
+        cursor=cursor,
+    )

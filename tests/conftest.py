@@ -48,3 +48,16 @@ def home(tmp_path, monkeypatch):
 
     monkeypatch.setenv("RETRAIN_HOME", str(tmp_path / "home"))
     return Home.from_env().ensure()
+
+
+@pytest.fixture()
+def instance(home, monkeypatch):
+    """The home's Dagster instance (its dagster.yaml, DAGSTER_HOME exported), as `retrain` uses it."""
+    import dagster as dg
+
+    from orchestration.instance import prepare_dagster_home
+
+    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))
+    prepare_dagster_home(home)
+    with dg.DagsterInstance.get() as inst:
+        yield inst

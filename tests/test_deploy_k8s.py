@@ -43,7 +43,7 @@ def test_the_location_swaps_only_the_training_client():
     }
     job = defs.resolve_job_def("weekly_retrain")
     assert job.tags == embedded_defs.resolve_job_def("weekly_retrain").tags
-    assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule"}
+    assert {s.name for s in defs.schedules} == {"weekly_retrain_schedule", "daily_watch_schedule"}
     assert dg.AssetKey("grpo_candidate") in defs.resolve_asset_graph().get_all_asset_keys()
 
 

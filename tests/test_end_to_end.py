@@ -92,8 +92,8 @@ def test_the_week_trains_the_shipped_agent_and_its_update_moves_the_weights(week
 
 
 def test_an_ordinary_week_at_default_gates_is_a_successful_rejection(week_runs):
+    from dataplane.incidents import list_incidents
     from evaluation.registry import champion_info, find_week_version
-    from orchestration.incidents import list_incidents
 
     home, run = week_runs
     assert run.success, run

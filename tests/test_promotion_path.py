@@ -11,23 +11,14 @@ import dagster as dg
 import pytest
 
 from assets.decisions import latest_decision, run_decision
+from dataplane.incidents import list_incidents
 from evaluation.gates import GATE_NAMES, GATE_RULES
 from evaluation.registry import champion_info, find_base_version, find_week_version, mlflow_client
 from orchestration.demo import _summary_rows
-from orchestration.incidents import list_incidents
-from orchestration.instance import prepare_dagster_home
 from orchestration.runner import WeekRun
 from tests.helpers_promotion import run_promotion
 
 WEEK, NEXT = "2026-11-16", "2026-11-23"
-
-
-@pytest.fixture()
-def instance(home, monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(home.dagster_home))
-    prepare_dagster_home(home)
-    with dg.DagsterInstance.get() as inst:
-        yield inst
 
 
 def _checks(result) -> dict[str, dg.AssetCheckEvaluation]:

@@ -18,10 +18,10 @@ import pytest
 from safetensors.numpy import save_file
 
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
+from dataplane.incidents import list_incidents, record_incident
 from dataplane.ingest import ingest_paths
 from evaluation.gates import evaluate_gates
 from evaluation.registry import champion_info, register_candidate
-from orchestration.incidents import list_incidents, record_incident
 from orchestration.sensors import champion_health, check_champion
 from tests.helpers_gates import gate_inputs
 from training.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate

@@ -199,7 +199,13 @@ def test_intent_mix_drift_changes_only_the_days_from_x(tmp_path):
         assert {r["intent"] for r in read_records([drift_files[day]])} == {"modify_user_address"}
     assert len({r["intent"] for r in read_records(base_files[2:])}) >= 6
     assert drifted["drift"] == [
-        {"from_day": 2, "intent_mix": {"modify_user_address": 1.0}, "mistake_rates": None, "policy_version": None}
+        {
+            "from_day": 2,
+            "until_day": None,
+            "intent_mix": {"modify_user_address": 1.0},
+            "mistake_rates": None,
+            "policy_version": None,
+        }
     ]
     assert base["drift"] == []
 
@@ -294,6 +300,23 @@ def test_world_folder_in_reference_format_is_used(tmp_path, world_dir, world):
     assert {r["customer_id"] for r in read_records(day_files(tmp_path))} <= set(world["users"])
 
 
+def test_action_drift_day_over_escalates_on_that_day_only(tmp_path):
+    """`retrain simulate --drift-day 1`: day 1's agent hands conversations over; days 0 and 2 are the
+    bytes an undrifted run writes."""
+    kwargs = {"days": 3, "per_day": 40, "seed": 3, "world": generated_world()}
+    simulate(out_dir=tmp_path / "base", **kwargs)
+    drifted = simulate(out_dir=tmp_path / "drift", drift={"action_drift_day": 1}, **kwargs)
+    assert [(d["from_day"], d["until_day"]) for d in drifted["drift"]] == [(1, 2)]
+    base_files, drift_files = day_files(tmp_path / "base"), day_files(tmp_path / "drift")
+    for day in (0, 2):
+        assert base_files[day].read_bytes() == drift_files[day].read_bytes()
+
+    def escalated(path) -> int:
+        return sum(r["outcome"] == "escalated" for r in read_records([path]))
+
+    assert escalated(drift_files[1]) >= escalated(base_files[1]) + 10
+
+
 def test_measure_throughput_reports_a_rate():
     figures = measure_throughput(n=40, seed=0)
     assert figures["interactions"] == 40 and figures["interactions_per_second"] > 0
@@ -316,8 +339,20 @@ def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
     today = datetime.now(UTC).date()
     assert summary["start"] == (today - timedelta(days=3)).isoformat()
     assert summary["drift"] == [
-        {"from_day": 1, "intent_mix": SHIFTED_INTENT_MIX, "mistake_rates": None, "policy_version": None},
-        {"from_day": 2, "intent_mix": None, "mistake_rates": DEGRADED_MISTAKE_RATES, "policy_version": None},
+        {
+            "from_day": 1,
+            "until_day": None,
+            "intent_mix": SHIFTED_INTENT_MIX,
+            "mistake_rates": None,
+            "policy_version": None,
+        },
+        {
+            "from_day": 2,
+            "until_day": None,
+            "intent_mix": None,
+            "mistake_rates": DEGRADED_MISTAKE_RATES,
+            "policy_version": None,
+        },
     ]
     days = [read_records([f]) for f in day_files(tmp_path)]
     share = [sum(r["intent"] in ("return_items", "exchange_items") for r in day) / len(day) for day in days]

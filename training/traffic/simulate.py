@@ -31,7 +31,7 @@ from training.traffic.scenarios import (
     ScenarioSampler,
     validate_intent_mix,
 )
-from training.traffic.served import ServedTrafficError, check_level, draw, serve
+from training.traffic.serving import ServedTrafficError, check_level, draw, serve
 from training.traffic.worldgen import generate_world
 
 DEFAULT_START = date(2026, 11, 2)
@@ -40,8 +40,10 @@ RECORDS_FILE = "interactions.jsonl"
 _RATERS = tuple(f"rater-{i:02d}" for i in range(1, 9))
 
 
-# Presets for the CLI's --drift-day / --degrade-day: returns, exchanges and requests outside the
-# tools take over; and every mistake five times as frequent as by default.
+# Presets for the CLI's --intent-shift-day / --degrade-day / --drift-day: returns, exchanges and
+# requests outside the tools take over; every mistake five times as frequent as by default; and,
+# for one day, an agent that hands half its conversations to a person (action drift: far more
+# transfers, fewer reads and writes, in the tool-call mix).
 SHIFTED_INTENT_MIX: dict[str, float] = {
     "order_status": 0.05,
     "cancel_order": 0.05,
@@ -61,9 +63,12 @@ DEGRADED_MISTAKE_RATES: dict[str, float] = {
     "skipped_authentication": 0.15,
     "wrong_item": 0.15,
 }
+OVER_ESCALATING_RATES: dict[str, float] = {"unnecessary_escalation": 0.5}
+# preset key -> (the Drift field it sets, its value, how many days it lasts: None for the rest)
 _PRESET_KEYS = {
-    "intent_mix_from_day": ("intent_mix", SHIFTED_INTENT_MIX),
-    "degraded_agent_from_day": ("mistake_rates", DEGRADED_MISTAKE_RATES),
+    "intent_mix_from_day": ("intent_mix", SHIFTED_INTENT_MIX, None),
+    "degraded_agent_from_day": ("mistake_rates", DEGRADED_MISTAKE_RATES, None),
+    "action_drift_day": ("mistake_rates", OVER_ESCALATING_RATES, 1),
 }
 
 
@@ -77,20 +82,25 @@ class WorldNotFoundError(TrafficConfigError):
 
 @dataclass(frozen=True)
 class Drift:
-    """From day index `from_day` (0-based) on, replace the intent mix, the agent's mistake rates
-    and/or the policy version: the shifts later tests must detect."""
+    """From day index `from_day` (0-based) on, up to but not including `until_day` (None: to the
+    end), replace the intent mix, the agent's mistake rates and/or the policy version: the shifts
+    later tests must detect."""
 
     from_day: int
     intent_mix: dict[str, float] | None = None
     mistake_rates: dict[str, float] | None = None
     policy_version: str | None = None
+    until_day: int | None = None
+
+    def applies(self, day: int) -> bool:
+        return day >= self.from_day and (self.until_day is None or day < self.until_day)
 
     @classmethod
     def coerce(cls, value: Drift | Mapping[str, Any]) -> Drift:
         if isinstance(value, Drift):
             drift = value
         elif isinstance(value, Mapping):
-            unknown = sorted(set(value) - {"from_day", "intent_mix", "mistake_rates", "policy_version"})
+            unknown = sorted(set(value) - {"from_day", "until_day", "intent_mix", "mistake_rates", "policy_version"})
             if unknown or "from_day" not in value:
                 raise TrafficConfigError(f"drift {dict(value)!r}: needs from_day, unknown keys {unknown}")
             drift = cls(**value)
@@ -98,6 +108,12 @@ class Drift:
             raise TrafficConfigError(f"drift must be a Drift or a mapping, got {type(value).__name__}")
         if isinstance(drift.from_day, bool) or not isinstance(drift.from_day, int) or drift.from_day < 0:
             raise TrafficConfigError(f"drift.from_day={drift.from_day!r} must be an integer >= 0")
+        if drift.until_day is not None and (
+            isinstance(drift.until_day, bool)
+            or not isinstance(drift.until_day, int)
+            or drift.until_day <= drift.from_day
+        ):
+            raise TrafficConfigError(f"drift.until_day={drift.until_day!r} must be an integer > from_day")
         if drift.intent_mix is not None:
             validate_intent_mix(drift.intent_mix)
         if drift.mistake_rates is not None:
@@ -107,15 +123,19 @@ class Drift:
 
 def coerce_drifts(drift: Drift | Mapping[str, Any] | Sequence[Drift | Mapping[str, Any]] | None) -> list[Drift]:
     """Drifts from a Drift, a Drift-shaped mapping, a list of either, or the preset mapping
-    `{"intent_mix_from_day": X, "degraded_agent_from_day": Y}` (either key optional)."""
+    `{"intent_mix_from_day": X, "degraded_agent_from_day": Y, "action_drift_day": Z}` (each key
+    optional; the first two last from their day on, action drift for its day only)."""
     if drift is None:
         return []
     if isinstance(drift, Mapping) and drift and set(drift) <= set(_PRESET_KEYS):
-        return [
-            Drift.coerce({"from_day": day, _PRESET_KEYS[key][0]: dict(_PRESET_KEYS[key][1])})
-            for key, day in drift.items()
-            if day is not None
-        ]
+        drifts = []
+        for key, day in drift.items():
+            if day is None:
+                continue
+            name, value, lasting = _PRESET_KEYS[key]
+            until = None if lasting is None or not isinstance(day, int) else day + lasting
+            drifts.append(Drift.coerce({"from_day": day, "until_day": until, name: dict(value)}))
+        return drifts
     if isinstance(drift, (Drift, Mapping)):
         return [Drift.coerce(drift)]
     if isinstance(drift, Sequence) and not isinstance(drift, str):
@@ -237,7 +257,7 @@ def _days(
     for day in range(days):
         mix, day_rates, version = intent_mix, rates, policy_version
         for drift in sorted(drifts, key=lambda d: d.from_day):
-            if day >= drift.from_day:
+            if drift.applies(day):
                 mix = validate_intent_mix(drift.intent_mix) if drift.intent_mix is not None else mix
                 day_rates = (
                     validate_mistake_rates(drift.mistake_rates) if drift.mistake_rates is not None else day_rates

@@ -1,5 +1,8 @@
 """Incidents: a JSON file under `<home>/incidents`, and a POST to a webhook when one is configured.
 
+It sits in the data plane, beside the home folder it writes to, so that every room can raise one:
+the sensors in `orchestration/` and the daily watch asset in `assets/` alike.
+
 A webhook failure is reported in the incident file itself (never raised from a sensor, which must
 keep running), so nothing about the incident is lost when the receiver is down.
 """

@@ -1,0 +1,78 @@
+"""Ingest what has landed since the last look: the landing sensor's one call into the data plane.
+
+The store is the cursor: a landing file whose (path, size) is not in `ingested_files` is new, so
+nothing but a directory listing is read on a quiet tick (a full `ingest_paths` would hash every
+file ever landed). A file rewritten in place to the same size is not seen here; the weekly
+`raw_interactions` ingest hashes every file and picks it up. Each new file goes through the same
+`ingest_file` as every other ingest (one transaction per file, PII scrubbed, rejects quarantined),
+and the UTC days its accepted interactions ended on come back, so the caller knows which days of
+traffic changed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from dataplane.ingest import IngestSummary, collect_files, ingest_file
+from dataplane.served import UTC_DAY
+from dataplane.store import open_store
+
+
+@dataclass
+class LandedBatch:
+    """What one look at the landing folder ingested: the new files, their summary, and the
+    accepted interactions per UTC day (YYYY-MM-DD) among them."""
+
+    files: list[str] = field(default_factory=list)
+    summary: IngestSummary = field(default_factory=IngestSummary)
+    days: dict[str, int] = field(default_factory=dict)
+
+
+def new_landing_files(con: duckdb.DuckDBPyConnection, landing: Path) -> list[Path]:
+    """Landing files whose (path, size) the store has not ingested yet, in `collect_files` order."""
+    if not landing.is_dir():
+        return []
+    known = {(path, size) for path, size in con.execute("SELECT path, size FROM ingested_files").fetchall()}
+    return [p for p in collect_files([landing]) if (str(p), p.stat().st_size) not in known]
+
+
+def ingest_landed(
+    db_path: str | os.PathLike, landing: str | os.PathLike, max_files: int | None = None, now: datetime | None = None
+) -> LandedBatch:
+    """Ingest the landing files that are new since the last ingest (the first `max_files` of them,
+    None: all), and say which days they hold. The rest stay new for the next call.
+
+    Raises `StoreLockedError` when another process holds the store (nothing is ingested then).
+    """
+    con = open_store(db_path)
+    try:
+        files = new_landing_files(con, Path(landing).expanduser().resolve())[:max_files]
+        batch = LandedBatch(files=[str(p) for p in files])
+        for path in files:
+            batch.summary.add(ingest_file(con, path, now))
+        if files:
+            rows = con.execute(
+                f"SELECT {UTC_DAY} AS day, count(*) FROM interactions "
+                "WHERE list_contains(?, source_file) GROUP BY day ORDER BY day",
+                [batch.files],
+            ).fetchall()
+            batch.days = {day.isoformat(): n for day, n in rows}
+    finally:
+        con.close()
+    return batch
+
+
+def ingested_since(con: duckdb.DuckDBPyConnection, since: datetime) -> dict[str, int]:
+    """Files, rows read, accepted, duplicates and quarantined over every ingest since `since`,
+    by whoever ran it (the landing sensor or a weekly run)."""
+    row = con.execute(
+        "SELECT count(*), coalesce(sum(read), 0), coalesce(sum(accepted), 0), coalesce(sum(duplicates), 0), "
+        "coalesce(sum(quarantined), 0) FROM ingested_files WHERE ingested_at >= ?",
+        [since],
+    ).fetchone()
+    return dict(zip(("files", "read", "accepted", "duplicates", "quarantined"), (int(v) for v in row)))
