@@ -21,7 +21,7 @@ from evaluation.pause import PauseStateError
 from evaluation.registry import RegistryError
 from orchestration.calibration_cli import add_calibration_parser
 from orchestration.cli_errors import CliError
-from orchestration.demo import run_demo
+from orchestration.demo import run_demo, serving_policy
 from orchestration.review import add_review_parser
 from orchestration.run_config import RunConfigFileError
 from orchestration.runner import (
@@ -78,8 +78,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             world=args.world,
             drift=drift or None,
             policy_version=args.policy_version,
+            policy=serving_policy(args.served_by) if args.served_by else None,
+            level=1 if args.served_by else None,
         )
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError) as err:  # ModelLoadError is a ValueError
         raise CliError(str(err)) from err
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))
     return 0
@@ -174,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drift-day", type=int, help="day index on which (only) the agent over-escalates: action drift")
     p.add_argument("--intent-shift-day", type=int, help="day index from which the intent mix shifts")
     p.add_argument("--degrade-day", type=int, help="day index from which the agent degrades")
+    p.add_argument(
+        "--served-by",
+        metavar="MODEL_DIR",
+        help="a model folder (e.g. models/retail-agent-tiny) that serves the traffic, greedy, as the level-1 "
+        "shop (order status and cancellations, customers who state their request), instead of the scripted agent",
+    )
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("import-tasks", help="turn retail-world tasks into interaction records")

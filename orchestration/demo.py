@@ -139,7 +139,6 @@ def _champion_line(champion, name: str) -> str:
 # retrain, the shipped agent, which that week's `first_champion` registers as version 1).
 LEGACY_WEEKS = 4
 LEGACY_VERSION = "rules-agent/legacy"
-SERVED_MIX = {"order_status": 0.5, "cancel_order": 0.5}  # the level-1 shop the tiny agent serves
 
 
 def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
@@ -156,18 +155,23 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
     return str(next(p.parent for p in target.rglob("config.json"))), f"{name}/{champion.version}"
 
 
+def serving_policy(path: str) -> HFPolicy:
+    """A model folder as it serves level-1 traffic: greedy, with level 1's tools and the product's
+    rollout length (the settings its calibration figures are measured with)."""
+    return HFPolicy(path, max_new_tokens=EvalConfig().max_new_tokens, tools=LEVEL1_TOOLS)
+
+
 def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> dict:
     path, version = _serving_model(home, uri, name)
     print(f"serving week {monday} with {version} ({path}): {per_day} conversations a day ...", flush=True)
     started = time.monotonic()
-    policy = HFPolicy(path, max_new_tokens=EvalConfig().max_new_tokens, tools=LEVEL1_TOOLS)
+    policy = serving_policy(path)
     sim = simulate(
         days=7,
         per_day=per_day,
         seed=DEMO_SEED,
         out_dir=str(home.landing / "demo"),
         start=monday,
-        intent_mix=SERVED_MIX,
         policy=policy,
         level=1,
         policy_version=version,

@@ -69,3 +69,18 @@ def test_level1_traffic_refuses_what_it_cannot_serve(tmp_path, kwargs, says):
     with pytest.raises(TrafficConfigError, match=says):
         _refused(tmp_path, **kwargs)
     assert not day_files(tmp_path)
+
+
+def test_retrain_simulate_served_by_the_shipped_agent_records_its_conversations(tmp_path, capsys):
+    from orchestration.cli import main
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+
+    args = ["simulate", "--days", "1", "--per-day", "4", "--start", "2026-11-02", "--out", str(tmp_path / "a")]
+    assert main([*args, "--served-by", str(SHIPPED_AGENT_DIR), "--policy-version", "retail-agent/1"]) == 0
+    records = validate_all(read_records(day_files(tmp_path / "a")))
+    assert len(records) == 4 and {r["policy_version"] for r in records} == {"retail-agent/1"}
+    # The level-1 shop (only a model can serve it): the customer opens with identity and request.
+    assert all(r["intent"] in LEVEL1_INTENTS and r["messages"][1]["content"].startswith("Hi, ") for r in records)
+    capsys.readouterr()
+    assert main([*args[:-1], str(tmp_path / "b"), "--served-by", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err and not day_files(tmp_path / "b")

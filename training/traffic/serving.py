@@ -21,6 +21,7 @@ from training.traffic.agents import scenario_conversation, scenario_row
 from training.traffic.scenarios import Scenario, ScenarioSampler, sample_scenario
 
 SERVED_LEVELS = (None, 1)
+LEVEL1_MIX = {intent: 1.0 for intent in LEVEL1_INTENTS}  # the level-1 shop's requests, alike
 _LEVEL1_DRAWS = 50  # scenarios tried per conversation before the intent is declared unservable
 
 

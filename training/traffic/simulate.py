@@ -31,7 +31,7 @@ from training.traffic.scenarios import (
     ScenarioSampler,
     validate_intent_mix,
 )
-from training.traffic.serving import ServedTrafficError, check_level, draw, serve
+from training.traffic.serving import LEVEL1_MIX, ServedTrafficError, check_level, draw, serve
 from training.traffic.worldgen import generate_world
 
 DEFAULT_START = date(2026, 11, 2)
@@ -311,7 +311,7 @@ def simulate(
     drifts = coerce_drifts(drift)
     schedule = _days(
         days,
-        validate_intent_mix(intent_mix or DEFAULT_INTENT_MIX),
+        validate_intent_mix(intent_mix or (LEVEL1_MIX if level == 1 else DEFAULT_INTENT_MIX)),
         validate_mistake_rates(mistake_rates),
         policy_version,
         drifts,
