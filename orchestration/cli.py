@@ -142,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="simulate traffic and run the weekly retrain end to end")
     p.add_argument("--weeks", type=int, default=4, help="legacy weeks of the rule-based agent before (default 4)")
-    p.add_argument("--legacy-per-day", type=int, default=160, help="legacy interactions a day (default 160)")
-    p.add_argument("--per-day", type=int, default=80, help="model-served interactions a day (default 80)")
+    p.add_argument("--legacy-per-day", type=int, default=200, help="legacy interactions a day (default 200)")
+    p.add_argument("--per-day", type=int, default=40, help="model-served interactions a day (default 40)")
     p.add_argument("--fresh", action="store_true", help="start from an empty home folder (make demo does)")
     p.set_defaults(func=_cmd_demo)
 

@@ -183,10 +183,10 @@ def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> 
 
 def run_demo(
     weeks: int = LEGACY_WEEKS,
-    per_day: int = 80,
+    per_day: int = 40,
     fresh: bool = False,
     today: date | None = None,
-    legacy_per_day: int = 160,
+    legacy_per_day: int = 200,
 ) -> int:
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.
