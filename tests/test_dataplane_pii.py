@@ -196,7 +196,10 @@ def test_window_no_pii_asset_check_fails_on_it(bypassed, home):
 
     con, info = bypassed
     report = validate_window(window_frame(con, info.week), home, min_gold_share=0.0, name="bypass")
-    checks = {c.check_name: c for c in _window_checks(report, info, {"read": 13, "quarantined": 0}, WindowConfig())}
+    checks = {
+        c.check_name: c
+        for c in _window_checks(report, info, {"recent": {"read": 13, "quarantined": 0}}, WindowConfig())
+    }
     assert checks["window_no_pii"].passed is False
     found = checks["window_no_pii"].metadata["found"]
     assert getattr(found, "value", found) == 1
