@@ -23,6 +23,10 @@ and shipped figure are printed beside the two measurements, so what GRPO adds be
 
 Runs and their figures: bench/results/learning.md. The last line printed is
 `success_before=<x> success_after=<y> n=<tasks> seconds=<t> ci95=<half-width> reward=default`.
+
+`--reward-weights '{"term": weight}'` is a diagnostic, not the benchmark: it reprices terms to test
+a hypothesis about the default reward, and the last line then names the weights instead of
+`reward=default`.
 """
 
 from __future__ import annotations
@@ -83,15 +87,21 @@ def manifest_tasks(manifest: dict, n_train: int | None, n_eval: int, work: Path)
 
 
 def grpo_config(args: argparse.Namespace, work: Path, base: Path, train: list[dict]) -> GRPORunConfig:
-    """`GRPORunConfig`'s defaults with only the flags given replaced; the reward left at its default."""
+    """`GRPORunConfig`'s defaults with only the flags given replaced; the reward at its default
+    unless `--reward-weights` reprices terms."""
     chosen = {field: getattr(args, flag) for flag, field in GRPO_FLAGS.items() if getattr(args, flag) is not None}
     return GRPORunConfig(
         model_path=str(base),
         output_dir=str(work / "grpo"),
         records=train,
+        reward_weights=args.reward_weights,
         torch_threads=args.threads,
         **chosen,
     )
+
+
+def reward_label(weights: dict[str, float]) -> str:
+    return json.dumps(weights, separators=(",", ":"), sort_keys=True) if weights else "default"
 
 
 def per_customer(figures: dict) -> list[float]:
@@ -128,6 +138,13 @@ def training_signal(summary: dict) -> dict:
     }
 
 
+def _weights(text: str) -> dict[str, float]:
+    weights = json.loads(text)
+    if not isinstance(weights, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of term: weight")
+    return weights
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     defaults = {f.name: f for f in fields(GRPORunConfig)}
@@ -139,6 +156,12 @@ def _arguments() -> argparse.Namespace:
             default=None,
             help=f"GRPORunConfig.{name}: {spec.metadata['help']} (default {spec.default})",
         )
+    parser.add_argument(
+        "--reward-weights",
+        type=_weights,
+        default={},
+        help="diagnostic only: a JSON object of RewardWeights overrides (default: none, the product's reward)",
+    )
     parser.add_argument("--train-tasks", type=int, default=None, help="training customers (default: the recipe's)")
     parser.add_argument("--eval-tasks", type=int, default=AgentRecipe().held_out_tasks, help="held-out customers")
     parser.add_argument("--trials", type=int, default=TRIALS, help="greedy trials per held-out customer")
@@ -210,7 +233,7 @@ def main() -> int:
     )
     print(
         f"success_before={before['success_rate']:.3f} success_after={after['success_rate']:.3f} "
-        f"n={len(held)} seconds={seconds:.0f} ci95={half:.3f} reward=default"
+        f"n={len(held)} seconds={seconds:.0f} ci95={half:.3f} reward={reward_label(config.reward_weights)}"
     )
     return 0
 
