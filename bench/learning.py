@@ -148,7 +148,7 @@ def _weights(text: str) -> dict[str, float]:
     return weights
 
 
-def _arguments() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     defaults = {f.name: f for f in fields(GRPORunConfig)}
     for flag, name in GRPO_FLAGS.items():
@@ -170,11 +170,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=TRIALS, help="greedy trials per held-out customer")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (training and evaluation)")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a new temporary one)")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def main() -> int:
-    args = _arguments()
+    args = parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
