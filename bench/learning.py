@@ -24,7 +24,9 @@ and shipped figure are printed beside the two measurements, so what GRPO adds be
 With no flag it runs the product's default update (20 steps of `GRPORunConfig`). Runs and their
 figures are in bench/results/learning.md, session 8. No setting tried there gained beyond the CI.
 The defaults (lr 1e-4) lowered success from 0.12 to 0.00. The default reward prefers a hand-over
-to a failed attempt, so for an agent this weak, handing over is what GRPO learns. The last line printed is
+to a failed attempt, so for an agent this weak, handing over is what GRPO learns.
+
+The last line printed is
 `success_before=<x> success_after=<y> n=<tasks> seconds=<t> ci95=<half-width> reward=default`.
 
 `--reward-weights '{"term": weight}'` is a diagnostic, not the benchmark: it reprices terms to test
