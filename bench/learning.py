@@ -22,7 +22,7 @@ and shipped figure are printed beside the two measurements, so what GRPO adds be
     OMP_NUM_THREADS=2 .venv/bin/python bench/learning.py [--steps N] [--lr X] [--threads 2]
 
 With no flag it runs the product's default update (20 steps of `GRPORunConfig`). Runs and their
-figures are in bench/results/learning.md, session 8. No setting tried there gained beyond the CI.
+figures are in bench/results/learning.md (the product-path runs of 2026-12-01). No setting tried there gained beyond the CI.
 The defaults (lr 1e-4) lowered success from 0.12 to 0.00. The default reward prefers a hand-over
 to a failed attempt, so for an agent this weak, handing over is what GRPO learns.
 

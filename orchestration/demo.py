@@ -38,7 +38,7 @@ _SIZES = {
         "policy_base": {"probe_prompts": 8},
         # 10 steps of 4 customers x 8 rollouts at lr 1e-5: on the shipped agent the default lr
         # (1e-4) took held-out success from 0.12 to 0.00, 1e-5 with 8 rollouts a group kept it at
-        # 0.11 (bench/results/learning.md, session 8). Reward and sampling are the product's.
+        # 0.11 (bench/results/learning.md, the product-path runs of 2026-12-01). Reward and sampling are the product's.
         "grpo_candidate": {
             "max_steps": 10,
             "save_steps": 5,
