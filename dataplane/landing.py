@@ -19,7 +19,6 @@ from pathlib import Path
 import duckdb
 
 from dataplane.ingest import IngestSummary, collect_files, ingest_file
-from dataplane.served import UTC_DAY
 from dataplane.store import open_store
 
 
@@ -57,7 +56,8 @@ def ingest_landed(
             batch.summary.add(ingest_file(con, path, now))
         if files:
             rows = con.execute(
-                f"SELECT {UTC_DAY} AS day, count(*) FROM interactions "
+                # The UTC day, as dataplane.served groups it.
+                "SELECT CAST(timezone('UTC', ended_at) AS DATE) AS day, count(*) FROM interactions "
                 "WHERE list_contains(?, source_file) GROUP BY day ORDER BY day",
                 [batch.files],
             ).fetchall()

@@ -13,8 +13,9 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import duckdb
 
-# The UTC calendar day an interaction ended on, whatever the session's time zone.
-UTC_DAY = "CAST(timezone('UTC', ended_at) AS DATE)"
+# Queries group by `CAST(timezone('UTC', ended_at) AS DATE)`: the UTC calendar day an interaction
+# ended on, whatever the session's time zone. Written out in each query, not interpolated: no SQL
+# text here is built from Python values (tests/test_security.py).
 
 
 def day_range(day: date | str) -> tuple[datetime, datetime]:
@@ -56,7 +57,8 @@ class ServedDay:
 def served_days(con: duckdb.DuckDBPyConnection, policy_version: str) -> list[ServedDay]:
     """Every UTC day on which `policy_version` served, oldest first."""
     rows = con.execute(
-        f"SELECT {UTC_DAY} AS day, count(*), count(*) FILTER (WHERE has_gold) FROM interactions "
+        "SELECT CAST(timezone('UTC', ended_at) AS DATE) AS day, count(*), count(*) FILTER (WHERE has_gold) "
+        "FROM interactions "
         "WHERE policy_version = ? GROUP BY day ORDER BY day",
         [policy_version],
     ).fetchall()
