@@ -1,11 +1,12 @@
-"""`retrain demo`: the whole loop on embedded defaults, on a laptop-class CPU.
+"""`retrain demo`: the whole loop on embedded defaults, on a laptop-class CPU, like the calendar.
 
-Simulates weeks of production traffic into the home's landing folder, then runs `weekly_retrain`
-through Dagster for the last two complete weeks (the first starts from the shipped agent,
-`models/retail-agent-tiny`, which becomes the first champion, and gates its GRPO candidate against
-it; the second trains on top of whatever is champion and is gated against it), and prints a summary
-and the commands to open both UIs on that data. The run config below shrinks every stage to demo size; the asset defaults are the
-production ones.
+Four legacy weeks of the shop's rule-based agent land first. Then each of three weeks is served by
+the model that is champion when it starts (the shipped agent, `models/retail-agent-tiny`, before
+the first retrain): the first two are each followed by `weekly_retrain` through Dagster (the first
+registers the shipped agent as version 1 and gates its GRPO candidate against it, the second
+trains on top of whatever is champion and is gated against it), and the third is judged by the
+champion-health check. It prints a summary and the commands to open both UIs on that data. The
+run config below shrinks every stage to demo size; the asset defaults are the production ones.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from datetime import date, timedelta
 from assets.evaluation import EvalConfig
 from assets.partitions import week_key
 from dataplane.home import Home
+from dataplane.ingest import ingest_paths
 from dataplane.store import open_store
 from evaluation.registry import champion_info, download_champion, find_base_version, find_week_version
 from orchestration.runner import WeekRun, mlflow_target, run_week
+from orchestration.sensors import check_champion
 from training.policies import HFPolicy
 from training.tiny.level1 import LEVEL1_TOOLS
 from training.tiny.manifest import shipped_agent_path
@@ -136,9 +139,10 @@ def _champion_line(champion, name: str) -> str:
     return f"{name} v{champion.version} (candidate of week {champion.week})"
 
 
-# The calendar: LEGACY_WEEKS of the shop's rule-based agent (scripted, LEGACY_VERSION), then the
-# two retrained weeks, each served by the model that is champion when it starts (before the first
-# retrain, the shipped agent, which that week's `first_champion` registers as version 1).
+# The calendar: LEGACY_WEEKS of the shop's rule-based agent (scripted, LEGACY_VERSION), then three
+# weeks each served by the model that is champion when it starts (before the first retrain, the
+# shipped agent, which that week's `first_champion` registers as version 1): the first two are
+# retrained, the last is judged by the champion-health check, as the sensor does in production.
 LEGACY_WEEKS = 4
 LEGACY_VERSION = "rules-agent/legacy"
 
@@ -201,7 +205,8 @@ def run_demo(
     home.ensure()
     uri, model_name = mlflow_target(home)
     this_monday = date.fromisoformat(week_key(today or date.today()))
-    retrained = [this_monday - timedelta(weeks=offset) for offset in (2, 1)]
+    retrained = [this_monday - timedelta(weeks=offset) for offset in (3, 2)]
+    judged = this_monday - timedelta(weeks=1)  # served by the champion after them, then judged
     first_day = retrained[0] - timedelta(weeks=weeks)
     print(f"agent-retrain demo: home {home.root}")
     print(
@@ -224,6 +229,9 @@ def run_demo(
         _serve_week(home, monday, per_day, uri, model_name)
         print(f"\nweekly_retrain for week {monday} (through Dagster):", flush=True)
         results.append(run_week(monday.isoformat(), run_config=demo_run_config(), home=home))
+    _serve_week(home, judged, per_day, uri, model_name)
+    ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the retrains ingested the weeks before
+    health = check_champion(home, str(home.duckdb_path), uri, model_name)
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
     base = find_base_version(uri, model_name)
     for result in results:
@@ -237,6 +245,7 @@ def run_demo(
             f"   dagster run {result.run_id}"
         )
     print("\n" + "\n".join(_served_rows(home)))
+    print(f"\nchampion health on the week of {judged} (the champion_health sensor's check): {_health_line(health)}")
     champion = champion_info(uri, model_name)
     print(f"\nchampion: {_champion_line(champion, model_name)}")
     print(f"demo finished in {time.monotonic() - started:.0f} s\n")
@@ -244,6 +253,12 @@ def run_demo(
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")
     print(f"  .venv/bin/mlflow ui --backend-store-uri {uri}   # http://127.0.0.1:5000")
     return 0 if all(r.success for r in results) else 1
+
+
+def _health_line(outcome: dict) -> str:
+    if outcome["action"] == "rollback":
+        return f"rolled back v{outcome['from_version']} -> v{outcome['to_version']}: {outcome['reason']}"
+    return f"{outcome.get('champion', 'no champion')} kept: {outcome['reason']}"
 
 
 def _served_rows(home: Home) -> list[str]:
