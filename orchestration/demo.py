@@ -30,6 +30,10 @@ from training.tiny.manifest import shipped_agent_path
 from training.traffic.simulate import simulate
 
 DEMO_SEED = 7
+# The demo's calendar is fixed: the same weeks, customers and conversations on every run and every
+# day, so its outcome is reproducible (greedy serving and evaluation, seeded training); `today`
+# moves it.
+DEMO_TODAY = date(2026, 12, 1)
 
 # Stage sizes per scale: "demo" for `retrain demo` on a 2-core CPU, "ci" for the end-to-end test
 # and the UI screenshots. Sizes only: every threshold (the tool-call probe, the gates) and the reward
@@ -204,7 +208,7 @@ def run_demo(
         shutil.rmtree(home.root)
     home.ensure()
     uri, model_name = mlflow_target(home)
-    this_monday = date.fromisoformat(week_key(today or date.today()))
+    this_monday = date.fromisoformat(week_key(today or DEMO_TODAY))
     retrained = [this_monday - timedelta(weeks=offset) for offset in (3, 2)]
     judged = this_monday - timedelta(weeks=1)  # served by the champion after them, then judged
     first_day = retrained[0] - timedelta(weeks=weeks)
