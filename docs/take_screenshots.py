@@ -1,6 +1,7 @@
 """Regenerate the Dagster UI screenshots in docs/screenshots/ (see docs/UI.md).
 
     .venv/bin/python docs/take_screenshots.py [--home DIR] [--reuse] [--out docs/screenshots]
+    .venv/bin/python docs/take_screenshots.py --home .retrain --reuse   # after `make demo`: its runs
 
 Needs Debian's headless Chromium (`apt-get install -y chromium`). Steps:
 1. a fresh home (default: a temporary folder) with two weeks of simulated traffic;
