@@ -63,6 +63,7 @@ def test_level1_traffic_is_the_level1_shop_served_by_the_policy_a_day_in_one_bat
         ({"policy": None}, "pass the policy"),
         ({"intent_mix": {"order_status": 0.5, "return_items": 0.5}}, "return_items"),
         ({"level": 2}, "level=2"),
+        ({"drift": {"action_drift_day": 1}}, "scripted agent"),
     ],
 )
 def test_level1_traffic_refuses_what_it_cannot_serve(tmp_path, kwargs, says):

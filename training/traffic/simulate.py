@@ -320,6 +320,12 @@ def simulate(
         check_level(level, [i for d in schedule for i, share in d.intent_mix.items() if share > 0], policy)
     except ServedTrafficError as err:
         raise TrafficConfigError(str(err)) from None
+    if policy is not None and (mistake_rates is not None or any(d.mistake_rates is not None for d in drifts)):
+        # Mistake rates steer the scripted agent; a model makes its own mistakes. Silently ignoring
+        # them would write a "drifted" day that did not drift.
+        raise TrafficConfigError(
+            "mistake rates (and the drifts that set them) apply to the scripted agent, not a policy"
+        )
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
     sampler, out = ScenarioSampler(the_world), Path(out_dir)
     counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
