@@ -16,7 +16,7 @@ from assets.partitions import weekly_partitions
 from assets.pipes_reporter import SPEC as PIPES_REPORTER
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, train_records, week_dir
-from evaluation.registry import champion_info, download_champion
+from evaluation.registry import champion_info, local_champion
 from evaluation.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
 from training.policies import HFPolicy
@@ -141,11 +141,8 @@ def policy_base(
     train = train_records(h, store, window_splits)
     champion = champion_info(mlflow.uri(h), mlflow.model_name) if config.use_champion else None
     if champion is not None:
-        target = h.models / f"champion-v{champion.version}"
-        if not (target / "config.json").exists():
-            path = download_champion(mlflow.uri(h), target, mlflow.model_name)
-            context.log.info(f"downloaded champion v{champion.version} to {path}")
-        path = next(p.parent for p in target.rglob("config.json"))
+        path = local_champion(mlflow.uri(h), h.models, champion, mlflow.model_name)
+        context.log.info(f"starting from champion v{champion.version} at {path}")
         source, sft = "champion", None
     else:
         path = _base_model_path(config, h.models, train)

@@ -169,6 +169,29 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | 
         return client.get_experiment_by_name(name).experiment_id
 
 
+def find_or_create_run(
+    client: MlflowClient,
+    experiment_id: str,
+    key_tags: Mapping[str, str],
+    run_name: str,
+    *,
+    newest: bool = True,
+    extra_tags: Mapping[str, str] | None = None,
+) -> str:
+    """The run of `experiment_id` carrying every tag of `key_tags` (the newest, or with
+    `newest=False` the oldest, should there be several), else a new one tagged with `key_tags` and
+    `extra_tags`. Tag values go into a filter string: callers pass plain characters only."""
+    found = client.search_runs(
+        [experiment_id],
+        " and ".join(f"tags.{key} = '{value}'" for key, value in key_tags.items()),
+        order_by=[f"attributes.start_time {'DESC' if newest else 'ASC'}"],
+        max_results=1,
+    )
+    if found:
+        return found[0].info.run_id
+    return client.create_run(experiment_id, tags={**key_tags, **(extra_tags or {})}, run_name=run_name).info.run_id
+
+
 def check_model_dir(model_dir: str | Path) -> Path:
     """Refuse anything but a folder of safetensors weights plus tokenizer files (no pickles)."""
     path = Path(model_dir)
@@ -439,6 +462,20 @@ def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> Champion
         dict(mv.tags),
         None if previous is None else int(previous),
     )
+
+
+def local_champion(
+    tracking_uri: str, models_dir: str | Path, champion: ChampionInfo, name: str = DEFAULT_MODEL_NAME
+) -> Path:
+    """The model folder of `champion` under `<models_dir>/champion-v<version>`, downloaded once.
+
+    The artifact lands in a subfolder of that folder (its logged name), so the model is the folder
+    that holds `config.json`, wherever below it is.
+    """
+    target = Path(models_dir) / f"champion-v{champion.version}"
+    if not any(target.rglob("config.json")):
+        download_champion(tracking_uri, target, name)
+    return next(p.parent for p in target.rglob("config.json"))
 
 
 def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAULT_MODEL_NAME) -> Path | None:

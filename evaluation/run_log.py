@@ -38,7 +38,7 @@ from matplotlib.figure import Figure
 from dataplane.pii_records import suspect_texts
 from dataplane.scrub import find_pii, scrub_text
 from evaluation.gates import GateReport
-from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, mlflow_client, mlflow_step
+from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
 
 if TYPE_CHECKING:
     from mlflow.entities import DatasetInput
@@ -289,16 +289,13 @@ def open_week_run(
     client = mlflow_client(tracking_uri)
     with mlflow_step(tracking_uri, "open week run"):
         exp = ensure_experiment(client, experiment_name, artifact_location)
-        found = client.search_runs(
-            [exp],
-            f"tags.{WEEK_TAG} = '{week}' and tags.{DAGSTER_RUN_TAG} = '{dagster_run_id}'",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
+        return find_or_create_run(
+            client,
+            exp,
+            {WEEK_TAG: week, DAGSTER_RUN_TAG: dagster_run_id},
+            f"week-{week}",
+            extra_tags={ROLE_TAG: "evaluation", **(tags or {})},
         )
-        if found:
-            return found[0].info.run_id
-        all_tags = {WEEK_TAG: week, DAGSTER_RUN_TAG: dagster_run_id, ROLE_TAG: "evaluation", **(tags or {})}
-        return client.create_run(exp, tags=all_tags, run_name=f"week-{week}").info.run_id
 
 
 def _weekly_metrics(run: WeekRun) -> list:

@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 
 from matplotlib.figure import Figure
 
-from evaluation.registry import ensure_experiment, mlflow_client, mlflow_step
+from evaluation.registry import ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
 from evaluation.run_log import bar_figure, metric_key
 from evaluation.watch import DayWatch
 
@@ -66,20 +66,6 @@ def _histogram_figure(watch: DayWatch) -> Figure:
     return fig
 
 
-def _champion_run(client, experiment_id: str, champion: str) -> str:
-    # The oldest, should two runs ever have been created for one champion: its days stay together.
-    found = client.search_runs(
-        [experiment_id],
-        f"tags.{CHAMPION_TAG} = '{champion}'",
-        order_by=["attributes.start_time ASC"],
-        max_results=1,
-    )
-    if found:
-        return found[0].info.run_id
-    name = champion.replace("/", "-v")
-    return client.create_run(experiment_id, tags={CHAMPION_TAG: champion}, run_name=f"watch-{name}").info.run_id
-
-
 def log_watch_day(tracking_uri: str, watch: DayWatch, artifact_location: str | None = None) -> str:
     """Log the day into its champion's watch run; returns the run id."""
     from mlflow.entities import Metric  # heavy (~1 s): see evaluation.registry
@@ -90,7 +76,9 @@ def log_watch_day(tracking_uri: str, watch: DayWatch, artifact_location: str | N
     step = day_step(watch.day)
     with mlflow_step(tracking_uri, "log live watch"):
         experiment = ensure_experiment(client, WATCH_EXPERIMENT, artifact_location)
-        run_id = _champion_run(client, experiment, watch.champion)
+        # The oldest, should two runs ever have been created for one champion: its days stay together.
+        name = watch.champion.replace("/", "-v")
+        run_id = find_or_create_run(client, experiment, {CHAMPION_TAG: watch.champion}, f"watch-{name}", newest=False)
         metrics = [Metric(k, float(v), stamp, step) for k, v in sorted(watch_metrics(watch).items())]
         for start in range(0, len(metrics), 100):
             client.log_batch(run_id, metrics=metrics[start : start + 100])

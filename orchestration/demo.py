@@ -21,7 +21,7 @@ from assets.partitions import week_key
 from dataplane.home import Home
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store
-from evaluation.registry import champion_info, download_champion, find_base_version, find_week_version
+from evaluation.registry import champion_info, find_base_version, find_week_version, local_champion
 from orchestration.runner import WeekRun, mlflow_target, run_week
 from orchestration.sensors import check_champion
 from training.policies import HFPolicy
@@ -159,10 +159,7 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
         if find_base_version(uri, name) is not None:
             raise RuntimeError(f"{name} has versions but no champion: run `retrain rollback` or start --fresh")
         return str(shipped_agent_path()), f"{name}/1"
-    target = home.models / f"champion-v{champion.version}"
-    if not any(target.rglob("config.json")):
-        download_champion(uri, target, name)
-    return str(next(p.parent for p in target.rglob("config.json"))), f"{name}/{champion.version}"
+    return str(local_champion(uri, home.models, champion, name)), f"{name}/{champion.version}"
 
 
 def serving_policy(path: str) -> HFPolicy:

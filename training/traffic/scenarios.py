@@ -14,21 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.record_model import INTENT_NAMES
 from training.sandbox.episode import WRITE_TOOLS
 from training.sandbox.world import touched_subset
 from training.traffic.worldgen import random_address
 
-INTENTS = (
-    "order_status",
-    "cancel_order",
-    "return_items",
-    "exchange_items",
-    "modify_order_items",
-    "modify_order_address",
-    "modify_order_payment",
-    "modify_user_address",
-    "other",
-)
+INTENTS = INTENT_NAMES  # the record contract's intents: one list, declared there
 # Production mix: reads and cancellations dominate, account edits are rare.
 DEFAULT_INTENT_MIX: dict[str, float] = {
     "order_status": 0.20,
