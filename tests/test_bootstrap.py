@@ -52,6 +52,24 @@ def test_digits_are_single_tokens_and_text_round_trips(tiny_base):
         assert len(tokenizer(special)["input_ids"]) == 1
 
 
+def test_digit_groups_cut_every_run_from_its_left_the_same_in_the_message_and_the_call(world):
+    from training.tiny.bootstrap import corpus_from_records, name_words, train_tokenizer
+
+    records = level1_records(world, 20, seed=3)
+    tokenizer = train_tokenizer(corpus_from_records(records), 6000, names=name_words(records), digit_group=2)
+    # Every group of two digits is one token, whatever the corpus happened to contain.
+    assert all(len(tokenizer(f"{n:02d}")["input_ids"]) == 1 for n in range(100))
+    said = "Hi, zip code 60501. Please cancel order #W6067464, reason: no longer needed."
+    call = '{"order_id": "#W6067464", "zip": "60501"}'
+    for run, groups in (("6067464", ["60", "67", "46", "4"]), ("60501", ["60", "50", "1"])):
+        for text in (said, call):
+            pieces = [tokenizer.decode([i]) for i in tokenizer(text)["input_ids"]]
+            assert any(pieces[i : i + len(groups)] == groups for i in range(len(pieces))), (run, text, pieces)
+        assert tokenizer.decode(tokenizer(said)["input_ids"]) == said
+    with pytest.raises(ValueError, match="digit_group must be at least 1"):
+        train_tokenizer(["x"], 100, digit_group=0)
+
+
 def test_a_customers_name_is_the_same_tokens_in_the_message_and_in_the_call(tiny_base):
     # Merges may span spaces, but never into a name: otherwise a frequent customer's name fuses
     # with the call's JSON scaffolding and no other customer's call can reuse those tokens.

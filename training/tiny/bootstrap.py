@@ -32,9 +32,10 @@ PAD_TOKEN = "<|endoftext|>"
 _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
 _EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
 _CAPITALISED_WORD = r"[A-Z][a-z]+"
-# Bumped whenever the tokenizer's rules change (2: customers' names spelled a letter a token), so
+# Bumped whenever the tokenizer's rules change (2: customers' names spelled a letter a token; 3:
+# digit runs optionally cut into groups, `TinyModelSpec.digit_group`), so
 # `ensure_base_policy` builds a new base rather than reusing one made under the old rules.
-TOKENIZER_FORMAT = 2
+TOKENIZER_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class TinyModelSpec:
     # Long enough for the system policy + every tool schema + a short level-1 conversation.
     max_position_embeddings: int = 2048
     seed: int = 0
+    # Digits a token in identifiers (train_tokenizer's `digit_group`).
+    digit_group: int = 1
 
 
 def qwen25_chat_template() -> str:
@@ -119,7 +122,20 @@ def name_words(records: Iterable[dict[str, Any]]) -> set[str]:
     return {word for name in found for word in re.findall(_CAPITALISED_WORD, name)}
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = ()):
+def digit_groups(width: int) -> list[str]:
+    """Every group of `width` digits, each written once per line, so BPE learns all of them."""
+    if width < 1:
+        raise ValueError(f"digit_group must be at least 1, got {width}")
+    if width == 1:
+        return []
+    line = " ".join(f"{n:0{width}d}" for n in range(10**width))
+    # Repeated so that each group outranks the corpus's rarer merges.
+    return [line] * 64
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = (), digit_group: int = 1
+):
     """Byte-level BPE in which identifiers are spelled: one token a digit (ids copy better digit by digit), a letter of a name.
 
     Capitalised words are spelled one letter a token except the corpus's fixed words: those of
@@ -133,7 +149,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterabl
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = list(texts) + _rendered_examples()
+    corpus = list(texts) + _rendered_examples() + digit_groups(digit_group)
     whole_words = fixed_words(corpus, names)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -155,7 +171,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterabl
             # uses only letters the policy has copied before. The fixed words (the system policy's,
             # the catalogue's) stay whole, so the prompt read at every turn stays short.
             pre_tokenizers.Split(Regex(spelled_word_pattern(whole_words)), behavior="isolated"),
-            pre_tokenizers.Digits(individual_digits=True),
+            # A run of digits is cut into groups of `digit_group` from its left, so an identifier
+            # tokenises the same wherever it appears. With one digit a token, a zip or an order id
+            # is a string over ten symbols that repeat, and a tiny policy copying it loses its
+            # place (writes 34425 for 43325); groups of two make each token of a 7-digit order id
+            # one of a hundred, so the token after the one just copied is rarely ambiguous.
+            pre_tokenizers.Split(Regex(rf"\d{{1,{digit_group}}}"), behavior="isolated")
+            if digit_group > 1
+            else pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -191,7 +214,10 @@ def build_tiny_policy(
     out.mkdir(parents=True, exist_ok=True)
     records = list(records)
     tokenizer = train_tokenizer(
-        list(corpus_from_records(records)) + list(extra_texts), spec.vocab_size, names=name_words(records)
+        list(corpus_from_records(records)) + list(extra_texts),
+        spec.vocab_size,
+        names=name_words(records),
+        digit_group=spec.digit_group,
     )
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)

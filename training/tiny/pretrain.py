@@ -39,13 +39,13 @@ class CopySettings:
 
 
 def identifier_tokens(tokenizer: Any) -> list[int]:
-    """Ids of the tokens identifiers are spelled with: single characters and capitalised words."""
+    """Ids of the tokens identifiers are spelled with: single characters, digit groups and capitalised words."""
     keep = []
     for token, token_id in tokenizer.get_vocab().items():
         text = tokenizer.convert_tokens_to_string([token])
         if token in tokenizer.all_special_tokens or not text:
             continue
-        if len(text) == 1 and text.isalnum() or (text[:1].isupper() and text[1:].islower() and text.isalpha()):
+        if len(text) == 1 and text.isalnum() or text.isdigit() or (text[:1].isupper() and text[1:].islower() and text.isalpha()):
             keep.append(token_id)
     return sorted(keep)
 
