@@ -42,3 +42,14 @@ def total_variation(p: Mapping[str, float], q: Mapping[str, float]) -> float:
     # fsum: the correctly rounded sum does not depend on the (hash-seeded) order of the keys, so the
     # same two distributions give the same distance in every process.
     return 0.5 * math.fsum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q))
+
+
+def largest_shifts(p: Mapping[str, float], q: Mapping[str, float], top: int = 3) -> list[tuple[str, float, float]]:
+    """The `top` names whose share moved most from `q` to `p`, as (name, share in q, share in p):
+    what a person reviewing a drift reads first.
+
+    >>> largest_shifts({"a": 0.75, "b": 0.25}, {"a": 0.5, "c": 0.5}, top=2)
+    [('c', 0.5, 0.0), ('a', 0.5, 0.75)]
+    """
+    names = sorted(set(p) | set(q), key=lambda k: (-abs(p.get(k, 0.0) - q.get(k, 0.0)), k))
+    return [(k, q.get(k, 0.0), p.get(k, 0.0)) for k in names[:top] if p.get(k, 0.0) != q.get(k, 0.0)]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evaluation.drift import total_variation
+from evaluation.drift import largest_shifts, total_variation
 from evaluation.gate_types import Gate, GateConfig, GateInputs, Verdict
 from evaluation.stats import mcnemar_exact, paired_bootstrap_ci, roc_auc
 
@@ -236,6 +236,13 @@ def reward_hacking_alarm(inp: GateInputs, cfg: GateConfig) -> Gate:
     )
 
 
+def _shifts(candidate: dict[str, float], baseline: dict[str, float]) -> str:
+    moved = largest_shifts(candidate, baseline)
+    if not moved:
+        return ""
+    return " (" + ", ".join(f"{name} {before:.3f} -> {after:.3f}" for name, before, after in moved) + ")"
+
+
 def tool_call_drift(inp: GateInputs, cfg: GateConfig) -> Gate:
     tv = total_variation(inp.candidate.tool_distribution, inp.baseline.tool_distribution)
     return _gate(
@@ -245,6 +252,7 @@ def tool_call_drift(inp: GateInputs, cfg: GateConfig) -> Gate:
         "<=",
         tv <= cfg.max_tool_drift,
         f"total variation {tv:.4f} between candidate and {inp.baseline_kind} tool-call mixes"
+        + _shifts(inp.candidate.tool_distribution, inp.baseline.tool_distribution)
         + ("" if tv <= cfg.max_tool_drift else "; held for a person to approve"),
         on_fail="hold",
         lift="a person reviews the tool-call mix and approves (retrain approve --week WEEK --by NAME)",

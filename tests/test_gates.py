@@ -128,6 +128,8 @@ def test_tool_mix_drift_is_held_then_promoted_only_after_approval():
     assert report.decision == "hold"
     drift = report.gate("tool_call_drift")
     assert drift.verdict == "hold" and drift.value > 0.05 and not drift.passed
+    # The reviewer is told which tools moved: the drifter's new ones, from a share of 0.
+    assert "think 0.000 -> " in drift.detail and "calculate 0.000 -> " in drift.detail
     approved = approve(report, "ops-lead")
     assert approved.decision == "promote" and approved.approved_by == "ops-lead"
     assert approved.gate("tool_call_drift").value == drift.value  # the evidence stays on record

@@ -81,6 +81,23 @@ def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
     assert done["version"] == champion_info(home.mlflow_uri).version == 2
 
 
+def test_the_demo_stands_in_for_the_reviewer_only_on_an_approvable_hold(home, instance, tmp_path):
+    from orchestration.demo import DEMO_REVIEWER, review_hold
+
+    def week_run(week, policy):
+        result = run_promotion(home, instance, week, policy, tmp_path / week)
+        return WeekRun(week, result.run_id, result.success, sorted(_materialized(result)), run_decision(result, week))
+
+    rejected = week_run(WEEK, "identical")
+    assert review_hold(rejected, home) is None and find_week_version(home.mlflow_uri, WEEK) is None
+    held = week_run(NEXT, "drifter")
+    assert held.decision.decision == "hold"
+    done = review_hold(held, home)
+    assert done["approved_by"] == DEMO_REVIEWER
+    champion = champion_info(home.mlflow_uri)
+    assert done["version"] == champion.version == find_week_version(home.mlflow_uri, NEXT) == 2
+
+
 def test_a_failure_mode_rise_is_flagged_without_blocking(home, instance, tmp_path):
     run_promotion(home, instance, WEEK, "better", tmp_path)
     result = run_promotion(home, instance, NEXT, "random", tmp_path)

@@ -135,8 +135,8 @@ def level1_tools() -> tuple[str, ...]:
 def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict]]:
     """(training tasks, held-out tasks): simulated contract traffic on a generated world, restated
     as level-1 tasks, split by customer (`dataplane.splits.split_of`), so no held-out customer is
-    ever trained on. Only customers who identify by name and zip are kept: short identifiers a
-    tiny policy can copy."""
+    ever trained on. Customers identify as the level-1 shop has them do (`level1_opening`): by
+    name and zip when they know both, else by email, as served traffic does."""
     summary = simulate(
         days=1,
         per_day=recipe.traffic,
@@ -155,7 +155,7 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
                 continue
             record = json.loads(line)
             task = as_level1(record)
-            if task is None or "zip code" not in task["messages"][1]["content"]:
+            if task is None:
                 continue
             key = (record["customer_id"], task["user_scenario"]["known_info"]["order_ids"][0])
             if key in seen:

@@ -133,10 +133,8 @@ def digit_groups(width: int) -> list[str]:
     return [line] * 64
 
 
-def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = (), digit_group: int = 1
-):
-    """Byte-level BPE in which identifiers are spelled: one token a digit (ids copy better digit by digit), a letter of a name.
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = (), digit_group: int = 1):
+    """Byte-level BPE in which identifiers are spelled: `digit_group` digits a token, a letter of a name.
 
     Capitalised words are spelled one letter a token except the corpus's fixed words: those of
     `texts` outside `names` (the customers' names, which must always be spelled).

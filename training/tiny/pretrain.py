@@ -45,7 +45,12 @@ def identifier_tokens(tokenizer: Any) -> list[int]:
         text = tokenizer.convert_tokens_to_string([token])
         if token in tokenizer.all_special_tokens or not text:
             continue
-        if len(text) == 1 and text.isalnum() or text.isdigit() or (text[:1].isupper() and text[1:].islower() and text.isalpha()):
+        if (
+            len(text) == 1
+            and text.isalnum()
+            or text.isdigit()
+            or (text[:1].isupper() and text[1:].islower() and text.isalpha())
+        ):
             keep.append(token_id)
     return sorted(keep)
 
