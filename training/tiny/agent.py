@@ -72,17 +72,18 @@ class AgentRecipe:
     seed: int = 0  # initial weights, copy stream, SFT order
     world_seed: int = 3  # the generated world and its traffic
     n_users: int = 600
-    # Simulated interactions per day; at world seed 3 they restate as 859 training and 229
-    # held-out level-1 tasks (customers identifying by name and zip).
+    # Simulated interactions per day; at world seed 3 they restate as 917 training and 243
+    # held-out level-1 tasks (distinct customer and order; about 40% identify by email).
     traffic: int = 8000
     train_tasks: int = 850
     held_out_tasks: int = 100
     copy_steps: int = 1000
     copy_lr: float = 1e-3
     # Four long stages learnt more than twelve short ones over the same 1,200 steps: each stage
-    # resets the optimiser state.
+    # resets the optimiser state. 400 steps a stage rather than 300 took the expert-only model from
+    # 0.33 to 0.58 greedy success on held-out customers of both identifications.
     expert_stages: int = 4
-    expert_steps: int = 300
+    expert_steps: int = 400
     sft_lr: float = 1e-3
     sft_batch: int = 16
     sft_schedule: str = "constant"
