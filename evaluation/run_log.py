@@ -371,6 +371,19 @@ def log_week_run(
     return run_id
 
 
+def record_approval(tracking_uri: str, run_id: str, held: GateReport, approved: GateReport) -> None:
+    """Put a person's approval on the week's run: `gate_report.json` becomes the approved report (the
+    verdicts the registered version was promoted on, with who approved), the report as the gates
+    wrote it is kept beside it as `gate_report_held.json`, and the run's decision tags follow."""
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "record approval"):
+        client.log_dict(run_id, held.to_dict(), "gate_report_held.json")
+        client.log_dict(run_id, approved.to_dict(), "gate_report.json")
+        client.set_tag(run_id, "gate_decision", approved.decision)
+        client.set_tag(run_id, "gate_report_digest", approved.digest())
+        client.set_tag(run_id, "approved_by", approved.approved_by or "")
+
+
 def find_week_runs(tracking_uri: str, week: str, experiment_name: str = DEFAULT_EXPERIMENT) -> list[str]:
     """Finished evaluation run ids of `week`, newest first (e.g. for `retrain approve`)."""
     metric_key(week)  # the week is quoted into a filter string

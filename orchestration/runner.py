@@ -19,6 +19,7 @@ from evaluation.decision import PromotionDecision
 from evaluation.gates import ApprovalError, approve
 from evaluation.pause import lift_pause
 from evaluation.registry import register_candidate, rollback
+from evaluation.run_log import record_approval
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
@@ -134,6 +135,7 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
     decision = week_decision(week, home)
     approved = decision.approved(approve(decision.report, approver))
     uri, name = mlflow_target(home)
+    record_approval(uri, approved.mlflow_run_id, decision.report, approved.report)
     version = register_candidate(
         uri,
         approved.model_path,

@@ -7,6 +7,10 @@ upstream assets are stand-ins handing over scripted evaluation reports (tests.he
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
+
 import dagster as dg
 import pytest
 
@@ -79,6 +83,22 @@ def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
     assert find_week_version(home.mlflow_uri, WEEK) is None
     done = approve_week(WEEK, "alice", home)
     assert done["version"] == champion_info(home.mlflow_uri).version == 2
+    # The run the version points to carries the report it was promoted on, and the held one beside it.
+    from evaluation.run_log import load_gate_report
+
+    run_id = latest_decision(instance, WEEK).mlflow_run_id
+    version = mlflow_client(home.mlflow_uri).get_model_version("retail-agent", "2")
+    assert version.run_id == run_id
+    approved = load_gate_report(home.mlflow_uri, run_id)
+    assert approved.decision == "promote" and approved.approved_by == "alice"
+    assert approved.gate("tool_call_drift").value == check.metadata["value"].value
+    run = mlflow_client(home.mlflow_uri).get_run(run_id)
+    assert run.data.tags["gate_decision"] == "promote" and run.data.tags["approved_by"] == "alice"
+    with tempfile.TemporaryDirectory() as tmp:
+        held = json.loads(
+            Path(mlflow_client(home.mlflow_uri).download_artifacts(run_id, "gate_report_held.json", tmp)).read_text()
+        )
+    assert held["decision"] == "hold" and held["approved_by"] is None
 
 
 def test_the_demo_stands_in_for_the_reviewer_only_on_an_approvable_hold(home, instance, tmp_path):
