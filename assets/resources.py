@@ -46,13 +46,16 @@ class DuckDBStore(dg.ConfigurableResource):
     """The interaction store: one DuckDB file (one writer process at a time)."""
 
     path: str | None = None  # default: <home>/interactions.duckdb
+    # How long a step waits for another process's lock (the landing sensor's ingest, a live-watch
+    # run) before it fails: runs of different jobs share the file and each holds it briefly.
+    lock_wait_seconds: float = 300.0
 
     def resolved_path(self, home: Home) -> str:
         return self.path or str(home.duckdb_path)
 
     @contextmanager
     def connect(self, home: Home, read_only: bool = False) -> Iterator:
-        con = open_store(self.resolved_path(home), read_only=read_only)
+        con = open_store(self.resolved_path(home), read_only=read_only, wait_seconds=self.lock_wait_seconds)
         try:
             yield con
         finally:

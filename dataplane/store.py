@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -110,6 +111,9 @@ SCHEMA = (
 )
 
 
+_LOCK_POLL_SECONDS = 0.5
+
+
 class StoreLockedError(RuntimeError):
     """Another process holds the DuckDB file; carries the path and DuckDB's own message."""
 
@@ -119,22 +123,31 @@ class StoreLockedError(RuntimeError):
         self.reason = reason
 
 
-def open_store(path: str | os.PathLike, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def open_store(
+    path: str | os.PathLike, read_only: bool = False, wait_seconds: float = 0.0
+) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the store at `path` with every table in place.
 
     Read-only opens of a store that does not exist yet create it first, so readers never race the
-    first writer over the schema. A lock held by another process raises StoreLockedError.
+    first writer over the schema. A lock held by another process raises StoreLockedError, at once
+    or, with `wait_seconds`, once the lock has been held that long: DuckDB lets one process write
+    at a time, and the other holders (an ingest, the live watch) let go within seconds.
     """
     path = Path(path)
     if read_only and not path.exists():
-        open_store(path).close()
+        open_store(path, wait_seconds=wait_seconds).close()
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as err:
-        if "lock" in str(err).lower():
-            raise StoreLockedError(path, str(err)) from err
-        raise
+    deadline = time.monotonic() + max(wait_seconds, 0.0)
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.IOException as err:
+            if "lock" not in str(err).lower():
+                raise
+            if time.monotonic() >= deadline:
+                raise StoreLockedError(path, str(err)) from err
+            time.sleep(_LOCK_POLL_SECONDS)
     if not read_only:
         for statement in SCHEMA:
             con.execute(statement)

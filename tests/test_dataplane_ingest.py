@@ -313,3 +313,36 @@ def test_summary_is_written_per_file_for_the_cli(tmp_path, records):
     payload = summary.to_dict()
     assert set(payload) >= {"files", "read", "accepted", "duplicates", "quarantined", "quarantined_by_rule", "per_file"}
     assert payload["per_file"][0]["status"] == "ingested"
+
+
+def test_a_step_waits_for_a_lock_another_process_lets_go_of(tmp_path):
+    # The Dagster store resource opens with a wait: another run's brief hold (an ingest, the live
+    # watch) delays a step instead of failing it. Without a wait the lock still fails at once.
+    from assets.resources import DuckDBStore
+    from dataplane.home import Home
+
+    home = Home.from_env(tmp_path / "home").ensure()
+    db = home.duckdb_path
+    open_store(db).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(2)",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError):
+            open_store(db)
+        with pytest.raises(StoreLockedError):
+            open_store(db, wait_seconds=0.5)  # held longer than that
+        with DuckDBStore().connect(home) as con:  # waits the holder out
+            assert con.execute("SELECT count(*) FROM interactions").fetchone()[0] == 0
+        assert holder.poll() is not None  # it was the holder's exit that let the step in
+    finally:
+        holder.kill()
+        holder.wait()
