@@ -107,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="the home already holds a weekly_retrain run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "screenshots")
     parser.add_argument("--budget-ms", type=int, default=20000, help="Chromium virtual time per page")
-    parser.add_argument("--week", default=WEEK, help=f"partition of the promotion_gate page (default {WEEK})")
     args = parser.parse_args(argv)
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             "asset-lineage-groups.png": f"{server.url}/asset-groups",
             "training-group.png": f"{groups}/training",
             "weekly-retrain-run.png": f"{server.url}/runs/{run['runId']}",
-            "promotion-gate-asset.png": f"{server.url}/assets/promotion_gate?partition={args.week}",
+            "promotion-gate-asset.png": f"{server.url}/assets/promotion_gate?partition={WEEK}",
             "raw-interactions-checks.png": f"{server.url}/assets/raw_interactions?view=checks",
         }
         for name, url in pages.items():
