@@ -237,21 +237,29 @@ def test_missing_path_raises_before_anything(tmp_path):
     assert not (tmp_path / "db.duckdb").exists()
 
 
-def test_locked_store_names_the_file(tmp_path):
-    db = tmp_path / "db.duckdb"
-    open_store(db).close()
+def _hold_lock(db: Path, seconds: float) -> subprocess.Popen:
+    """Another process holding the store's write lock for `seconds`; returns once it holds it."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
+            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ready', flush=True); "
+            "time.sleep(float(sys.argv[2]))",
             str(db),
+            str(seconds),
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+def test_locked_store_names_the_file(tmp_path):
+    db = tmp_path / "db.duckdb"
+    open_store(db).close()
+    holder = _hold_lock(db, 60)
     try:
-        assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(StoreLockedError) as info:
             ingest_paths(db, [write_jsonl(tmp_path / "a.jsonl", ['{"x": 1}'])])
         assert str(db) in str(info.value)
@@ -324,18 +332,8 @@ def test_a_step_waits_for_a_lock_another_process_lets_go_of(tmp_path):
     home = Home.from_env(tmp_path / "home").ensure()
     db = home.duckdb_path
     open_store(db).close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(2)",
-            str(db),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = _hold_lock(db, 2)
     try:
-        assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(StoreLockedError):
             open_store(db)
         with pytest.raises(StoreLockedError):
