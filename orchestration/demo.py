@@ -21,7 +21,7 @@ from assets.partitions import week_key
 from dataplane.home import Home
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store
-from evaluation.gate_types import APPROVABLE_HOLDS
+from evaluation.gates import ApprovalError
 from evaluation.registry import champion_info, find_base_version, find_week_version, local_champion
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from orchestration.sensors import check_champion
@@ -148,26 +148,27 @@ def _champion_line(champion, name: str) -> str:
 # retrained, the last is judged by the champion-health check, as the sensor does in production.
 LEGACY_WEEKS = 4
 LEGACY_VERSION = "rules-agent/legacy"
-# Who approves a week held only for a shift in how the agent works (APPROVABLE_HOLDS). In
+# Who approves a week held only for a shift in how the agent works (`gate_types.APPROVABLE_HOLDS`). In
 # production a person reads the transcripts and runs `retrain approve`; the demo has no person, so
 # it stands in for one through the same call, and says so.
 DEMO_REVIEWER = "demo-reviewer (standing in for a person)"
 
 
 def review_hold(result: WeekRun, home: Home) -> dict | None:
-    """Approve a week whose only objections are approvable holds, as its reviewer would after
-    reading what moved; None (nothing done) for any other decision, a failed gate above all."""
+    """Approve a held week as its reviewer would after reading what moved; None (nothing done) for
+    any other decision, or when approval refuses (a failed gate, a hold only evidence lifts: the
+    rule is `evaluation.gates.approve`'s)."""
     decision = result.decision
     if decision is None or decision.decision != "hold":
         return None
-    verdicts = {gate.name: gate.verdict for gate in decision.report.gates}
-    held = sorted(name for name, verdict in verdicts.items() if verdict != "pass")
-    if any(verdicts[name] != "hold" or name not in APPROVABLE_HOLDS for name in held):
+    try:
+        done = approve_week(result.week, approver=DEMO_REVIEWER, home=home)
+    except ApprovalError as refused:
+        print(f"  not approved: {refused}", flush=True)
         return None
     for gate in decision.report.gates:
-        if gate.name in held:
+        if gate.verdict == "hold":
             print(f"  held for review: {gate.name}: {gate.detail}", flush=True)
-    done = approve_week(result.week, approver=DEMO_REVIEWER, home=home)
     print(f"  approved by {DEMO_REVIEWER}: registered as version {done['version']}", flush=True)
     return done
 

@@ -104,12 +104,16 @@ def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
 def test_the_demo_stands_in_for_the_reviewer_only_on_an_approvable_hold(home, instance, tmp_path):
     from orchestration.demo import DEMO_REVIEWER, review_hold
 
-    def week_run(week, policy):
-        result = run_promotion(home, instance, week, policy, tmp_path / week)
+    def week_run(week, policy, gate_config=None):
+        result = run_promotion(home, instance, week, policy, tmp_path / week, gate_config)
         return WeekRun(week, result.run_id, result.success, sorted(_materialized(result)), run_decision(result, week))
 
     rejected = week_run(WEEK, "identical")
     assert review_hold(rejected, home) is None and find_week_version(home.mlflow_uri, WEEK) is None
+    # Held also for missing labels: only more labels lift that, so the stand-in does not approve.
+    short_of_labels = week_run("2026-11-09", "drifter", {"min_human_labels": 100_000})
+    assert short_of_labels.decision.report.gate("reward_alignment").verdict == "hold"
+    assert review_hold(short_of_labels, home) is None and find_week_version(home.mlflow_uri, "2026-11-09") is None
     held = week_run(NEXT, "drifter")
     assert held.decision.decision == "hold"
     done = review_hold(held, home)
