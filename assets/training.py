@@ -16,16 +16,16 @@ from assets.partitions import weekly_partitions
 from assets.pipes_reporter import SPEC as PIPES_REPORTER
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, train_records, week_dir
+from domains.registry import load_domain
 from evaluation.registry import champion_info, local_champion
 from evaluation.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
 from training.policies import HFPolicy
 from training.reporting import REPORTER_ENV
-from training.sandbox.environment import TOOL_NAMES
-from training.sandbox.prompting import initial_messages
+from training.sandbox.environment import tool_names
+from training.sandbox.prompting import domain_of, initial_messages
 from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
 from training.tiny.bootstrap import ensure_base_policy
-from training.tiny.level1 import level1_demonstration
 from training.tiny.manifest import REBUILD_COMMAND, ManifestError, shipped_agent_path
 
 
@@ -88,7 +88,7 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
     if level != 1:
         return train
 
-    return [level1_demonstration(task) for task in at_level(train, 1)]
+    return [load_domain(domain_of(task)).level1_demonstration(task) for task in at_level(train, 1)]
 
 
 SCRATCH_BASE = "scratch"  # `base_model` value: build the tiny model here instead of the shipped agent
@@ -114,8 +114,9 @@ def _probe_tool_calls(model_path: str, records: list[dict], n: int, tools: tuple
     prompts = [initial_messages(r) for r in records[:n]]
     if not prompts:
         return 0.0
-    offered = set(tools or TOOL_NAMES)
-    replies = HFPolicy(model_path, max_new_tokens=96, tools=tools).act(prompts)
+    domain = domain_of(records[0])
+    offered = set(tools or tool_names(domain))
+    replies = HFPolicy(model_path, max_new_tokens=96, tools=tools, domain=domain).act(prompts)
     good = sum(1 for m in replies if any(c["name"] in offered for c in m.get("tool_calls", [])))
     return good / len(prompts)
 

@@ -11,7 +11,8 @@ from assets.resources import DuckDBStore
 from dataplane.home import Home
 from dataplane.splits import split_window
 from dataplane.window import window_records
-from training.tiny.level1 import as_level1
+from domains.registry import load_domain
+from training.sandbox.prompting import domain_of
 
 
 def week_dir(home: Home, partition_key: str) -> Path:
@@ -38,4 +39,5 @@ def at_level(records: list[dict], level: int) -> list[dict]:
     if level != 1:
         return records
 
-    return [task for task in map(as_level1, records) if task is not None]
+    tasks = (load_domain(domain_of(r)).as_level1(r) for r in records)
+    return [task for task in tasks if task is not None]

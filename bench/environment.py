@@ -12,7 +12,7 @@ Measured in one run, best of `--repeat`:
   all through `call_tool`: tool calls per second, including resets;
 - dispatch overhead: the same read calls straight to the pure tool functions, to show what the
   allow-list, argument checks and audit log cost.
-`--simulate N` times N simulated interactions through `training.traffic.simulate.measure_throughput`.
+`--simulate N` times N simulated interactions through `domains.retail.traffic.simulate.measure_throughput`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from training.sandbox import tools_read  # noqa: E402
-from training.sandbox.environment import RetailEnvironment, call_tool, replay_actions  # noqa: E402
-from training.sandbox.world import load_world, touched_subset  # noqa: E402
+from domains.retail import tools_read  # noqa: E402
+from domains.retail.tools import replay_actions  # noqa: E402
+from domains.retail.world import load_world, touched_subset  # noqa: E402
+from training.sandbox.environment import call_tool, environment_class  # noqa: E402
+
+RetailEnvironment = environment_class("retail")
 
 
 def best_of(repeat: int, run: Callable[[], int]) -> tuple[float, int]:
@@ -124,13 +127,13 @@ def direct_reads(prepared: list[tuple[dict[str, Any], list[tuple[str, dict[str, 
 
 
 def simulate_part(n: int) -> dict[str, Any] | str:
-    # ---- `--simulate N`: owned by training.traffic.simulate; this bench only times it ----
+    # ---- `--simulate N`: owned by domains.retail.traffic.simulate; this bench only times it ----
     if not (ROOT / "training" / "traffic.py").exists():
         return "skipped: training/traffic.py does not exist yet (left to the traffic engineer)"
     from training.traffic import simulate as traffic
 
     if not hasattr(traffic, "measure_throughput"):
-        return "skipped: training.traffic.simulate has no measure_throughput(n) yet"
+        return "skipped: domains.retail.traffic.simulate has no measure_throughput(n) yet"
     return traffic.measure_throughput(n)
 
 

@@ -124,9 +124,9 @@ class StepCollector:
 def measure(args: argparse.Namespace, device: str) -> dict[str, Any]:
     import torch  # heavy
 
+    from domains.retail.traffic.simulate import simulate
     from training.grpo import load_records, run
     from training.grpo_config import GRPORunConfig
-    from training.traffic.simulate import simulate
 
     settings, overrides = preset_trainer_settings(args.preset, args.steps, not args.no_vllm)
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:

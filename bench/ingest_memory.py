@@ -58,7 +58,7 @@ print(json.dumps({"base_kib": base, "peak_kib": peak, "seconds": seconds, "accep
 
 def template_records(n: int, seed: int) -> list[dict]:
     """`n` contract-valid records of simulated traffic (the product's own generator)."""
-    from training.traffic.simulate import simulate
+    from domains.retail.traffic.simulate import simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         simulate(days=1, per_day=n, seed=seed, out_dir=tmp, start=date(2026, 1, 5), n_users=60)

@@ -4,7 +4,7 @@ The product path end to end, nothing built here:
 - the policy is the shipped agent `models/retail-agent-tiny`, loaded only once it matches its
   manifest (`training.tiny.manifest.shipped_agent_path`), as `policy_base` starts a first week;
 - the tasks are the manifest's: its recipe's simulated world restated as level-1 tasks
-  (`training.tiny.agent.level1_tasks`), training customers for GRPO, the held-out customers the
+  (`domains.retail.tiny_agent.level1_tasks`), training customers for GRPO, the held-out customers the
   manifest's figures were measured on for the score;
 - GRPO runs through `training.grpo.run`, the code `python -m training.grpo` (the `grpo_candidate`
   asset's subprocess) runs, with `GRPORunConfig`'s defaults and the product's default reward:
@@ -53,8 +53,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.shipped_agent import EVAL_SEED, TRIALS, measure, task_ci95  # noqa: E402
+from domains.retail.tiny_agent import AgentRecipe, level1_tasks  # noqa: E402
 from training.grpo_config import GRPORunConfig  # noqa: E402
-from training.tiny.agent import AgentRecipe, level1_tasks  # noqa: E402
 from training.tiny.manifest import shipped_agent_path, verify_shipped  # noqa: E402
 
 # Command-line flag -> the GRPORunConfig field it replaces; the default and help come from the field.

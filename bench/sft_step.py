@@ -82,10 +82,10 @@ def main() -> int:
     from learning import level1_tasks
     from trl import SFTTrainer
 
+    from domains.retail.level1 import level1_demonstration
     from training.curriculum import tools_for_levels
     from training.sft import _trainer_class, sft_rows
     from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
-    from training.tiny.level1 import level1_demonstration
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench-sft-step-"))

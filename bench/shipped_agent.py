@@ -1,10 +1,10 @@
 """Build, measure and check the shipped production agent (`models/retail-agent-tiny`).
 
     python bench/shipped_agent.py build --out models/retail-agent-tiny [--threads 2]
-        the recipe (training.tiny.agent), then the greedy figures on the held-out customers, then
+        the recipe (domains.retail.tiny_agent), then the greedy figures on the held-out customers, then
         the manifest (training.tiny.manifest). This is the command the manifest records.
     python bench/shipped_agent.py measure --out DIR --work WORK [--threads 2]
-        the second half of `build` for a folder `python -m training.tiny.agent build` made.
+        the second half of `build` for a folder `python -m domains.retail.tiny_agent build` made.
     python bench/shipped_agent.py measure-expert --work WORK
         the expert-only SFT reference alone (kept in WORK for `measure`), while the weakness
         stage still trains.
@@ -36,12 +36,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from evaluation.failure_modes import failure_mode_shares  # noqa: E402
-from evaluation.metrics import pass_hat_ks, success_rate, successes_by_task  # noqa: E402
-from evaluation.rollout import run_rollouts  # noqa: E402
-from training.policies import HFPolicy  # noqa: E402
-from training.rewards import outcome_of  # noqa: E402
-from training.tiny.agent import (  # noqa: E402
+from domains.retail.tiny_agent import (  # noqa: E402
     BUILD_SUMMARY,
     WEIGHTS_FILE,
     AgentRecipe,
@@ -49,6 +44,11 @@ from training.tiny.agent import (  # noqa: E402
     level1_tasks,
     level1_tools,
 )
+from evaluation.failure_modes import failure_mode_shares  # noqa: E402
+from evaluation.metrics import pass_hat_ks, success_rate, successes_by_task  # noqa: E402
+from evaluation.rollout import run_rollouts  # noqa: E402
+from training.policies import HFPolicy  # noqa: E402
+from training.rewards import outcome_of  # noqa: E402
 from training.tiny.manifest import (  # noqa: E402
     REBUILD_COMMAND,
     SHIPPED_AGENT_DIR,

@@ -3,7 +3,9 @@
 The contract itself is the pydantic model in `dataplane.record_model` (published as JSON Schema by
 `retrain schema`). `validate_record` runs it and returns the normalised record; on a violation it
 raises `ContractError` whose `.rule` is a stable snake_case name and whose detail names the field.
-`_rule` below is the one place pydantic's error types become those rule names.
+`_rule` below is the one place pydantic's error types become those rule names. The rules that
+depend on the record's domain (`unknown_domain`, `unknown_intent`, `bad_initial_state`,
+`customer_not_in_state`) read the domain through `dataplane.domain_rules`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dataplane.domain_rules import DomainLookup
 from dataplane.errors import ContractError
 from dataplane.record_model import (
     ALL_FIELDS,
@@ -23,12 +26,12 @@ from dataplane.record_model import (
     OUTCOMES,
     RECORD_ADAPTER,
     REQUIRED_FIELDS,
-    RFC3339_RE,
     ROLES,
     SCHEMA_VERSION,
     TIMESTAMP_FIELDS,
-    parse_timestamp,
+    validation_context,
 )
+from dataplane.timestamps import RFC3339_RE, parse_timestamp
 
 __all__ = [
     "ALL_FIELDS",
@@ -47,14 +50,21 @@ __all__ = [
 ]
 
 
-def validate_record(obj: Any, now: datetime | None = None) -> dict:
-    """Check `obj` against schema_version 1 and return the normalised record.
+def validate_record(
+    obj: Any, now: datetime | None = None, domains: DomainLookup | None = None, rebuilt: bool = False
+) -> dict:
+    """Check `obj` against schema_version 1 and return the normalised record (carrying `domain`).
 
     `now` (aware datetime, default the current UTC time) anchors the future-timestamp rule so
-    tests and backfills are deterministic. Raises ContractError naming the first violation.
+    tests and backfills are deterministic. `domains` resolves the record's domain (pass one
+    `DomainLookup` for a whole ingest pass: it remembers what it looked up). `rebuilt` marks an
+    initial_state rebuilt from a log, whose customer record may be missing
+    (`dataplane.openai_chat`). Raises ContractError naming the first violation.
     """
     try:
-        return RECORD_ADAPTER.validate_python(obj, context={"now": now or datetime.now(UTC)})
+        return RECORD_ADAPTER.validate_python(
+            obj, context=validation_context(now or datetime.now(UTC), domains, rebuilt)
+        )
     except ValidationError as err:
         rule, detail = _first_violation(err.errors(include_url=False))
         raise ContractError(rule, detail, obj) from None
@@ -69,7 +79,7 @@ _EXPECTED = {
     "dict_type": "dict",
     "list_type": "list",
 }
-_ENUM_RULES = {"role": "unknown_role", "intent": "unknown_intent", "outcome": "unknown_outcome"}
+_ENUM_RULES = {"role": "unknown_role", "outcome": "unknown_outcome"}
 
 
 def _first_violation(errors: list[dict]) -> tuple[str, str]:
@@ -120,9 +130,8 @@ def _rule(error: dict) -> tuple[str, str]:
     if kind == "literal_error":
         if not isinstance(value, str):
             return "wrong_type", f"{where} must be str, got {type(value).__name__}"
-        rule = _ENUM_RULES[field]
-        allowed = "the intent set" if field == "intent" else str(sorted(OUTCOMES if field == "outcome" else ROLES))
-        return rule, f"{where}={shown} not in {allowed}"
+        allowed = sorted(OUTCOMES if field == "outcome" else ROLES)
+        return _ENUM_RULES[field], f"{where}={shown} not in {allowed}"
     if kind == "string_pattern_mismatch" and field in TIMESTAMP_FIELDS:
         return "bad_timestamp", f"{where}={repr(value)[:100]} is not RFC 3339 with an offset"
     if kind == "string_pattern_mismatch":  # the other patterned fields are the identifiers

@@ -4,6 +4,10 @@ One DuckDB transaction per file, so a crash never leaves half a file stored, and
 ingested (same path, size and sha256) is skipped. Every record read ends up in exactly one of
 accepted, duplicates or quarantined; a file that cannot be read as a whole counts as one record
 read and one quarantined (rule corrupt_file, invalid_utf8, line_too_long or empty_file).
+
+A file holds native records or conversations in the OpenAI chat shape (`format`: "auto" decides
+by the name, `*.openai.jsonl[.gz]` being OpenAI, see `readers.file_format`); an OpenAI line is
+mapped onto a native record (`dataplane.openai_chat`) and from there on takes the same path.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from pathlib import Path
 import duckdb
 
 from dataplane.contract import ContractError, validate_record
-from dataplane.readers import FileCorruptError, RawRecord, is_landing_file, read_file
+from dataplane.domain_rules import DomainLookup
+from dataplane.openai_chat import openai_record
+from dataplane.readers import FileCorruptError, RawRecord, file_format, is_landing_file, read_file
 from dataplane.store import QuarantineRows, RowBatch, open_store, prepare_row
 
 CHUNK_ROWS = 5000
-_ID_IN_TEXT = re.compile(r'"interaction_id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"')
+_ID_IN_TEXT = {key: re.compile(rf'"{key}"\s*:\s*"([A-Za-z0-9_.:-]{{1,128}})"') for key in ("interaction_id", "id")}
 
 
 class InputPathError(FileNotFoundError):
@@ -73,8 +79,9 @@ class IngestSummary:
         return asdict(self)
 
 
-def collect_files(paths: list[str | os.PathLike]) -> list[Path]:
-    """Expand directories (recursively, sorted) into landing files; refuse missing inputs."""
+def collect_files(paths: list[str | os.PathLike], fmt: str = "auto") -> list[Path]:
+    """Expand directories (recursively, sorted) into landing files; refuse missing inputs, and
+    Parquet files when `fmt` is "openai" (the OpenAI shape is JSON Lines only)."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw).expanduser().resolve()
@@ -89,19 +96,22 @@ def collect_files(paths: list[str | os.PathLike]) -> list[Path]:
     for item in found:
         if not os.access(item, os.R_OK):
             raise InputPathError(item, "not readable")
+        if file_format(item, fmt) == "openai" and item.name.endswith(".parquet"):
+            raise InputPathError(item, "conversations in the OpenAI shape are JSON Lines (*.jsonl, *.jsonl.gz)")
     return list(dict.fromkeys(found))
 
 
 def ingest_paths(
-    db_path: str | os.PathLike, paths: list[str | os.PathLike], now: datetime | None = None
+    db_path: str | os.PathLike, paths: list[str | os.PathLike], now: datetime | None = None, fmt: str = "auto"
 ) -> IngestSummary:
-    """Ingest every landing file under `paths` into the store at `db_path`."""
-    files = collect_files(paths)
+    """Ingest every landing file under `paths` into the store at `db_path`, in format `fmt`
+    ("auto": by each file's name, see `readers.file_format`)."""
+    files = collect_files(paths, fmt)
     summary = IngestSummary()
     con = open_store(db_path)
     try:
         for path in files:
-            summary.add(ingest_file(con, path, now))
+            summary.add(ingest_file(con, path, now, fmt))
     finally:
         con.close()
     return summary
@@ -115,8 +125,11 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None = None) -> FileSummary:
+def ingest_file(
+    con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None = None, fmt: str = "auto"
+) -> FileSummary:
     """Ingest one file in one transaction (or skip it when this exact file is already in)."""
+    openai = file_format(path, fmt) == "openai"
     size, sha = path.stat().st_size, file_sha256(path)
     known = con.execute(
         "SELECT 1 FROM ingested_files WHERE path = ? AND size = ? AND sha256 = ?", [str(path), size, sha]
@@ -127,7 +140,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
     con.execute("BEGIN TRANSACTION")
     try:
         with _cyclic_gc_paused():
-            result = _ingest_pass(con, path, now, stamp)
+            result = _ingest_pass(con, path, now, stamp, openai)
     except FileCorruptError as err:
         con.execute("ROLLBACK")
         con.execute("BEGIN TRANSACTION")
@@ -156,7 +169,9 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None
     return result
 
 
-def _ingest_pass(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime) -> FileSummary:
+def _ingest_pass(
+    con: duckdb.DuckDBPyConnection, path: Path, now: datetime | None, stamp: datetime, openai: bool
+) -> FileSummary:
     """The file's pass in the open transaction: an optimistic one first, then if needed an exact one.
 
     Finding which ids are stored already reads, for ids that do not grow with time, every stored
@@ -166,11 +181,11 @@ def _ingest_pass(con: duckdb.DuckDBPyConnection, path: Path, now: datetime | Non
     duplicates and quarantines conflicts. A file with stored ids thus costs two passes.
     """
     try:
-        return _FileIngest(con, path, now, stamp, look_up_stored=False).run()
+        return _FileIngest(con, path, now, stamp, look_up_stored=False, openai=openai).run()
     except duckdb.ConstraintException:
         con.execute("ROLLBACK")
         con.execute("BEGIN TRANSACTION")
-        return _FileIngest(con, path, now, stamp, look_up_stored=True).run()
+        return _FileIngest(con, path, now, stamp, look_up_stored=True, openai=openai).run()
 
 
 @contextmanager
@@ -201,8 +216,11 @@ class _FileIngest:
         now: datetime | None,
         stamp: datetime,
         look_up_stored: bool = True,
+        openai: bool = False,
     ):
-        self.con, self.path, self.now = con, path, now
+        self.con, self.path, self.now, self.openai = con, path, now, openai
+        self.domains = DomainLookup()  # one per pass: each domain named in the file is looked up once
+        self.id_key = "id" if openai else "interaction_id"
         self.summary = FileSummary(str(path), "ingested")
         self.rules: Counter[str] = Counter()
         self.quarantine = QuarantineRows(str(path), stamp)
@@ -227,12 +245,15 @@ class _FileIngest:
 
     def _one(self, item: RawRecord) -> None:
         if item.error is not None:
-            self._reject(item, item.error.rule, item.error.detail, _recover_id(item))
+            self._reject(item, item.error.rule, item.error.detail, _recover_id(item, self.id_key))
             return
         try:
-            row = prepare_row(validate_record(item.obj, self.now))
+            if self.openai:
+                row = prepare_row(*openai_record(item.obj, self.now, self.domains))
+            else:
+                row = prepare_row(validate_record(item.obj, self.now, self.domains))
         except ContractError as err:  # the contract's rules, then a record that cannot be stored
-            self._reject(item, err.rule, err.detail, _recover_id(item))
+            self._reject(item, err.rule, err.detail, _recover_id(item, self.id_key))
             return
         rid, digest = row.interaction_id, row.content_hash
         first = self.seen.get(rid)
@@ -271,11 +292,12 @@ class _FileIngest:
         self.quarantine.flush(self.con)
 
 
-def _recover_id(item: RawRecord) -> str | None:
-    """The interaction id of a rejected record when one can be read, for the quarantine row."""
-    if isinstance(item.obj, dict) and isinstance(item.obj.get("interaction_id"), str):
-        return item.obj["interaction_id"][:128]
+def _recover_id(item: RawRecord, key: str = "interaction_id") -> str | None:
+    """The interaction id of a rejected record when one can be read, for the quarantine row (`key`:
+    the field that holds it, an OpenAI-shape line's being `id`)."""
+    if isinstance(item.obj, dict) and isinstance(item.obj.get(key), str):
+        return item.obj[key][:128]
     if isinstance(item.raw, str):
-        match = _ID_IN_TEXT.search(item.raw)
+        match = _ID_IN_TEXT[key].search(item.raw)
         return match.group(1) if match else None
     return None

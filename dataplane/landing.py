@@ -7,6 +7,14 @@ file ever landed). A file rewritten in place to the same size is not seen here; 
 `ingest_file` as every other ingest (one transaction per file, PII scrubbed, rejects quarantined),
 and the UTC days its accepted interactions ended on come back, so the caller knows which days of
 traffic changed.
+
+The landing folder holds both formats side by side, and a file's name says which it is:
+`*.jsonl`, `*.jsonl.gz` and `*.parquet` are native interaction records, `*.openai.jsonl` and
+`*.openai.jsonl.gz` conversations in the OpenAI chat shape (`dataplane.openai_chat`), at any depth
+under the landing root. An agent that already keeps its chat `messages` lands them by writing each
+finished conversation as one line of such a file, e.g. `landing/openai/<host>-<hour>.openai.jsonl`
+written to a temporary name and renamed when complete: a file is read once its (path, size) is new,
+so a file still being appended to would be read while half written.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from pathlib import Path
 import duckdb
 
 from dataplane.ingest import IngestSummary, collect_files, ingest_file
+from dataplane.readers import file_format
 from dataplane.store import open_store
 
 
@@ -53,7 +62,7 @@ def ingest_landed(
         files = new_landing_files(con, Path(landing).expanduser().resolve())[:max_files]
         batch = LandedBatch(files=[str(p) for p in files])
         for path in files:
-            batch.summary.add(ingest_file(con, path, now))
+            batch.summary.add(ingest_file(con, path, now, file_format(path)))
         if files:
             rows = con.execute(
                 # The UTC day, as dataplane.served groups it.

@@ -27,6 +27,11 @@ from dataplane.jsontext import decode_json
 MAX_LINE_BYTES = 1024 * 1024
 RAW_KEEP = 4096  # bytes of a corrupt file's offending line kept for the quarantine row
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+# How a landing file says it holds conversations in the OpenAI chat shape (dataplane.openai_chat)
+# rather than native records: its name ends so. The name travels with the file through any copy or
+# sync, so a landing folder (or any folder given to `retrain ingest`) can mix both.
+OPENAI_SUFFIXES = (".openai.jsonl", ".openai.jsonl.gz")
+FORMATS = ("auto", "native", "openai")
 # Parquet producers cannot express the contract's free-form objects as fixed structs (user and
 # order ids are keys), so these columns may hold JSON text.
 JSON_TEXT_FIELDS = ("initial_state", "user_scenario", "messages", "gold", "human_label")
@@ -57,6 +62,15 @@ class RawRecord:
 
 def is_landing_file(path: Path) -> bool:
     return path.name.endswith(SUFFIXES)
+
+
+def file_format(path: Path, requested: str = "auto") -> str:
+    """ "native" or "openai" for `path`: `requested` unless it is "auto", then by the file's name."""
+    if requested not in FORMATS:
+        raise ValueError(f"format must be one of {list(FORMATS)}, got {requested!r}")
+    if requested != "auto":
+        return requested
+    return "openai" if path.name.endswith(OPENAI_SUFFIXES) else "native"
 
 
 def read_file(path: Path) -> Iterator[RawRecord]:

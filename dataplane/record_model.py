@@ -9,13 +9,14 @@ needs a name, an id that reads as PII, the cross-field rules) sits in one record
 normalise: optional nullable fields filled with None, empty `tool_calls`
 dropped, tool-call arguments given as JSON text decoded, extra keys of tool calls, gold and human
 labels dropped, so the same interaction always hashes alike whatever producer wrote it.
-`record_json_schema` publishes the same types as JSON Schema.
+The domain rules (the intent set, `initial_state`'s model, the customer table) come from the
+record's domain (`dataplane.domain_rules`); `dataplane.record_schema` publishes the types as JSON
+Schema, per domain.
 """
 
-import json
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
@@ -32,11 +33,15 @@ from pydantic import with_config as _with_config
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
+from dataplane.domain_rules import DEFAULT_DOMAIN, DomainLookup
 from dataplane.errors import ContractError
 from dataplane.jsontext import decode_json
 from dataplane.scrub import find_pii
+from dataplane.timestamps import RFC3339_RE, valid_instant
 
 SCHEMA_VERSION = 1
+# The retail domain's intents, for callers written before domains (training/traffic): the contract
+# itself checks each record's intent against its own domain's set.
 INTENT_NAMES = (
     "order_status",
     "cancel_order",
@@ -56,43 +61,6 @@ MAX_INT64 = 2**63 - 1  # actions_taken is a BIGINT column
 
 ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
 ID_RE = re.compile(ID_PATTERN)
-# RFC 3339 date-time with a mandatory offset; fromisoformat alone would accept dates, week
-# dates and naive times.
-RFC3339_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
-
-
-def parse_timestamp(value: Any, field: str) -> datetime:
-    """Parse an RFC 3339 timestamp with offset into an aware datetime, or raise bad_timestamp."""
-    if not isinstance(value, str):
-        raise ContractError("wrong_type", f"{field} must be an RFC 3339 string, got {type(value).__name__}")
-    if RFC3339_RE.fullmatch(value) is None:
-        raise ContractError("bad_timestamp", f"{field}={value[:100]!r} is not RFC 3339 with an offset")
-    return _instant_text(str(value), field)
-
-
-def valid_instant(value: str, field: str) -> datetime:
-    """The instant of `value`, which has already matched RFC3339_RE (the contract's Timestamp
-    pattern, checked in pydantic-core): a record field that passed validation.
-
-    Ingestion needs each timestamp twice (the month-13 rule in validation, then the stored row);
-    the cache makes the second a lookup, and knowing the shape spares a second regex match.
-    Failures are never cached, so errors stay per call.
-    """
-    return _instant_text(value, field)
-
-
-@lru_cache(maxsize=64)
-def _instant_text(value: str, field: str) -> datetime:
-    # value = date, one separator, time, an optional fraction, then "Z"/"z" or "+HH:MM"/"-HH:MM".
-    tail = value[19:]
-    offset_at = len(tail) - (1 if tail[-1] in "Zz" else 6)
-    offset = tail[offset_at:]
-    frac = tail[:offset_at][:7]  # fromisoformat takes at most microseconds
-    text = f"{value[:10]}T{value[11:19]}{frac}{'+00:00' if offset in ('Z', 'z') else offset}"
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError as err:  # e.g. month 13, hour 25
-        raise ContractError("bad_timestamp", f"{field}={value!r}: {err}") from err
 
 
 def _custom(err: ContractError) -> PydanticCustomError:
@@ -155,13 +123,6 @@ class Message(TypedDict):
 
 
 @_with_config(_OPEN)
-class InitialState(TypedDict):
-    users: JsonObject
-    orders: JsonObject
-    products: JsonObject
-
-
-@_with_config(_OPEN)
 class UserScenario(TypedDict):
     instruction: str
     known_info: JsonObject
@@ -191,12 +152,14 @@ class InteractionRecord(TypedDict):
     ended_at: Timestamp
     policy_version: Annotated[str, Field(min_length=1)]
     customer_id: Identifier
-    intent: Literal[INTENT_NAMES]  # type: ignore[valid-type]
+    # Absent means the retail domain, so logs written before domains still ingest.
+    domain: NotRequired[Annotated[str, Field(min_length=1)]]
+    intent: str  # one of the domain's intents: checked in `_record`, the set depends on `domain`
     outcome: Literal["completed", "failed", "escalated"]
     escalation_was_necessary: NotRequired[bool | None]
     actions_taken: Annotated[int, Field(ge=0, le=MAX_INT64)]
     customer_sentiment_delta: Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]
-    initial_state: InitialState
+    initial_state: JsonObject  # checked by the domain's own model in `_record`
     user_scenario: UserScenario
     messages: Annotated[list[Message], Field(min_length=1)]
     gold: NotRequired[Gold | None]
@@ -251,13 +214,45 @@ def _instant(value: str, field: str) -> datetime:
         raise _custom(err) from None
 
 
+def _domain_checks(obj: dict, context: dict) -> str:
+    """The record's domain, after the rules that depend on it: intent, initial_state, customer."""
+    name = obj.get("domain", DEFAULT_DOMAIN)
+    try:
+        rules = context["domains"](name)
+    except ContractError as err:
+        raise _custom(err) from None
+    intent = obj["intent"]
+    if intent not in rules.intents:
+        raise _rule("unknown_intent", f"intent={intent[:100]!r} not in the {name} intent set")
+    state = obj["initial_state"]
+    try:
+        # A check only: the state is stored as given, so a record hashes alike whatever the
+        # domain's model would normalise.
+        rules.validate_state(state)
+    except (ValueError, TypeError, LookupError, AttributeError) as err:  # a domain's model, any rule it names
+        raise _rule("bad_initial_state", f"initial_state: {str(err)[:300]}") from None
+    # A rebuilt state (an OpenAI-shape log, dataplane.openai_chat) holds only what the log showed:
+    # its customer record may be missing, and the record is then stored as not replayable.
+    if not context.get("rebuilt"):
+        customers = state.get(rules.customer_table)
+        if not isinstance(customers, Mapping) or obj["customer_id"] not in customers:
+            raise _rule(
+                "customer_not_in_state",
+                f"customer_id={obj['customer_id']!r} not in initial_state.{rules.customer_table}",
+            )
+    return name
+
+
 def _record(obj: dict, info: ValidationInfo) -> dict:
     """The rules that need Python, in the order they are reported, then the normalised record.
 
-    Runs once per record after pydantic-core has checked every field's type and shape.
+    Runs once per record after pydantic-core has checked every field's type and shape. The
+    domain's rules come first, as the intent's did when pydantic-core checked it.
     """
+    context = info.context
+    domain = _domain_checks(obj, context)
     for field in ("interaction_id", "customer_id"):
-        # An id is a key (of the store, of initial_state.users): it cannot be masked like free
+        # An id is a key (of the store, of the customer table): it cannot be masked like free
         # text, so one that reads as PII is refused instead of stored.
         value = obj[field]
         if _id_may_hold_pii(value) and (kinds := find_pii(value)):
@@ -266,11 +261,9 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
     ended = _instant(obj["ended_at"], "ended_at")
     if ended < started:
         raise _rule("ended_before_started", f"ended_at={obj['ended_at']} < started_at={obj['started_at']}")
-    now: datetime = info.context["now"]
+    now: datetime = context["now"]
     if ended > now + FUTURE_TOLERANCE:
         raise _rule("future_timestamp", f"ended_at={obj['ended_at']} is after now+5min ({now.isoformat()})")
-    if obj["customer_id"] not in obj["initial_state"]["users"]:
-        raise _rule("customer_not_in_state", f"customer_id={obj['customer_id']!r} not in initial_state.users")
     messages = [_message(msg, i) for i, msg in enumerate(obj["messages"])]
     label = obj.get("human_label")
     if label is not None:
@@ -292,25 +285,20 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
         "gold": obj.get("gold"),
         "human_label": obj.get("human_label"),
         "schema_version": SCHEMA_VERSION,
+        "domain": domain,  # always present once normalised; the store leaves the default out of the text
     }
 
 
 RECORD_ADAPTER: TypeAdapter[dict] = TypeAdapter(Annotated[InteractionRecord, AfterValidator(_record)])
 REQUIRED_FIELDS = tuple(k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__required_keys__)
-NULLABLE_FIELDS = tuple(k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__optional_keys__)
-ALL_FIELDS = frozenset(REQUIRED_FIELDS + NULLABLE_FIELDS)
+NULLABLE_FIELDS = tuple(
+    k for k in InteractionRecord.__annotations__ if k in InteractionRecord.__optional_keys__ and k != "domain"
+)
+ALL_FIELDS = frozenset((*REQUIRED_FIELDS, *NULLABLE_FIELDS, "domain"))
 
 
-def record_schema_text() -> str:
-    """`record_json_schema` as the text `retrain schema` prints and docs/record.schema.json holds."""
-    return json.dumps(record_json_schema(), indent=2, sort_keys=True) + "\n"
-
-
-def record_json_schema() -> dict:
-    """The record contract as JSON Schema (draft 2020-12), as pydantic generates it from the types."""
-    schema = RECORD_ADAPTER.json_schema(mode="validation")
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"agent-retrain/interaction-record/v{SCHEMA_VERSION}",
-        **schema,
-    }
+def validation_context(now: datetime, domains: DomainLookup | None = None, rebuilt: bool = False) -> dict:
+    """The context `RECORD_ADAPTER` validates with: `now` anchors the future-timestamp rule,
+    `domains` resolves domain names (one lookup per ingest pass), `rebuilt` marks a state rebuilt
+    from a log."""
+    return {"now": now, "domains": domains or DomainLookup(), "rebuilt": rebuilt}

@@ -2,13 +2,16 @@
 
 The split depends on nothing but the customer id and the salt, so a customer held out in one week
 is held out in every week: a held-out customer can never reach training. Python's `hash()` is
-salted per process and would break that, hence sha256.
+salted per process and would break that, hence sha256. A split is cut per domain: `split_window`
+keeps only the records of the domain it is asked for (a window holds one domain's rows anyway).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+
+from dataplane.domain_rules import DEFAULT_DOMAIN
 
 SPLITS = ("train", "calibration", "shadow")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -36,12 +39,18 @@ def split_of(
 
 
 def split_window(
-    records: list[dict], fractions: tuple[float, float, float] = DEFAULT_FRACTIONS, salt: str = DEFAULT_SALT
+    records: list[dict],
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+    salt: str = DEFAULT_SALT,
+    domain: str = DEFAULT_DOMAIN,
 ) -> dict[str, list[dict]]:
-    """Records grouped by their customer's split, window order kept; every split key present."""
+    """`domain`'s records grouped by their customer's split, window order kept; every split key
+    present. Records of other domains are left out (a record without `domain` is the default's)."""
     out: dict[str, list[dict]] = {name: [] for name in SPLITS}
     memo: dict[str, str] = {}
     for record in records:
+        if record.get("domain", DEFAULT_DOMAIN) != domain:
+            continue
         customer = record["customer_id"]
         if customer not in memo:
             memo[customer] = split_of(customer, fractions, salt)

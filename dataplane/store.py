@@ -26,90 +26,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dataplane.record_model import valid_instant
+from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.rowtext import scrubbed_canonical, storable_text
 from dataplane.scrub import scrub_json_text
-
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS interactions (
-        interaction_id VARCHAR PRIMARY KEY,
-        started_at TIMESTAMPTZ NOT NULL,
-        ended_at TIMESTAMPTZ NOT NULL,
-        policy_version VARCHAR NOT NULL,
-        customer_id VARCHAR NOT NULL,
-        intent VARCHAR NOT NULL,
-        outcome VARCHAR NOT NULL,
-        escalation_was_necessary BOOLEAN,
-        actions_taken BIGINT NOT NULL,
-        customer_sentiment_delta DOUBLE NOT NULL,
-        has_gold BOOLEAN NOT NULL,
-        human_task_success BOOLEAN,
-        schema_version INTEGER NOT NULL,
-        record VARCHAR NOT NULL,
-        content_hash VARCHAR NOT NULL,
-        source_file VARCHAR NOT NULL,
-        ingested_at TIMESTAMPTZ NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS quarantine (
-        source_file VARCHAR NOT NULL,
-        line_no BIGINT,
-        rule VARCHAR NOT NULL,
-        detail VARCHAR NOT NULL,
-        raw VARCHAR,
-        interaction_id VARCHAR,
-        file_level BOOLEAN NOT NULL,
-        quarantined_at TIMESTAMPTZ NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS ingested_files (
-        path VARCHAR NOT NULL,
-        size BIGINT NOT NULL,
-        sha256 VARCHAR NOT NULL,
-        status VARCHAR NOT NULL,
-        read BIGINT NOT NULL,
-        accepted BIGINT NOT NULL,
-        duplicates BIGINT NOT NULL,
-        quarantined BIGINT NOT NULL,
-        ingested_at TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (path, size, sha256))""",
-    """CREATE TABLE IF NOT EXISTS windows (
-        week VARCHAR NOT NULL,
-        position INTEGER NOT NULL,
-        interaction_id VARCHAR NOT NULL,
-        content_hash VARCHAR NOT NULL,
-        window_hash VARCHAR NOT NULL,
-        week_end TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (week, position))""",
-    """CREATE TABLE IF NOT EXISTS calibration_sets (
-        version VARCHAR NOT NULL,
-        position INTEGER NOT NULL,
-        interaction_id VARCHAR NOT NULL,
-        set_hash VARCHAR NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (version, position))""",
-    # The calibration version each week was judged on (evaluation/calibration_versions.py): pinned
-    # by the week's first run, so a re-run (backfill) of the week uses it again, never a newer one.
-    """CREATE TABLE IF NOT EXISTS calibration_week (
-        week VARCHAR PRIMARY KEY,
-        version VARCHAR NOT NULL,
-        pinned_at TIMESTAMPTZ NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS shadow_sets (
-        week VARCHAR NOT NULL,
-        position INTEGER NOT NULL,
-        interaction_id VARCHAR NOT NULL,
-        set_hash VARCHAR NOT NULL,
-        created_at TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (week, position))""",
-    # Human review labels (dataplane/labels.py): one per (interaction, rater); the record itself
-    # is never changed, a label only annotates it.
-    """CREATE TABLE IF NOT EXISTS labels (
-        interaction_id VARCHAR NOT NULL,
-        rater VARCHAR NOT NULL,
-        task_success BOOLEAN NOT NULL,
-        labeled_at TIMESTAMPTZ NOT NULL,
-        note VARCHAR,
-        source_file VARCHAR NOT NULL,
-        imported_at TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (interaction_id, rater))""",
-)
-
+from dataplane.store_schema import SCHEMA as SCHEMA  # re-exported: the tables' one definition
+from dataplane.store_schema import ensure_schema, needs_migration, table_columns
+from dataplane.timestamps import valid_instant
 
 _LOCK_POLL_SECONDS = 0.5
 
@@ -137,25 +59,33 @@ def open_store(
     if read_only and not path.exists():
         open_store(path, wait_seconds=wait_seconds).close()
     path.parent.mkdir(parents=True, exist_ok=True)
+    con = _connect(path, read_only, wait_seconds)
+    if not read_only:
+        ensure_schema(con)
+    elif needs_migration(table_columns(con)):
+        # A store from before domains, opened read-only first: migrate it once with a writer.
+        con.close()
+        open_store(path, wait_seconds=wait_seconds).close()
+        con = _connect(path, read_only, wait_seconds)
+    return con
+
+
+def _connect(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + max(wait_seconds, 0.0)
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=read_only)
-            break
+            return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as err:
             if "lock" not in str(err).lower():
                 raise
             if time.monotonic() >= deadline:
                 raise StoreLockedError(path, str(err)) from err
             time.sleep(_LOCK_POLL_SECONDS)
-    if not read_only:
-        for statement in SCHEMA:
-            con.execute(statement)
-    return con
 
 
 def load_records(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict]:
-    """Full scrubbed records for `ids`, in the order given; an unknown id raises KeyError."""
+    """Full scrubbed records for `ids`, in the order given, each carrying `domain` (see
+    `stored_record`); an unknown id raises KeyError."""
     if not ids:
         return []
     rows = con.execute(
@@ -165,36 +95,53 @@ def load_records(con: duckdb.DuckDBPyConnection, ids: list[str]) -> list[dict]:
     missing = [i for i in ids if i not in by_id]
     if missing:
         raise KeyError(f"{len(missing)} interaction id(s) not in the store, e.g. {missing[:3]}")
-    return [json.loads(by_id[i]) for i in ids]
+    return [stored_record(by_id[i]) for i in ids]
 
 
-def gold_customers_before(con: duckdb.DuckDBPyConnection, before: datetime) -> list[str]:
-    """Distinct customers with at least one interaction carrying gold that ended before `before`.
+def stored_record(text: str) -> dict:
+    """A stored record's JSON as the normalised record it was: the default domain is left out of the
+    stored text (so a record hashes as it did before domains), and is put back here."""
+    record = json.loads(text)
+    record.setdefault("domain", DEFAULT_DOMAIN)
+    return record
+
+
+def gold_customers_before(con: duckdb.DuckDBPyConnection, before: datetime, domain: str = DEFAULT_DOMAIN) -> list[str]:
+    """Distinct customers of `domain` with at least one replayable interaction carrying gold that
+    ended before `before`.
 
     Splits are a hash of the customer id computed in Python (`dataplane.splits`), so a caller picks a
     split's customers from this list rather than from every stored record.
     """
     rows = con.execute(
-        "SELECT DISTINCT customer_id FROM interactions WHERE has_gold AND ended_at < ? ORDER BY customer_id", [before]
+        "SELECT DISTINCT customer_id FROM interactions WHERE has_gold AND replayable AND domain = ? "
+        "AND ended_at < ? ORDER BY customer_id",
+        [domain, before],
     ).fetchall()
     return [r[0] for r in rows]
 
 
 def newest_with_gold(
-    con: duckdb.DuckDBPyConnection, customers: Sequence[str], before: datetime, limit: int
+    con: duckdb.DuckDBPyConnection,
+    customers: Sequence[str],
+    before: datetime,
+    limit: int,
+    domain: str = DEFAULT_DOMAIN,
 ) -> list[str]:
-    """Ids of up to `limit` interactions of `customers` that carry gold and ended before
-    `before`, newest first, equal times by interaction id: the top-N runs in DuckDB over the whole
-    stored log, so only the chosen rows reach Python."""
+    """Ids of up to `limit` replayable interactions of `domain`'s `customers` that carry gold and
+    ended before `before`, newest first, equal times by interaction id: the top-N runs in DuckDB
+    over the whole stored log, so only the chosen rows reach Python. (Replayable: the evaluation
+    sets replay a conversation from its initial_state.)"""
     if not customers:
         return []
     con.register("_customers", pa.table({"customer_id": pa.array(list(customers), pa.string())}))
     try:
         rows = con.execute(
             "SELECT interaction_id FROM interactions "
-            "WHERE has_gold AND ended_at < ? AND customer_id IN (SELECT customer_id FROM _customers) "
+            "WHERE has_gold AND replayable AND domain = ? AND ended_at < ? "
+            "AND customer_id IN (SELECT customer_id FROM _customers) "
             "ORDER BY ended_at DESC, interaction_id LIMIT ?",
-            [before, limit],
+            [domain, before, limit],
         ).fetchall()
     finally:
         con.unregister("_customers")
@@ -217,7 +164,10 @@ _INTERACTION_COLUMNS = (
     "schema_version",
     "record",
     "content_hash",
+    "domain",
+    "replayable",
 )
+_HASH_AT = _INTERACTION_COLUMNS.index("content_hash")
 _ARROW_TYPES = {
     "started_at": pa.timestamp("us", tz="UTC"),
     "ended_at": pa.timestamp("us", tz="UTC"),
@@ -227,6 +177,7 @@ _ARROW_TYPES = {
     "has_gold": pa.bool_(),
     "human_task_success": pa.bool_(),
     "schema_version": pa.int32(),
+    "replayable": pa.bool_(),
 }
 
 
@@ -242,14 +193,21 @@ class PreparedRow:
 
     @property
     def content_hash(self) -> str:
-        return self.values[-1]
+        return self.values[_HASH_AT]
 
 
-def prepare_row(record: dict) -> PreparedRow:
+def prepare_row(record: dict, replayable: bool = True) -> PreparedRow:
     """Scrub a validated record and compute its stored JSON and content hash.
 
+    `replayable`: whether the record's initial_state lets its calls be replayed (every native
+    record's does). The default domain is left out of the stored text, so a record that says
+    `"domain": "retail"` and one that says nothing are one interaction, hashed as before domains.
     Raises ContractError for a record that cannot be stored (see `rowtext.scrubbed_canonical`).
     """
+    domain = record.get("domain", DEFAULT_DOMAIN)
+    if "domain" in record and domain == DEFAULT_DOMAIN:
+        record = record.copy()
+        del record["domain"]
     clean, text = scrubbed_canonical(record)
     label = clean["human_label"]
     return PreparedRow(
@@ -269,6 +227,8 @@ def prepare_row(record: dict) -> PreparedRow:
             clean["schema_version"],
             text,
             hashlib.sha256(text.encode()).hexdigest(),
+            domain,
+            replayable,
         )
     )
 
@@ -320,7 +280,7 @@ class RowBatch:
 
 
 def rows_table(rows: list[PreparedRow]) -> pa.Table:
-    """Prepared rows as an Arrow table with the `interactions` columns up to content_hash."""
+    """Prepared rows as an Arrow table with the `interactions` columns but source_file and ingested_at."""
     columns = list(zip(*(r.values for r in rows)))
     return pa.table(
         {
@@ -367,6 +327,13 @@ def _lookup(con: duckdb.DuckDBPyConnection, query: str, ids: pa.Array | pa.Chunk
         con.unregister("_lookup_ids")
 
 
+_LISTED = ", ".join(_INTERACTION_COLUMNS)
+_INSERT = (
+    f"INSERT INTO interactions ({_LISTED}, source_file, ingested_at) "
+    f"SELECT {_LISTED}, ? AS source_file, ? AS ingested_at FROM _incoming"
+)
+
+
 def insert_interactions(
     con: duckdb.DuckDBPyConnection, table: pa.Table, source_file: str, ingested_at: datetime
 ) -> None:
@@ -374,10 +341,7 @@ def insert_interactions(
     if table.num_rows == 0:
         return
     con.register("_incoming", table)
-    con.execute(
-        "INSERT INTO interactions SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming",
-        [source_file, ingested_at],
-    ).fetchall()
+    con.execute(_INSERT, [source_file, ingested_at]).fetchall()
     # Not in a `finally`: after a failed INSERT the transaction is aborted and refuses even this,
     # which would hide the real error; the caller rolls back, and the next register replaces it.
     con.unregister("_incoming")

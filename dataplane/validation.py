@@ -8,7 +8,8 @@ inconsistent data: the flag must be null unless the outcome is `escalated`.
 The PII rule counts with `scrub.find_pii`, the very detector ingestion masks with (a plain regex
 could not apply the Luhn check), so results never echo the PII itself, over the frame's `text`:
 every place of the whole stored record (`window.records_frame`), not only the fields the
-scrubber cleans, so a record that reached the store any other way is caught too.
+scrubber cleans, so a record that reached the store any other way is caught too. A window is one
+domain's, and its intents are checked against that domain's set.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from dataplane.contract import INTENTS, OUTCOMES, RFC3339_RE
+from dataplane.contract import OUTCOMES, RFC3339_RE
+from dataplane.domain_rules import DEFAULT_DOMAIN, domain_rules
 from dataplane.home import Home
 from dataplane.scrub import find_pii
 
@@ -68,8 +70,10 @@ def _gx():
     return gx
 
 
-def build_suite(min_gold_share: float, min_rows: int) -> gx.ExpectationSuite:
-    """The window suite; every expectation named through `meta["name"]`."""
+def build_suite(min_gold_share: float, min_rows: int, intents: frozenset[str] | None = None) -> gx.ExpectationSuite:
+    """The window suite; every expectation named through `meta["name"]`. `intents`: the window's
+    domain's (default: the default domain's)."""
+    intents = domain_rules(DEFAULT_DOMAIN).intents if intents is None else intents
     gx = _gx()
     gxe = gx.expectations
     rfc3339 = "^" + RFC3339_RE.pattern + "$"
@@ -86,7 +90,7 @@ def build_suite(min_gold_share: float, min_rows: int) -> gx.ExpectationSuite:
             gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="ended_at", column_B="started_at", or_equal=True),
         ),
         ("outcome_in_set", gxe.ExpectColumnValuesToBeInSet(column="outcome", value_set=sorted(OUTCOMES))),
-        ("intent_in_set", gxe.ExpectColumnValuesToBeInSet(column="intent", value_set=sorted(INTENTS))),
+        ("intent_in_set", gxe.ExpectColumnValuesToBeInSet(column="intent", value_set=sorted(intents))),
         (
             "sentiment_in_range",
             gxe.ExpectColumnValuesToBeBetween(column="customer_sentiment_delta", min_value=-1.0, max_value=1.0),
@@ -154,19 +158,26 @@ def _summarise(result) -> dict[str, Any]:
 
 
 def validate_window(
-    frame: pd.DataFrame, home: Home, min_gold_share: float = 0.2, min_rows: int = 1, name: str = "window"
+    frame: pd.DataFrame,
+    home: Home,
+    min_gold_share: float = 0.2,
+    min_rows: int = 1,
+    name: str = "window",
+    domain: str = DEFAULT_DOMAIN,
 ) -> ValidationReport:
-    """Run the suite on `frame`; save results JSON and rebuild Data Docs under `home.gx_root`.
+    """Run the suite on `frame`, a window of `domain`; save results JSON and rebuild Data Docs
+    under `home.gx_root`.
 
     `name` (e.g. the week id) names the saved results file `results/<name>.json`.
     """
+    intents = domain_rules(domain).intents  # an unknown domain raises ContractError before any work
     if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) is None:
         raise ValueError(f"validation name {name!r} must be 1-64 of [A-Za-z0-9_.-]")
     gx = _gx()
     data = frame.drop(columns=["text"]).copy()
     data["pii_matches"] = [len(find_pii(text)) for text in frame["text"]]
     context = _context(home)
-    suite = context.suites.add_or_update(build_suite(min_gold_share, min_rows))
+    suite = context.suites.add_or_update(build_suite(min_gold_share, min_rows, intents))
     definition = context.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=f"{SUITE_NAME}_validation", data=_batch_definition(context), suite=suite)
     )

@@ -1,15 +1,16 @@
-"""The weekly training window: the last N accepted interactions that ended before the week's end.
+"""The weekly training window of one domain: its last N interactions that ended before the week's end.
 
 Order is (ended_at, interaction_id), so ties are deterministic and cutting the same week twice
 yields the same rows and the same content hash (sha256 over the ordered (id, content_hash) pairs).
 A week is named by the ISO week that contains the last instant before `week_end`
-(`week_end` = Monday 00:00 UTC -> the ISO week that just ended, e.g. "2024-W23").
+(`week_end` = Monday 00:00 UTC -> the ISO week that just ended, e.g. "2024-W23"). Each domain has
+its own windows, stored under (domain, week); a window only ever holds its domain's rows, so a
+store with one domain cuts the same windows, with the same hashes, as before domains.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
@@ -19,7 +20,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.pii_records import suspect_texts
+from dataplane.store import stored_record
 
 DEFAULT_SIZE = 10_000
 
@@ -89,12 +92,15 @@ def arrow_window_hash(ids: pa.Array | pa.ChunkedArray, contents: pa.Array | pa.C
 # DESC + LIMIT is DuckDB's top-N: rows are stored in time order, so it reads little of the table.
 _NEWEST = (
     "SELECT interaction_id, content_hash, ended_at, outcome, intent FROM interactions "
-    "WHERE ended_at < ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?"
+    "WHERE ended_at < ? AND domain = ? ORDER BY ended_at DESC, interaction_id DESC LIMIT ?"
 )
 
 
-def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = DEFAULT_SIZE) -> WindowInfo:
-    """Select and store (replacing any earlier, different cut of the same week) the window for `week_end`.
+def cut_window(
+    con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = DEFAULT_SIZE, domain: str = DEFAULT_DOMAIN
+) -> WindowInfo:
+    """Select and store (replacing any earlier, different cut of the same week) `domain`'s window
+    for `week_end`.
 
     A week whose stored window already has this content hash and `week_end` is not rewritten:
     the rows would be the same, and the write is most of a cut's cost.
@@ -104,11 +110,11 @@ def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = D
         raise ValueError(f"window size must be >= 1, got {size}")
     week = week_id(week_end)
     # The rows stay in Arrow (no Python object per cell) from the query to the write.
-    newest = con.sql(_NEWEST, params=[week_end, size]).to_arrow_table()
+    newest = con.sql(_NEWEST, params=[week_end, domain, size]).to_arrow_table()
     n = newest.num_rows
     top = newest.take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64)))  # oldest first
     digest = arrow_window_hash(top.column("interaction_id"), top.column("content_hash"))
-    _store_window(con, week, week_end, digest, top)
+    _store_window(con, domain, week, week_end, digest, top)
     ended = top.column("ended_at")
     return WindowInfo(
         week=week,
@@ -122,8 +128,10 @@ def cut_window(con: duckdb.DuckDBPyConnection, week_end: datetime, size: int = D
     )
 
 
-def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime, digest: str, top: pa.Table) -> bool:
-    """Replace the stored rows of `week` by `top` unless they are already these; True if written.
+def _store_window(
+    con: duckdb.DuckDBPyConnection, domain: str, week: str, week_end: datetime, digest: str, top: pa.Table
+) -> bool:
+    """Replace the stored rows of (`domain`, `week`) by `top` unless they are already these; True if written.
 
     The check runs inside the write's transaction, so no other writer can change the week between
     the check and the write.
@@ -132,14 +140,14 @@ def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime,
     try:
         stored = con.execute(
             "SELECT count(*), min(window_hash), max(window_hash), min(week_end), max(week_end) "
-            "FROM windows WHERE week = ?",
-            [week],
+            "FROM windows WHERE domain = ? AND week = ?",
+            [domain, week],
         ).fetchall()[0]
         if _same_window(stored, top.num_rows, digest, week_end):
             con.execute("COMMIT")  # nothing was written: a read-only commit
             return False
         if stored[0]:
-            con.execute("DELETE FROM windows WHERE week = ?", [week])
+            con.execute("DELETE FROM windows WHERE domain = ? AND week = ?", [domain, week])
         if top.num_rows:
             rows = pa.table(
                 {
@@ -152,9 +160,9 @@ def _store_window(con: duckdb.DuckDBPyConnection, week: str, week_end: datetime,
             try:
                 # The per-week constants come in as parameters rather than as 10,000-row columns.
                 con.execute(
-                    "INSERT INTO windows (week, position, interaction_id, content_hash, window_hash, week_end) "
-                    "SELECT ?, position, interaction_id, content_hash, ?, ? FROM _window_rows",
-                    [week, digest, week_end],
+                    "INSERT INTO windows (domain, week, position, interaction_id, content_hash, window_hash, "
+                    "week_end) SELECT ?, ?, position, interaction_id, content_hash, ?, ? FROM _window_rows",
+                    [domain, week, digest, week_end],
                 )
             finally:
                 con.unregister("_window_rows")
@@ -182,24 +190,24 @@ def _mix(column: pa.ChunkedArray) -> dict[str, int]:
     return dict(sorted((str(v["values"]), int(v["counts"])) for v in counts.to_pylist()))
 
 
-def window_ids(con: duckdb.DuckDBPyConnection, week: str | datetime) -> list[str]:
-    """Interaction ids of a stored window, in window order."""
+def window_ids(con: duckdb.DuckDBPyConnection, week: str | datetime, domain: str = DEFAULT_DOMAIN) -> list[str]:
+    """Interaction ids of a stored window of `domain`, in window order."""
     return [
         r[0]
         for r in con.execute(
-            "SELECT interaction_id FROM windows WHERE week = ? ORDER BY position", [_week(week)]
+            "SELECT interaction_id FROM windows WHERE domain = ? AND week = ? ORDER BY position", [domain, _week(week)]
         ).fetchall()
     ]
 
 
-def window_records(con: duckdb.DuckDBPyConnection, week: str | datetime) -> list[dict]:
-    """Full scrubbed records of a stored window, in window order (empty if never cut)."""
+def window_records(con: duckdb.DuckDBPyConnection, week: str | datetime, domain: str = DEFAULT_DOMAIN) -> list[dict]:
+    """Full scrubbed records of a stored window of `domain`, in window order (empty if never cut)."""
     rows = con.execute(
         "SELECT i.record FROM windows w JOIN interactions i ON i.interaction_id = w.interaction_id "
-        "WHERE w.week = ? ORDER BY w.position",
-        [_week(week)],
+        "WHERE w.domain = ? AND w.week = ? ORDER BY w.position",
+        [domain, _week(week)],
     ).fetchall()
-    return [json.loads(r[0]) for r in rows]
+    return [stored_record(r[0]) for r in rows]
 
 
 FRAME_COLUMNS = (
@@ -255,6 +263,6 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return frame[list(FRAME_COLUMNS)]
 
 
-def window_frame(con: duckdb.DuckDBPyConnection, week: str | datetime) -> pd.DataFrame:
-    """The stored window as a DataFrame for `validation.validate_window`."""
-    return records_frame(window_records(con, week))
+def window_frame(con: duckdb.DuckDBPyConnection, week: str | datetime, domain: str = DEFAULT_DOMAIN) -> pd.DataFrame:
+    """The stored window of `domain` as a DataFrame for `validation.validate_window`."""
+    return records_frame(window_records(con, week, domain))

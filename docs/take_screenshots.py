@@ -56,7 +56,7 @@ def prepare_home(root: Path) -> str:
     from dataplane.home import Home
     from orchestration.demo import PERMISSIVE_GATES, demo_run_config
     from orchestration.runner import run_week
-    from training.traffic.simulate import simulate
+    from domains.retail.traffic.simulate import simulate
 
     home = Home.from_env().ensure()
     simulate(

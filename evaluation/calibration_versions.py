@@ -12,6 +12,9 @@ Each week is pinned, in DuckDB `calibration_week`, to the version its first run 
 the week (a retry or a backfill) reads the pin and evaluates on that version again, never a newer
 one; candidate and baseline are rolled out on the same records of it within a run. So a week never
 compares two different versions, and its number stays comparable with what it reported first.
+
+All of it is per domain (`domain`, default retail): a domain has its own versions, pool and pins,
+and the pool holds only its replayable interactions (the set is evaluated by replaying them).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
+from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.labels import labels_for, records_with_verdicts, tally
 from dataplane.splits import split_of as default_split_of
 from evaluation.eval_sets import (
@@ -71,19 +75,22 @@ def check_refresh_after(refresh_after: int) -> int:
 
 
 def eligible_verdicts(
-    con: duckdb.DuckDBPyConnection, before: datetime | None = None, split_of: SplitFn = default_split_of
+    con: duckdb.DuckDBPyConnection,
+    before: datetime | None = None,
+    split_of: SplitFn = default_split_of,
+    domain: str = DEFAULT_DOMAIN,
 ) -> dict[str, bool]:
-    """The calibration pool by interaction id, with each one's agreed verdict: calibration-split
-    customers' stored interactions with gold that ended before `before` (None: any time).
+    """`domain`'s calibration pool by interaction id, with each one's agreed verdict: calibration-split
+    customers' stored replayable interactions with gold that ended before `before` (None: any time).
 
     Only labelled interactions are read (a record label, or a row in `labels`, which every writer's
     `open_store` creates), so the cost follows the labels, not the size of the log.
     """
     rows = con.execute(
-        "SELECT interaction_id, customer_id FROM interactions WHERE has_gold "
+        "SELECT interaction_id, customer_id FROM interactions WHERE has_gold AND replayable AND domain = $domain "
         "AND (human_task_success IS NOT NULL OR interaction_id IN (SELECT interaction_id FROM labels)) "
         "AND ($before IS NULL OR ended_at < $before)",
-        {"before": before},
+        {"before": before, "domain": domain},
     ).fetchall()
     splits: dict[str, str] = {}
     for _rid, customer in rows:
@@ -105,28 +112,31 @@ def _freeze_pool(
     current: CalibrationSet | None,
     split_of: SplitFn,
     now: datetime | None,
+    domain: str,
 ) -> CalibrationSet:
     if not pool:
         raise EvalSetError(
             "empty_set",
-            "no stored interaction of a calibration-split customer has gold and an agreed human label "
-            "(label some: retrain review export / import, or human_label in the records)",
+            f"no stored replayable {domain} interaction of a calibration-split customer has gold and an agreed "
+            "human label (label some: retrain review export / import, or human_label in the records)",
         )
-    records = calibration_eligible(records_with_verdicts(con, pool), split_of)
-    return freeze_calibration_set(con, records, force_new=current is not None, split_of=split_of, now=now)
+    records = calibration_eligible(records_with_verdicts(con, pool), split_of, domain)
+    return freeze_calibration_set(
+        con, records, force_new=current is not None, split_of=split_of, now=now, domain=domain
+    )
 
 
-def pinned_version(con: duckdb.DuckDBPyConnection, week: str) -> str | None:
-    """The version `week` is pinned to, or None before its first run."""
+def pinned_version(con: duckdb.DuckDBPyConnection, week: str, domain: str = DEFAULT_DOMAIN) -> str | None:
+    """The version `domain`'s `week` is pinned to, or None before its first run."""
     ensure_tables(con)
-    row = con.execute("SELECT version FROM calibration_week WHERE week = ?", [week]).fetchone()
+    row = con.execute("SELECT version FROM calibration_week WHERE domain = ? AND week = ?", [domain, week]).fetchone()
     return None if row is None else row[0]
 
 
-def pinned_weeks(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
-    """The weeks pinned to each version, by version, weeks in order."""
+def pinned_weeks(con: duckdb.DuckDBPyConnection, domain: str = DEFAULT_DOMAIN) -> dict[str, list[str]]:
+    """`domain`'s weeks pinned to each version, by version, weeks in order."""
     ensure_tables(con)
-    rows = con.execute("SELECT version, week FROM calibration_week ORDER BY week").fetchall()
+    rows = con.execute("SELECT version, week FROM calibration_week WHERE domain = ? ORDER BY week", [domain]).fetchall()
     out: dict[str, list[str]] = {}
     for version, week in rows:
         out.setdefault(version, []).append(week)
@@ -141,6 +151,7 @@ def week_calibration(
     refresh_after: int = DEFAULT_REFRESH_AFTER,
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
+    domain: str = DEFAULT_DOMAIN,
 ) -> WeekCalibration:
     """The calibration version `week` is judged on; see the module docstring.
 
@@ -155,25 +166,25 @@ def week_calibration(
     ensure_tables(con)
     con.begin()
     try:
-        pinned = pinned_version(con, week)
+        pinned = pinned_version(con, week, domain)
         if pinned is not None:
-            stored = calibration_set(con, pinned)
+            stored = calibration_set(con, pinned, domain)
             if stored is None:
                 raise EvalSetError(
                     "pinned_version_missing", f"week {week} is pinned to calibration version {pinned!r}, not stored"
                 )
             con.commit()
             return WeekCalibration(week, stored, pinned_before=True, frozen_now=False, new_eligible=None)
-        current = current_calibration_set(con)
-        pool = eligible_verdicts(con, before, split_of)
+        current = current_calibration_set(con, domain)
+        pool = eligible_verdicts(con, before, split_of, domain)
         accrued = outside(current, pool)
         chosen = current
         if current is None or accrued >= refresh_after:
-            chosen = _freeze_pool(con, pool, current, split_of, now)
+            chosen = _freeze_pool(con, pool, current, split_of, now, domain)
         assert chosen is not None
         con.execute(
-            "INSERT INTO calibration_week (week, version, pinned_at) VALUES (?, ?, ?)",
-            [week, chosen.version, now or datetime.now(UTC)],
+            "INSERT INTO calibration_week (domain, week, version, pinned_at) VALUES (?, ?, ?, ?)",
+            [domain, week, chosen.version, now or datetime.now(UTC)],
         )
         con.commit()
     except BaseException:
@@ -188,6 +199,7 @@ def refresh_calibration(
     before: datetime | None = None,
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
+    domain: str = DEFAULT_DOMAIN,
 ) -> Refresh:
     """Freeze a new version from the whole pool now, whatever the weekly threshold, when at least one
     eligible interaction is outside the current version; otherwise keep the current one.
@@ -197,10 +209,10 @@ def refresh_calibration(
     ensure_tables(con)
     con.begin()
     try:
-        current = current_calibration_set(con)
-        pool = eligible_verdicts(con, before, split_of)
+        current = current_calibration_set(con, domain)
+        pool = eligible_verdicts(con, before, split_of, domain)
         accrued = outside(current, pool)
-        chosen = _freeze_pool(con, pool, current, split_of, now) if current is None or accrued else current
+        chosen = _freeze_pool(con, pool, current, split_of, now, domain) if current is None or accrued else current
         con.commit()
     except BaseException:
         con.rollback()
@@ -208,12 +220,12 @@ def refresh_calibration(
     return Refresh(chosen, frozen_now=chosen is not current, new_eligible=accrued)
 
 
-def version_listing(con: duckdb.DuckDBPyConnection) -> list[dict]:
-    """Every version, oldest first: rows, digest (the set hash), created_at and the weeks pinned to it."""
-    weeks = pinned_weeks(con)
+def version_listing(con: duckdb.DuckDBPyConnection, domain: str = DEFAULT_DOMAIN) -> list[dict]:
+    """`domain`'s versions, oldest first: rows, digest (the set hash), created_at and the weeks pinned to it."""
+    weeks = pinned_weeks(con, domain)
     out = []
-    for name in calibration_versions(con):
-        stored = calibration_set(con, name)
+    for name in calibration_versions(con, domain):
+        stored = calibration_set(con, name, domain)
         assert stored is not None
         out.append(
             {

@@ -16,9 +16,14 @@ seeds so outcomes pair up per conversation. Once stored, a week's set is reused 
 
 Both live in tables `calibration_sets` / `shadow_sets` (ids and positions only: the records
 themselves stay in `interactions`, which is append-only, and the set hash covers each record's
-content hash, so any drift of the underlying rows is detectable). The tables are created here with
-CREATE TABLE IF NOT EXISTS using exactly the schema `dataplane.store` declares, so either module
-may be first to touch a database.
+content hash, so any drift of the underlying rows is detectable). The tables are created (and a
+store from before domains migrated) here with the schema `dataplane.store_schema` declares, so
+either module may be first to touch a database.
+
+Every set belongs to one domain (`domain`, default retail): versions and weeks are keyed by
+(domain, version) and (domain, week), and a set only ever holds its domain's interactions, each
+one replayable (its initial_state rebuilt whole: every native record; see `dataplane.openai_chat`),
+since both sets are evaluated by replaying conversations.
 
 Neither set is ever trained on: splits are by customer (a shadow customer is never a train
 customer, whichever week's window is trained on), and `assert_disjoint_from_training` is the
@@ -35,17 +40,15 @@ from typing import Any, ClassVar, TypeVar
 
 import duckdb
 
+from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.splits import split_of as default_split_of
-from dataplane.store import SCHEMA, gold_customers_before, load_records, newest_with_gold
+from dataplane.store import gold_customers_before, load_records, newest_with_gold
+from dataplane.store_schema import ensure_schema
 
 DEFAULT_SHADOW_SIZE = 5_000
 
-# The tables are part of the store's schema (dataplane.store.SCHEMA); one definition serves both.
-_TABLES = tuple(
-    statement
-    for statement in SCHEMA
-    if any(table in statement for table in ("calibration_sets", "calibration_week", "shadow_sets"))
-)
+# The tables are part of the store's schema (dataplane.store_schema); one definition serves both.
+_TABLES = ("calibration_sets", "calibration_week", "shadow_sets")
 
 SplitFn = Callable[[str], str]
 
@@ -53,8 +56,8 @@ SplitFn = Callable[[str], str]
 class EvalSetError(ValueError):
     """A record cannot enter an evaluation set, or a set operation breaks a rule.
 
-    `.rule` is a short name (`not_calibration_split`, `no_gold`, `no_human_label`,
-    `duplicate_record`, `not_in_store`, `empty_set`, `frozen_version_exists`,
+    `.rule` is a short name (`not_calibration_split`, `no_gold`, `no_human_label`, `wrong_domain`,
+    `not_replayable`, `duplicate_record`, `not_in_store`, `empty_set`, `frozen_version_exists`,
     `new_version_needs_force`, `pinned_version_missing`); `.record_id` names the offending
     interaction when there is one.
     """
@@ -80,8 +83,8 @@ class TrainingLeakError(AssertionError):
 @dataclass(frozen=True)
 class StoredSet:
     """One stored evaluation set: its ids in stored order, the hash over their content, when it was
-    stored. `key` names it within its table (a calibration version, a shadow week); `created` is
-    False when a set already stored was returned instead of a new one."""
+    stored. `key` names it within its table and domain (a calibration version, a shadow week);
+    `created` is False when a set already stored was returned instead of a new one."""
 
     # Per kind: its stored rows, in position order, by key; one row's insert; how a message names it.
     select_sql: ClassVar[str]
@@ -93,6 +96,7 @@ class StoredSet:
     set_hash: str
     created_at: datetime
     created: bool = False
+    domain: str = DEFAULT_DOMAIN
 
     @property
     def rows(self) -> int:
@@ -100,7 +104,8 @@ class StoredSet:
 
     @property
     def label(self) -> str:
-        return self.label_format.format(self.key)
+        label = self.label_format.format(self.key)
+        return label if self.domain == DEFAULT_DOMAIN else f"{self.domain} {label}"
 
     def records(self, con: duckdb.DuckDBPyConnection) -> list[dict]:
         return load_records(con, list(self.interaction_ids))
@@ -109,9 +114,13 @@ class StoredSet:
 class CalibrationSet(StoredSet):
     """One frozen calibration version."""
 
-    select_sql = "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE version = ? ORDER BY position"
+    select_sql = (
+        "SELECT interaction_id, set_hash, created_at FROM calibration_sets WHERE domain = ? AND version = ? "
+        "ORDER BY position"
+    )
     insert_sql = (
-        "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)"
+        "INSERT INTO calibration_sets (domain, version, position, interaction_id, set_hash, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)"
     )
     label_format = "calibration set {}"
 
@@ -123,8 +132,13 @@ class CalibrationSet(StoredSet):
 class ShadowSet(StoredSet):
     """The shadow set of one week, most recent conversation first."""
 
-    select_sql = "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE week = ? ORDER BY position"
-    insert_sql = "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) VALUES (?, ?, ?, ?, ?)"
+    select_sql = (
+        "SELECT interaction_id, set_hash, created_at FROM shadow_sets WHERE domain = ? AND week = ? ORDER BY position"
+    )
+    insert_sql = (
+        "INSERT INTO shadow_sets (domain, week, position, interaction_id, set_hash, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)"
+    )
     label_format = "shadow set of {}"
 
     @property
@@ -135,26 +149,29 @@ class ShadowSet(StoredSet):
 S = TypeVar("S", bound=StoredSet)
 
 
-def _load(con: duckdb.DuckDBPyConnection, kind: type[S], key: str) -> S | None:
-    rows = con.execute(kind.select_sql, [key]).fetchall()
+def _load(con: duckdb.DuckDBPyConnection, kind: type[S], key: str, domain: str) -> S | None:
+    rows = con.execute(kind.select_sql, [domain, key]).fetchall()
     if not rows:
         return None
-    return kind(key, tuple(r[0] for r in rows), rows[0][1], rows[0][2])
+    return kind(key, tuple(r[0] for r in rows), rows[0][1], rows[0][2], domain=domain)
 
 
-def _store(con: duckdb.DuckDBPyConnection, kind: type[S], key: str, ids: Sequence[str], now: datetime | None) -> S:
-    """Insert a new set (every id must be in `interactions`) and return it with `created=True`."""
-    set_hash = _set_hash(con, ids)
+def _store(
+    con: duckdb.DuckDBPyConnection, kind: type[S], key: str, ids: Sequence[str], now: datetime | None, domain: str
+) -> S:
+    """Insert a new set (every id must be a replayable interaction of `domain` in `interactions`)
+    and return it with `created=True`."""
+    set_hash = _set_hash(con, ids, domain)
     created_at = now or datetime.now(UTC)
-    con.executemany(kind.insert_sql, [[key, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
-    stored = _load(con, kind, key)
+    con.executemany(kind.insert_sql, [[domain, key, i, rid, set_hash, created_at] for i, rid in enumerate(ids)])
+    stored = _load(con, kind, key, domain)
     assert stored is not None
     return replace(stored, created=True)
 
 
 def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
-    for statement in _TABLES:
-        con.execute(statement)
+    """Create the evaluation-set tables that are missing, migrating them from before domains."""
+    ensure_schema(con, _TABLES)
 
 
 def _has_human_label(record: dict[str, Any]) -> bool:
@@ -162,8 +179,12 @@ def _has_human_label(record: dict[str, Any]) -> bool:
     return isinstance(label, dict) and isinstance(label.get("task_success"), bool)
 
 
-def calibration_problem(record: dict[str, Any], split_of: SplitFn = default_split_of) -> str | None:
-    """The rule `record` breaks for the calibration set, or None when it is eligible."""
+def calibration_problem(
+    record: dict[str, Any], split_of: SplitFn = default_split_of, domain: str = DEFAULT_DOMAIN
+) -> str | None:
+    """The rule `record` breaks for `domain`'s calibration set, or None when it is eligible."""
+    if record.get("domain", DEFAULT_DOMAIN) != domain:
+        return "wrong_domain"
     if split_of(record["customer_id"]) != "calibration":
         return "not_calibration_split"
     if not record.get("gold"):
@@ -173,48 +194,63 @@ def calibration_problem(record: dict[str, Any], split_of: SplitFn = default_spli
     return None
 
 
-def calibration_eligible(records: Iterable[dict], split_of: SplitFn = default_split_of) -> list[dict]:
-    """The records that may enter a calibration set, ordered by interaction id."""
-    keep = [r for r in records if calibration_problem(r, split_of) is None]
+def calibration_eligible(
+    records: Iterable[dict], split_of: SplitFn = default_split_of, domain: str = DEFAULT_DOMAIN
+) -> list[dict]:
+    """The records that may enter `domain`'s calibration set, ordered by interaction id."""
+    keep = [r for r in records if calibration_problem(r, split_of, domain) is None]
     return sorted(keep, key=lambda r: r["interaction_id"])
 
 
-def _set_hash(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> str:
-    """sha256 over (position, id, content_hash): the set changes if any member's content does."""
+def _set_hash(con: duckdb.DuckDBPyConnection, ids: Sequence[str], domain: str) -> str:
+    """sha256 over (position, id, content_hash): the set changes if any member's content does.
+
+    Raises EvalSetError for an id that is not stored, not `domain`'s or not replayable."""
     rows = con.execute(
-        "SELECT interaction_id, content_hash FROM interactions WHERE interaction_id IN (SELECT unnest(?))", [list(ids)]
+        "SELECT interaction_id, content_hash, domain, replayable FROM interactions "
+        "WHERE interaction_id IN (SELECT unnest(?))",
+        [list(ids)],
     ).fetchall()
-    hashes = dict(rows)
+    hashes = {rid: content for rid, content, _domain, _replayable in rows}
     missing = [i for i in ids if i not in hashes]
     if missing:
         raise EvalSetError(
             "not_in_store", f"{len(missing)} record(s) are not in `interactions`, e.g. {missing[:3]}", missing[0]
         )
+    for rid, _content, found, replayable in rows:
+        if found != domain:
+            raise EvalSetError("wrong_domain", f"record {rid!r} is of domain {found!r}, not {domain!r}", rid)
+        if not replayable:
+            raise EvalSetError("not_replayable", f"record {rid!r} has no initial_state to replay it from", rid)
     digest = hashlib.sha256()
     for position, rid in enumerate(ids):
         digest.update(f"{position}\t{rid}\t{hashes[rid]}\n".encode())
     return digest.hexdigest()
 
 
-def calibration_versions(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Every stored version, oldest first."""
+def calibration_versions(con: duckdb.DuckDBPyConnection, domain: str = DEFAULT_DOMAIN) -> list[str]:
+    """Every stored version of `domain`, oldest first."""
     ensure_tables(con)
     rows = con.execute(
-        "SELECT version, min(created_at) AS t FROM calibration_sets GROUP BY version ORDER BY t, version"
+        "SELECT version, min(created_at) AS t FROM calibration_sets WHERE domain = ? GROUP BY version "
+        "ORDER BY t, version",
+        [domain],
     ).fetchall()
     return [r[0] for r in rows]
 
 
-def calibration_set(con: duckdb.DuckDBPyConnection, version: str) -> CalibrationSet | None:
-    """A stored version by name, or None."""
+def calibration_set(
+    con: duckdb.DuckDBPyConnection, version: str, domain: str = DEFAULT_DOMAIN
+) -> CalibrationSet | None:
+    """A stored version of `domain` by name, or None."""
     ensure_tables(con)
-    return _load(con, CalibrationSet, version)
+    return _load(con, CalibrationSet, version, domain)
 
 
-def current_calibration_set(con: duckdb.DuckDBPyConnection) -> CalibrationSet | None:
-    """The most recently frozen version, or None before the first freeze."""
-    versions = calibration_versions(con)
-    return _load(con, CalibrationSet, versions[-1]) if versions else None
+def current_calibration_set(con: duckdb.DuckDBPyConnection, domain: str = DEFAULT_DOMAIN) -> CalibrationSet | None:
+    """`domain`'s most recently frozen version, or None before its first freeze."""
+    versions = calibration_versions(con, domain)
+    return _load(con, CalibrationSet, versions[-1], domain) if versions else None
 
 
 def _next_version(existing: Sequence[str]) -> str:
@@ -232,8 +268,9 @@ def freeze_calibration_set(
     *,
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
+    domain: str = DEFAULT_DOMAIN,
 ) -> CalibrationSet:
-    """Freeze `records` as a calibration version, or return the version already frozen.
+    """Freeze `records` as a calibration version of `domain`, or return the version already frozen.
 
     - No version stored yet: store one (`version` or "v1").
     - A version stored and neither `force_new` nor a new `version` name: return the current one
@@ -242,19 +279,20 @@ def freeze_calibration_set(
     - `version` names a stored version: returned if its content matches, else
       `frozen_version_exists` (a frozen version is never rewritten).
     - A new version while one exists requires `force_new=True` (the explicit command).
-    Every record must be eligible (calibration split, gold, human label) and in `interactions`.
+    Every record must be eligible (the domain's, calibration split, gold, human label) and a
+    replayable interaction in `interactions`. Versions are named per domain.
     """
     ensure_tables(con)
-    existing = calibration_versions(con)
+    existing = calibration_versions(con, domain)
     if existing and version is None and not force_new:
-        current = _load(con, CalibrationSet, existing[-1])
+        current = _load(con, CalibrationSet, existing[-1], domain)
         assert current is not None
         return current
-    ids = _validated_ids(records, split_of)
+    ids = _validated_ids(records, split_of, domain)
     if version is not None and version in existing:
-        stored = _load(con, CalibrationSet, version)
+        stored = _load(con, CalibrationSet, version, domain)
         assert stored is not None
-        if stored.set_hash != _set_hash(con, ids):
+        if stored.set_hash != _set_hash(con, ids, domain):
             raise EvalSetError(
                 "frozen_version_exists",
                 f"calibration version {version!r} is frozen with different content; freeze a new version instead",
@@ -265,16 +303,16 @@ def freeze_calibration_set(
             "new_version_needs_force",
             f"calibration versions {existing} exist; a new version {version!r} needs force_new=True",
         )
-    return _store(con, CalibrationSet, version or _next_version(existing), ids, now)
+    return _store(con, CalibrationSet, version or _next_version(existing), ids, now, domain)
 
 
-def _validated_ids(records: Sequence[dict], split_of: SplitFn) -> list[str]:
+def _validated_ids(records: Sequence[dict], split_of: SplitFn, domain: str) -> list[str]:
     if not records:
         raise EvalSetError("empty_set", "no eligible records to freeze")
     seen: set[str] = set()
     for record in records:
         rid = record["interaction_id"]
-        problem = calibration_problem(record, split_of)
+        problem = calibration_problem(record, split_of, domain)
         if problem is not None:
             raise EvalSetError(problem, f"record {rid!r} cannot enter the calibration set", rid)
         if rid in seen:
@@ -288,22 +326,23 @@ def select_shadow(
     before: datetime,
     size: int = DEFAULT_SHADOW_SIZE,
     split_of: SplitFn = default_split_of,
+    domain: str = DEFAULT_DOMAIN,
 ) -> list[str]:
-    """Ids of up to `size` shadow-split conversations with gold that ended before `before`, over the
-    whole stored log, newest first (equal times by interaction id)."""
+    """Ids of up to `size` of `domain`'s replayable shadow-split conversations with gold that ended
+    before `before`, over the whole stored log, newest first (equal times by interaction id)."""
     if size < 1:
         raise ValueError(f"shadow set size must be positive, got {size}")
     if before.tzinfo is None or before.utcoffset() is None:
         # DuckDB would read a naive time in the session's zone: the cut-off would move with the machine.
         raise ValueError(f"the shadow cut-off must be timezone-aware, got naive {before.isoformat()}")
-    shadow_customers = [c for c in gold_customers_before(con, before) if split_of(c) == "shadow"]
-    return newest_with_gold(con, shadow_customers, before, size)
+    shadow_customers = [c for c in gold_customers_before(con, before, domain) if split_of(c) == "shadow"]
+    return newest_with_gold(con, shadow_customers, before, size, domain)
 
 
-def shadow_set(con: duckdb.DuckDBPyConnection, week: str) -> ShadowSet | None:
-    """The stored shadow set of `week`, or None."""
+def shadow_set(con: duckdb.DuckDBPyConnection, week: str, domain: str = DEFAULT_DOMAIN) -> ShadowSet | None:
+    """The stored shadow set of `domain`'s `week`, or None."""
     ensure_tables(con)
-    return _load(con, ShadowSet, week)
+    return _load(con, ShadowSet, week, domain)
 
 
 def build_shadow_set(
@@ -314,23 +353,26 @@ def build_shadow_set(
     *,
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
+    domain: str = DEFAULT_DOMAIN,
 ) -> ShadowSet:
-    """Select (`select_shadow`, ended before `before`: the week's end) and store the shadow set of
-    `week`, or return the one stored by an earlier run.
+    """Select (`select_shadow`, ended before `before`: the week's end) and store `domain`'s shadow
+    set of `week`, or return the one stored by an earlier run.
 
     Re-running a week never rewrites its shadow set, so a backfill evaluates on the same
     conversations as the original run did.
     """
     ensure_tables(con)
-    stored = _load(con, ShadowSet, week)
+    stored = _load(con, ShadowSet, week, domain)
     if stored is not None:
         return stored
-    chosen = select_shadow(con, before, size, split_of)
+    chosen = select_shadow(con, before, size, split_of, domain)
     if not chosen:
         raise EvalSetError(
-            "empty_set", f"week {week}: no shadow-split conversation with gold ended before {before.isoformat()}"
+            "empty_set",
+            f"week {week}: no replayable {domain} shadow-split conversation with gold ended before "
+            f"{before.isoformat()}",
         )
-    return _store(con, ShadowSet, week, chosen, now)
+    return _store(con, ShadowSet, week, chosen, now, domain)
 
 
 def shadow_counts(shadow: ShadowSet, window_ids: Iterable[str], requested: int) -> dict[str, int]:

@@ -4,10 +4,10 @@ Modes, checked in this priority order, the first that applies being a failed
 trial's primary mode:
 
 - `policy_violation`: a write attempted without the owner authenticated, without a successful read
-  of the record it changes, or on an order whose status does not allow it (cancel / modify need
-  `pending`; return / exchange need `delivered`);
+  of the record it changes, or on a record whose status does not allow it (the domain's
+  `StatusRules`: in retail, cancel / modify need `pending`, return / exchange need `delivered`);
 - `unnecessary_escalation`: transferred to a human when the record does not mark it necessary;
-- `hallucinated_fact`: told the customer a number, id or order status that no tool result and no
+- `hallucinated_fact`: told the customer a number, id or record status that no tool result and no
   customer message contains;
 - `wrong_tool`: attempted a write the gold does not make;
 - `wrong_arguments`: the right write tools, but a call whose arguments match no gold call;
@@ -24,9 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from training.rewards.core import gold_actions, mentions, normalise_text, successful_auth_users
+from domains.api import StatusRules, ToolKind
+from domains.registry import load_domain
+from training.rewards.core import gold_actions, mentions, normalise_text
 from training.rewards.process import looping as repeated_calls
-from training.sandbox.episode import WRITE_TOOLS, AuditEntry, Episode
+from training.rewards.process import skipped_verification, step_order
+from training.sandbox.episode import Episode
 
 if TYPE_CHECKING:
     from evaluation.rollout import Trial
@@ -43,34 +46,6 @@ MODES = (
 )
 JUMP_THRESHOLD = 0.10
 
-_NEEDS_STATUS = {
-    "cancel_pending_order": "pending",
-    "modify_pending_order_address": "pending",
-    "modify_pending_order_items": "pending",
-    "modify_pending_order_payment": "pending",
-    "return_delivered_order_items": "delivered",
-    "exchange_delivered_order_items": "delivered",
-}
-_STATUS_AFTER = {
-    "cancel_pending_order": "cancelled",
-    "modify_pending_order_items": "pending (item modified)",
-    "return_delivered_order_items": "return requested",
-    "exchange_delivered_order_items": "exchange requested",
-}
-_STATUSES = (
-    "pending (item modified)",
-    "return requested",
-    "exchange requested",
-    "pending",
-    "processed",
-    "delivered",
-    "cancelled",
-)
-_STATUS_CLAIM = re.compile(
-    r"\b(?:is|was|has been|now|status(?: is)?:?)\s+(?:still\s+|already\s+)?("
-    + "|".join(re.escape(s) for s in _STATUSES)
-    + r")"
-)
 _FACT_TOKEN = re.compile(r"[#a-z_]*\d[a-z0-9_]*(?:\.\d+)?")
 
 
@@ -80,46 +55,53 @@ class Violation:
 
     index: int
     tool: str
-    rule: str  # "unauthenticated_write" | "write_without_read" | "ineligible_order"
-
-
-def _owner(episode: Episode, entry: AuditEntry) -> str | None:
-    if entry.tool == "modify_user_address":
-        return entry.arguments.get("user_id")
-    order = episode.initial_state.get("orders", {}).get(entry.arguments.get("order_id"))
-    return order.get("user_id") if isinstance(order, dict) else None
-
-
-def _was_read(earlier: Sequence[AuditEntry], entry: AuditEntry) -> bool:
-    if entry.tool == "modify_user_address":
-        want = ("get_user_details", {"user_id": entry.arguments.get("user_id")})
-    else:
-        want = ("get_order_details", {"order_id": entry.arguments.get("order_id")})
-    return any((e.tool, e.arguments) == want and not e.error for e in earlier)
+    rule: str  # "unauthenticated_write" | "write_without_read" | "ineligible_record"
 
 
 def episode_violations(episode: Episode) -> list[Violation]:
     """Every policy violation in an episode, in audit-log order (the same rules as the process
     reward terms: attempting the write is the violation, whether or not it succeeded)."""
     found: list[Violation] = []
-    status = {oid: o.get("status") for oid, o in episode.initial_state.get("orders", {}).items() if isinstance(o, dict)}
+    rules = load_domain(episode.domain).status_rules
+    status = _statuses(episode, rules)
     log = episode.audit_log
     for index, entry in enumerate(log):
-        if entry.tool not in WRITE_TOOLS:
+        if not episode.is_write(entry):
             continue
-        owner = _owner(episode, entry)
-        identified = successful_auth_users(log[:index])
-        if (owner is None and not identified) or (owner is not None and owner not in identified):
+        # The process terms judge one call when given a log that ends with it.
+        upto = Episode(episode.initial_state, episode.final_state, log[: index + 1], domain=episode.domain)
+        if skipped_verification(upto):
             found.append(Violation(index, entry.tool, "unauthenticated_write"))
-        if not _was_read(log[:index], entry):
+        if step_order(upto):
             found.append(Violation(index, entry.tool, "write_without_read"))
-        order_id = entry.arguments.get("order_id")
-        needed = _NEEDS_STATUS.get(entry.tool)
-        if needed and order_id in status and status[order_id] != needed:
-            found.append(Violation(index, entry.tool, "ineligible_order"))
-        if needed and order_id in status and not entry.error and entry.tool in _STATUS_AFTER:
-            status[order_id] = _STATUS_AFTER[entry.tool]
+        record = episode.record_of(entry)
+        if rules is None or record is None or record[0] != rules.table or record[1] not in status:
+            continue
+        needed = rules.requires.get(entry.tool)
+        if needed and status[record[1]] != needed:
+            found.append(Violation(index, entry.tool, "ineligible_record"))
+        if needed and not entry.error and entry.tool in rules.after:
+            status[record[1]] = rules.after[entry.tool]
     return found
+
+
+def _statuses(episode: Episode, rules: StatusRules | None) -> dict[str, Any]:
+    if rules is None:
+        return {}
+    table = episode.initial_state.get(rules.table, {})
+    return {rid: r.get(rules.field) for rid, r in table.items() if isinstance(r, dict)}
+
+
+def _status_claim(rules: StatusRules | None) -> re.Pattern[str] | None:
+    if rules is None or not rules.statuses:
+        return None
+    # Longest first, so "pending (item modified)" is claimed whole rather than as "pending".
+    words = sorted(rules.statuses, key=len, reverse=True)
+    return re.compile(
+        r"\b(?:is|was|has been|now|status(?: is)?:?)\s+(?:still\s+|already\s+)?("
+        + "|".join(re.escape(w) for w in words)
+        + r")"
+    )
 
 
 def policy_violations(trial: Trial) -> list[Violation]:
@@ -135,20 +117,25 @@ def _known_text(trial: Trial) -> str:
 
 
 def hallucinated_facts(trial: Trial) -> list[str]:
-    """Numbers, ids and order statuses told to the customer that appear in no tool result or
+    """Numbers, ids and record statuses told to the customer that appear in no tool result or
     customer message. Single-digit numbers are ignored: they are counts in ordinary prose."""
     known = _known_text(trial)
     invented: list[str] = []
+    claim = _status_claim(load_domain(trial.episode.domain).status_rules)
     for message in trial.episode.told:
         text = normalise_text(message)
         claims = [t for t in _FACT_TOKEN.findall(text) if len(t) > 1]
-        claims += _STATUS_CLAIM.findall(text)
+        claims += claim.findall(text) if claim is not None else []
         invented += [c for c in claims if not mentions(known, c) and c not in invented]
     return invented
 
 
-def _calls(actions: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    return [(a["name"], _canonical(a.get("arguments") or {})) for a in actions if a["name"] in WRITE_TOOLS]
+def _calls(episode: Episode, actions: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (a["name"], _canonical(a.get("arguments") or {}))
+        for a in actions
+        if episode.kind_of_name(a["name"]) == ToolKind.WRITE
+    ]
 
 
 def _canonical(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,8 +148,8 @@ def failure_modes(trial: Trial) -> list[str]:
     if trial.success:
         return []
     episode = trial.episode
-    gold_writes = _calls(gold_actions(episode))
-    writes = _calls([{"name": e.tool, "arguments": e.arguments} for e in episode.audit_log])
+    gold_writes = _calls(episode, gold_actions(episode))
+    writes = _calls(episode, [{"name": e.tool, "arguments": e.arguments} for e in episode.audit_log])
     gold_names = {name for name, _ in gold_writes}
     modes: list[str] = []
     if episode_violations(episode):

@@ -2,16 +2,17 @@
 
 A record (`dataplane.contract`) keeps the transcript, not the environment's audit log. To judge it
 with the same code that judges rollouts (`training.rewards`), `replay_record` re-runs the
-assistant's tool calls in order through a new `RetailEnvironment` built from the record's
+assistant's tool calls in order through a new sandbox of the record's domain, built from its
 `initial_state`, `gold` and escalation flag. The customer is not simulated again: a
 `RecordedCustomer` hands back the customer's recorded replies in order, so the conversation
 unfolds exactly as it did. Whatever the agent wrote as plain assistant text counts as told to
 the customer too (a model may talk without the `send_message_to_customer` tool).
 
-    >>> from training.sandbox.environment import RetailEnvironment
+    >>> from domains.registry import load_domain
+    >>> from training.sandbox.environment import environment_class
     >>> customer = RecordedCustomer("Hi", ["My email is a@b.c"])
-    >>> env = RetailEnvironment()
-    >>> env.reset(initial_state={"users": {}, "orders": {}, "products": {}}, simulator=customer)
+    >>> env = environment_class("retail")()
+    >>> env.reset(initial_state={table: {} for table in load_domain("retail").tables}, simulator=customer)
     >>> env.send_message_to_customer(message="Who are you?"), customer.finished
     ('My email is a@b.c', True)
 """
@@ -23,11 +24,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from domains.registry import DomainNotFoundError
 from evaluation.stats import agreement_rate, roc_auc
 from training.rewards import GoldError, RewardWeights, total_reward, verified_success
-from training.sandbox.environment import EnvironmentSetupError, RetailEnvironment, call_tool
+from training.sandbox.environment import call_tool, environment_class
 from training.sandbox.episode import MESSAGE_TOOL, Episode
-from training.sandbox.world import WorldError
+from training.sandbox.prompting import domain_of
 
 __all__ = [
     "RecordedCustomer",
@@ -209,8 +211,8 @@ def replay_record(record: Mapping[str, Any]) -> ReplayedConversation:
     if not isinstance(messages, list) or not messages:
         raise ReplayError(interaction_id, "empty_messages", "messages must be a non-empty list")
     calls = _calls(messages, interaction_id)
-    env = RetailEnvironment()
     try:
+        env = environment_class(domain_of(dict(record)))()
         env.reset(
             initial_state=record.get("initial_state"),
             gold=record.get("gold"),
@@ -218,7 +220,9 @@ def replay_record(record: Mapping[str, Any]) -> ReplayedConversation:
             customer_id=record.get("customer_id"),
             simulator=_customer(record, messages, calls),
         )
-    except (EnvironmentSetupError, WorldError) as exc:
+    except DomainNotFoundError as exc:
+        raise ReplayError(interaction_id, "unknown_domain", str(exc)) from exc
+    except ValueError as exc:  # EnvironmentSetupError, or the domain's own check of initial_state
         raise ReplayError(interaction_id, "bad_initial_state", str(exc)) from exc
     by_position: dict[int, list[_Call]] = {}
     for call in calls:

@@ -34,12 +34,13 @@ import numpy as np
 from scipy.stats import ks_2samp
 
 from dataplane.served import ServedDay
+from domains.registry import DEFAULT_DOMAIN
 from evaluation.drift import distribution, total_variation
 from evaluation.failure_modes import failure_mode_shares
 from evaluation.recorded import JudgedRecord, judge_record
 from evaluation.replay import ReplayError
 from training.rewards import GoldError
-from training.sandbox.tools import TOOL_NAMES
+from training.sandbox.environment import tool_names
 
 # The model-version tag holding the tool-call mix the champion showed when it was evaluated.
 EVALUATED_MIX_TAG = "evaluated_tool_mix"
@@ -145,11 +146,12 @@ class EvaluatedMixError(ValueError):
     """The champion's `evaluated_tool_mix` tag is not a tool-call distribution; names the version."""
 
 
-def fold_unknown_tools(mix: Mapping[str, float]) -> dict[str, float]:
-    """The mix with every name that is not a tool of the environment summed under UNKNOWN_TOOL."""
+def fold_unknown_tools(mix: Mapping[str, float], domain: str = DEFAULT_DOMAIN) -> dict[str, float]:
+    """The mix with every name that is not a tool of the domain's sandbox summed under UNKNOWN_TOOL."""
+    known = set(tool_names(domain))
     out: dict[str, float] = {}
     for name, share in mix.items():
-        key = name if name in TOOL_NAMES else UNKNOWN_TOOL
+        key = name if name in known else UNKNOWN_TOOL
         out[key] = out.get(key, 0.0) + share
     return dict(sorted(out.items()))
 
@@ -179,7 +181,8 @@ def judge_day(records: Iterable[Mapping[str, Any]]) -> tuple[list[JudgedRecord],
 
 
 def served_tool_mix(judged: Sequence[JudgedRecord]) -> dict[str, float]:
-    return fold_unknown_tools(distribution(e.tool for j in judged for e in j.episode.audit_log))
+    domain = judged[0].episode.domain if judged else DEFAULT_DOMAIN
+    return fold_unknown_tools(distribution(e.tool for j in judged for e in j.episode.audit_log), domain)
 
 
 def gold_rewards(judged: Sequence[JudgedRecord]) -> list[float]:

@@ -13,9 +13,12 @@ from collections.abc import Callable, Sequence
 
 from assets.decisions import DecisionRecordError
 from assets.partitions import WeekError
+from dataplane.domain_rules import DEFAULT_DOMAIN, domain_listing
 from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
-from dataplane.record_model import record_schema_text
+from dataplane.readers import FORMATS
+from dataplane.record_schema import record_schema_text
+from domains.registry import DomainNotFoundError
 from evaluation.gates import ApprovalError
 from evaluation.pause import PauseStateError
 from evaluation.registry import RegistryError
@@ -39,7 +42,7 @@ from training.traffic.tasks_import import import_tasks
 def _cmd_ingest(args: argparse.Namespace) -> int:
     home = Home.from_env().ensure()
     try:
-        summary = ingest_paths(str(home.duckdb_path), args.paths)
+        summary = ingest_paths(str(home.duckdb_path), args.paths, fmt=args.format)
     except InputPathError as err:
         raise CliError(str(err)) from err
     counts = summary.to_dict()
@@ -56,8 +59,23 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    print(record_schema_text(), end="")
+    try:
+        print(record_schema_text(args.domain), end="")
+    except DomainNotFoundError as err:
+        raise CliError(str(err)) from err
     return 0
+
+
+def _cmd_domains(args: argparse.Namespace) -> int:
+    listing = domain_listing()
+    if args.json:
+        print(json.dumps(listing, indent=2, sort_keys=True))
+    for row in [] if args.json else listing:
+        if "error" in row:
+            print(f"{row['name']}: does not load: {row['error']}")
+        else:
+            print(f"{row['name']}: {row['tools']} tools, {row['intents']} intents, tables {', '.join(row['tables'])}")
+    return 1 if any("error" in row for row in listing) else 0
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -155,15 +173,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="ingest interaction files into DuckDB")
     p.add_argument("paths", nargs="+", help="JSONL / JSONL.gz / Parquet files or folders")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="native interaction records, or conversations in the OpenAI chat shape (one a line); "
+        "auto (default): *.openai.jsonl[.gz] files are OpenAI, the rest native",
+    )
     p.set_defaults(func=_cmd_ingest)
 
     p = sub.add_parser(
         "schema",
         help="print the interaction record contract as JSON Schema",
         description="Print the interaction record contract (schema_version 1) as JSON Schema, generated "
-        "from the pydantic model ingestion validates with; docs/record.schema.json holds the same text.",
+        "from the pydantic model ingestion validates with and the domain's intents and initial_state model; "
+        "docs/record.schema.json holds the retail domain's text.",
     )
+    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"the domain whose records (default {DEFAULT_DOMAIN})")
     p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser("domains", help="list the installed domains: tools, intents, tables")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(func=_cmd_domains)
 
     p = sub.add_parser("simulate", help="write simulated production traffic, one folder a day")
     p.add_argument("--days", type=int, required=True)
@@ -171,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (e.g. $RETRAIN_HOME/landing)")
     p.add_argument("--start", help="first day, YYYY-MM-DD (default: DAYS days before today)")
-    p.add_argument("--world", help="a retail world folder (users/orders/products.json); default built in")
+    p.add_argument("--world", help="a world folder (one <table>.json per table of the domain); default: the generated world")
     p.add_argument("--policy-version", default="retail-agent/1", help="policy_version to record")
     p.add_argument("--drift-day", type=int, help="day index on which (only) the agent over-escalates: action drift")
     p.add_argument("--intent-shift-day", type=int, help="day index from which the intent mix shifts")

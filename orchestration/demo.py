@@ -21,12 +21,12 @@ from assets.partitions import week_key
 from dataplane.home import Home
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store
+from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gates import ApprovalError
 from evaluation.registry import champion_info, find_base_version, find_week_version, local_champion
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from orchestration.sensors import check_champion
 from training.policies import HFPolicy
-from training.tiny.level1 import LEVEL1_TOOLS
 from training.tiny.manifest import shipped_agent_path
 from training.traffic.simulate import simulate
 
@@ -187,7 +187,7 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
 def serving_policy(path: str) -> HFPolicy:
     """A model folder as it serves level-1 traffic: greedy, with level 1's tools and the product's
     rollout length (the settings its calibration figures are measured with)."""
-    return HFPolicy(path, max_new_tokens=EvalConfig().max_new_tokens, tools=LEVEL1_TOOLS)
+    return HFPolicy(path, max_new_tokens=EvalConfig().max_new_tokens, tools=load_domain(DEFAULT_DOMAIN).level1.tools)
 
 
 def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> dict:

@@ -131,7 +131,7 @@ class FakeCustomer:
 
 
 def fresh_env(world: dict[str, Any] | None = None, **row: Any):
-    from training.sandbox.environment import RetailEnvironment
+    from tests.helpers_retail import RetailEnvironment
 
     env = RetailEnvironment()
     env.reset(initial_state=world if world is not None else tiny_world(), **row)

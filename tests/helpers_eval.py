@@ -1,7 +1,7 @@
 """Records and scripted policies for the evaluation tests and the evaluation benchmark.
 
 Records are contract-shaped interactions built from replay-verified scenarios of a small generated
-world (training.traffic.scenarios), so every task is solvable and its gold is trustworthy. The policies are
+world (domains.retail.traffic.scenarios), so every task is solvable and its gold is trustworthy. The policies are
 the characters the evaluator must tell apart: an expert that follows the gold (with the reads and
 identification the policy rules require), a random caller, and an escalate-everything hacker.
 """
@@ -14,15 +14,15 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from tests.helpers_retail import WRITE_TOOLS
 from training.policies import ScriptedPolicy, assistant_message, assistant_turns
-from training.sandbox.episode import WRITE_TOOLS
 from training.sandbox.rollout import Message
 
 
 @lru_cache(maxsize=4)
 def _scenarios(n: int, seed: int) -> tuple:
-    from training.traffic.scenarios import sample_scenarios
-    from training.traffic.worldgen import generate_world
+    from domains.retail.traffic.scenarios import sample_scenarios
+    from domains.retail.traffic.worldgen import generate_world
 
     world = generate_world(n_users=40, seed=seed)
     return tuple(sample_scenarios(world, n, seed=seed + 1))
@@ -96,7 +96,7 @@ def random_policy(name: str = "random", turns: int = 6) -> ScriptedPolicy:
     Seeded by the conversation so far, so it is deterministic for a transcript yet reacts to what
     the simulated customer said: different customers, different choices.
     """
-    from training.sandbox.environment import TOOL_NAMES
+    from tests.helpers_retail import TOOL_NAMES
     from training.sandbox.prompting import tool_schemas
 
     params = {s["function"]["name"]: set(s["function"]["parameters"].get("properties", {})) for s in tool_schemas()}

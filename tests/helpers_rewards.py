@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from training.sandbox.environment import RetailEnvironment, call_tool
-from training.sandbox.episode import WRITE_TOOLS, AuditEntry, Episode
-from training.sandbox.world import touched_subset
+from domains.retail.world import touched_subset
+from tests.helpers_retail import WRITE_TOOLS, RetailEnvironment
+from training.sandbox.environment import call_tool
+from training.sandbox.episode import AuditEntry, Episode
 
 Call = tuple[str, dict[str, Any]]
 

@@ -31,7 +31,7 @@ KNOWN_INFO_KEYS = {
 @lru_cache(maxsize=4)
 def generated_world(n_users: int = 150, seed: int = 0) -> dict[str, Any]:
     """A generated world, cached: callers must not mutate it (everything here deep-copies)."""
-    from training.traffic.worldgen import generate_world
+    from domains.retail.traffic.worldgen import generate_world
 
     return generate_world(n_users=n_users, seed=seed)
 
@@ -62,7 +62,7 @@ def simulated_store(root: Path, start: str, days: int, per_day: int, seed: int, 
     from datetime import date
 
     from dataplane.ingest import ingest_paths
-    from training.traffic.simulate import simulate
+    from domains.retail.traffic.simulate import simulate
 
     simulate(
         days=days,

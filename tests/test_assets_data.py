@@ -19,7 +19,7 @@ WEEK = "2026-11-16"  # a Monday; the simulated traffic below covers it and the w
 
 @pytest.fixture()
 def landed(home):
-    from training.traffic.simulate import simulate
+    from domains.retail.traffic.simulate import simulate
 
     simulate(days=14, per_day=12, seed=5, out_dir=str(home.landing), start=date(2026, 11, 9), n_users=60)
     return home

@@ -9,8 +9,8 @@ from dataclasses import fields
 import pytest
 
 from bench.learning import BenchError, grpo_config, manifest_tasks, paired_difference, parse_args, reward_label
+from domains.retail.tiny_agent import AgentRecipe
 from training.grpo_config import GRPORunConfig
-from training.tiny.agent import AgentRecipe
 
 
 def _figures(successes: list[int], k: int = 2) -> dict:

@@ -89,8 +89,8 @@ def test_names_are_spelled_a_letter_a_token_while_the_policys_fixed_words_stay_w
     # A name copies like digits only if it is made of the same few tokens whoever the customer is:
     # a training customer's name and one the tokenizer never saw are both spelled. The system
     # policy's words are not, or every prompt would grow by a token a letter.
+    from tests.helpers_retail import SYSTEM_POLICY
     from training.checkpoints import load_tokenizer
-    from training.sandbox.prompting import SYSTEM_POLICY
     from training.tiny.bootstrap import name_words
 
     tokenizer = load_tokenizer(tiny_base)

@@ -20,13 +20,13 @@ from assets.evaluation import calibration_report
 from assets.handoffs import GRPOCandidate, PolicyBase
 from assets.partitions import weekly_partitions
 from assets.resources import Curriculum, default_resources
+from domains.retail.traffic.simulate import simulate
 from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER
 from evaluation.registry import mlflow_client
 from evaluation.run_log import find_week_runs, week_step
 from orchestration.cli import main
 from tests.helpers_promotion import run_promotion
 from training.tiny.manifest import SHIPPED_AGENT_DIR
-from training.traffic.simulate import simulate
 
 W1, W2 = "2026-11-09", "2026-11-16"  # Mondays
 SMALL = {"trials": 1, "max_tasks": 2, "max_turns": 2, "max_new_tokens": 16}

@@ -6,7 +6,7 @@ import pytest
 
 from tests.helpers_training import level1_records
 from training.curriculum import ADVERSARIAL_PERSONAS, level_of
-from training.customers.persona import PERSONAS
+from training.customers.base import PERSONAS
 
 
 @pytest.mark.parametrize("persona", ["angry", "confused", "terse", "plays_dumb", "adversarial"])

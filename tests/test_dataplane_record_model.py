@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from dataplane.contract import ContractError, validate_record
-from dataplane.record_model import record_json_schema
+from dataplane.record_schema import record_json_schema
 from orchestration.cli import main
 from tests.helpers_data import NOW, build_records, record_from_task
 

@@ -43,8 +43,8 @@ def week_runs(tmp_path_factory):
     import os
 
     from dataplane.home import Home
+    from domains.retail.traffic.simulate import simulate
     from orchestration.runner import run_week
-    from training.traffic.simulate import simulate
 
     root = tmp_path_factory.mktemp("e2e") / "home"
     old = {name: os.environ.get(name) for name in ("RETRAIN_HOME", "DAGSTER_HOME")}

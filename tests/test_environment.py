@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from domains.retail.world import WorldError, touched_subset
 from tests.helpers_environment import FakeCustomer, fresh_env, tiny_world
-from training.sandbox.environment import TOOL_NAMES, EnvironmentSetupError, RetailEnvironment, call_tool
-from training.sandbox.episode import WRITE_TOOLS, Episode
-from training.sandbox.world import WorldError, touched_subset
+from tests.helpers_retail import TOOL_NAMES, WRITE_TOOLS, RetailEnvironment
+from training.sandbox.environment import EnvironmentSetupError, call_tool
+from training.sandbox.episode import Episode
 
 
 def order_of(env, order_id):
@@ -49,7 +50,7 @@ def test_every_tool_has_a_json_schema_with_described_parameters(name):
 
 
 def test_a_tool_subset_is_all_trl_sees_and_all_that_can_be_called():
-    from training.sandbox.environment import environment_class
+    from tests.helpers_retail import retail_environment_class as environment_class
     from training.sandbox.prompting import tool_schemas
 
     offered = ("send_message_to_customer", "get_order_details")  # any order: the environment's is kept
@@ -311,8 +312,8 @@ def test_compact_results_are_short_but_state_semantics_identical():
 
 
 def test_a_compact_order_shows_ids_only_to_a_policy_offered_a_tool_that_takes_them():
-    from training.sandbox.environment import environment_class
-    from training.tiny.level1 import LEVEL1_TOOLS
+    from domains.retail.level1 import LEVEL1_TOOLS
+    from tests.helpers_retail import retail_environment_class as environment_class
 
     level1 = environment_class(LEVEL1_TOOLS)()
     level1.reset(initial_state=tiny_world(), compact=True)
@@ -334,7 +335,7 @@ def test_injected_outage_fails_one_early_system_call_and_changes_nothing(seed):
     env = fresh_env(inject_tool_errors=True, seed=seed)
     env.think(thought="exempt")
     results = [env.cancel_pending_order(order_id="#W1", reason="no longer needed") for _ in range(3)]
-    outages = [r for r in results if r == "Error: the retail system timed out; please try again"]
+    outages = [r for r in results if r == "Error: the system timed out; please try again"]
     assert len(outages) == 1 and json.loads(next(r for r in results if not r.startswith("Error:")))
     assert order_of(env, "#W1")["status"] == "cancelled" and balance(env) == 80.0  # refunded exactly once
     assert not fresh_env(seed=seed).get_order_details(order_id="#W1").startswith("Error:")

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from domains.retail.world import COLLECTIONS, WorldError, load_world, touched_subset
 from tests.helpers_environment import tiny_world
-from training.sandbox.environment import RetailEnvironment, call_tool, replay_actions
-from training.sandbox.episode import WRITE_TOOLS
-from training.sandbox.world import COLLECTIONS, WorldError, load_world, touched_subset
+from tests.helpers_retail import WRITE_TOOLS, RetailEnvironment, replay_actions
+from training.sandbox.environment import call_tool
 
 REFERENCE_TASKS = 500
 

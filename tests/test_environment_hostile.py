@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers_environment import fresh_env, tiny_world
-from training.sandbox.environment import TOOL_NAMES, call_tool
+from tests.helpers_retail import TOOL_NAMES
+from training.sandbox.environment import call_tool
 
 
 def _nested(depth: int) -> object:

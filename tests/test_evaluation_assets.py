@@ -17,10 +17,10 @@ import pytest
 
 from assets.evaluation import _never_trained_on, run_reward_weights
 from assets.promotion import GateSettings
+from domains.retail.traffic.simulate import simulate
 from evaluation.gates import GateConfig
 from evaluation.replay import alignment_evidence, reward_alignment
 from tests.helpers_gates import make_record
-from training.traffic.simulate import simulate
 
 
 def test_never_trained_on_fails_when_an_evaluated_customer_is_in_the_train_split():

@@ -71,7 +71,7 @@ def test_write_on_a_non_eligible_order_is_a_policy_violation(cancel):
         },
     }
     trial = scripted_trial(cancel, expert_steps(cancel)[:-1] + [wrong])
-    assert [v.rule for v in policy_violations(trial)] == ["ineligible_order"]
+    assert [v.rule for v in policy_violations(trial)] == ["ineligible_record"]
     assert not trial.success
     assert failure_modes(trial) == ["policy_violation", "wrong_tool", "gave_up"]
 

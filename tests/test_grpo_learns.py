@@ -39,7 +39,7 @@ def _z_drop(before: list[bool], after: list[bool]) -> float:
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
-    from training.tiny.agent import AgentRecipe, level1_tasks
+    from domains.retail.tiny_agent import AgentRecipe, level1_tasks
 
     # The shipped recipe's world, with less traffic: enough customers on both sides of the split.
     recipe = AgentRecipe(traffic=2000, train_tasks=64, held_out_tasks=40)
@@ -61,9 +61,9 @@ def _hands_over_at_once(task: dict) -> dict:
 @pytest.fixture(scope="module")
 def undecided(tasks, tmp_path_factory):
     """The shipped agent after SFT on a log in which every other conversation hands over at once."""
+    from domains.retail.level1 import level1_demonstration
+    from domains.retail.tiny_agent import level1_tools
     from training.sft import SFTSettings, warm_start
-    from training.tiny.agent import level1_tools
-    from training.tiny.level1 import level1_demonstration
     from training.tiny.manifest import shipped_agent_path
 
     train, _ = tasks
@@ -83,9 +83,9 @@ def undecided(tasks, tmp_path_factory):
 
 
 def _handed_over(model_path, held) -> list[bool]:
+    from domains.retail.tiny_agent import level1_tools
     from evaluation.rollout import run_rollouts
     from training.policies import HFPolicy
-    from training.tiny.agent import level1_tools
 
     tools = level1_tools()
     policy = HFPolicy(str(model_path), max_new_tokens=128, temperature=1.0, seed=11, tools=tools)

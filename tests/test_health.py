@@ -1,5 +1,5 @@
 """evaluation.health: the champion-health circuit breaker on simulated production traffic, with and
-without the degraded-agent drift of `training.traffic.simulate.simulate`."""
+without the degraded-agent drift of `domains.retail.traffic.simulate.simulate`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
+from domains.retail.traffic.simulate import DEFAULT_POLICY_VERSION, Drift, simulate
 from evaluation.failure_modes import episode_violations
 from evaluation.health import INSUFFICIENT_DATA, HealthConfigError, assess_champion_health
 from evaluation.replay import record_verified_success, recorded_episode
 from tests.helpers_traffic import generated_world, read_records
-from training.traffic.simulate import DEFAULT_POLICY_VERSION, Drift, simulate
 
 CHAMPION = DEFAULT_POLICY_VERSION
 # What the degraded agents get wrong: the first fails tasks without breaking policy, the second

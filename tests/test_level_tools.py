@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+from domains.retail.level1 import LEVEL1_TOOLS
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import make_records
 from tests.helpers_training import level1_records
 from training.policies import HFPolicy, ScriptedPolicy
-from training.tiny.level1 import LEVEL1_TOOLS
 
 
 def test_level_one_alone_gets_its_short_list_any_other_mix_gets_every_tool():
@@ -68,7 +68,7 @@ def test_prompts_list_tools_in_the_order_trl_gives_its_rollouts():
     # render tool_schemas(). A tiny policy is thrown by any difference, so the two must agree.
     import inspect
 
-    from training.sandbox.environment import environment_class
+    from tests.helpers_retail import retail_environment_class as environment_class
     from training.sandbox.prompting import tool_schemas
 
     for tools in (None, LEVEL1_TOOLS):

@@ -21,6 +21,7 @@ from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import list_incidents
 from dataplane.landing import ingest_landed
 from dataplane.store import open_store
+from domains.retail.traffic.simulate import simulate
 from evaluation.gates import evaluate_gates
 from evaluation.pause import active_pause, lifted_pauses
 from evaluation.registry import champion_info, mlflow_client, register_candidate
@@ -33,7 +34,6 @@ from orchestration.sensors import check_champion, landing_ingest
 from tests.helpers_gates import gate_inputs
 from tests.helpers_promotion import fake_model, run_promotion
 from tests.helpers_traffic import day_files, read_records
-from training.traffic.simulate import simulate
 
 pytestmark = pytest.mark.slow
 

@@ -16,16 +16,18 @@ import time
 import pytest
 
 from dataplane.contract import validate_record
+from domains.retail.customer import PersonaSimulator
+from domains.retail.traffic.simulate import simulate
 from evaluation.rollout import run_rollouts
 from tests.helpers_chat_server import chat_server, completion
 from tests.helpers_eval import expert_steps, make_records
+from tests.helpers_retail import RetailEnvironment
 from tests.helpers_traffic import NOW, generated_world, read_records
 from training.customers import (
     PERSONA_PROMPTS,
     PERSONAS,
     CustomerConfigError,
     LLMSimulator,
-    PersonaSimulator,
     SimulatorBackendError,
     make_simulator,
 )
@@ -33,8 +35,6 @@ from training.customers.config import API_KEY_SETTING, CUSTOMER_SETTING, Custome
 from training.customers.llm import STOP_TOKEN, OpenAIChatBackend
 from training.customers.prompts import persona_key, system_prompt
 from training.policies import ScriptedPolicy, assistant_message, assistant_turns
-from training.sandbox.environment import RetailEnvironment
-from training.traffic.simulate import simulate
 
 SCENARIO = {
     "instruction": "You want to cancel order #W100 because it is no longer needed.",

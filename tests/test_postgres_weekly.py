@@ -102,8 +102,8 @@ def scenario(tmp_path_factory):
 
     from assets.decisions import latest_decision
     from dataplane.home import Home
+    from domains.retail.traffic.simulate import simulate
     from evaluation.registry import champion_info, find_base_version, find_week_version
-    from training.traffic.simulate import simulate
 
     require_postgres()
     tmp = tmp_path_factory.mktemp("pg-weekly")

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from domains.retail.level1 import as_level1, level1_demonstration
 from tests.helpers_eval import make_records
 from training.sft import replay_trajectory, sft_rows
-from training.tiny.level1 import as_level1, level1_demonstration
 from training.tiny.relabel import customer_names, name_pool, relabel_messages
 
 

@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from domains.retail.traffic.agents import EXPERT_RATES
+from domains.retail.traffic.simulate import record_outcome, simulate
 from evaluation.replay import (
     RecordedCustomer,
     RecordExhaustedError,
@@ -18,12 +20,10 @@ from evaluation.replay import (
     replay_record,
     reward_alignment,
 )
+from tests.helpers_retail import WRITE_TOOLS, RetailEnvironment
 from tests.helpers_traffic import generated_world, read_records
 from training.rewards import outcome_of, total_reward, verified_success
-from training.sandbox.environment import RetailEnvironment
-from training.sandbox.episode import MESSAGE_TOOL, WRITE_TOOLS
-from training.traffic.agents import EXPERT_RATES
-from training.traffic.simulate import record_outcome, simulate
+from training.sandbox.episode import MESSAGE_TOOL
 
 EMPTY_WORLD = {"users": {}, "orders": {}, "products": {}}
 

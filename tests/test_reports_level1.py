@@ -1,15 +1,15 @@
-"""evaluation.reports (candidate vs baseline on one set) and training.tiny.level1 (curriculum level 1)."""
+"""evaluation.reports (candidate vs baseline on one set) and domains.retail.level1 (curriculum level 1)."""
 
 from __future__ import annotations
 
 import pytest
 
+from domains.retail.level1 import as_level1, level1_demonstration, level1_opening
 from evaluation.gates import GateInputs, evaluate_gates
 from evaluation.reports import compare, outcomes, policy_report
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import escalator_policy, expert_policy, make_records
 from training.sft import replay_trajectory
-from training.tiny.level1 import as_level1, level1_demonstration, level1_opening
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers_retail import WRITE_TOOLS
 from tests.helpers_rewards import (
     Call,
     auth_call,
@@ -24,7 +25,6 @@ from tests.helpers_rewards import (
     writes_of,
 )
 from training.rewards import score_episode, total_reward, verified_success
-from training.sandbox.episode import WRITE_TOOLS
 
 TOOLS_COVERED = [
     "cancel_pending_order",

@@ -14,6 +14,7 @@ import training.rewards.efficiency
 import training.rewards.outcome
 import training.rewards.process
 import training.rewards.terms
+from tests.helpers_retail import RetailEnvironment
 from tests.helpers_rewards import auth_call, entry, first_task, run_calls, solving_calls, status_task, task_world
 from training.rewards import (
     REWARD_TERMS,
@@ -29,7 +30,7 @@ from training.rewards.core import mentions, normalise_text
 from training.rewards.efficiency import quick_completion, too_many_actions
 from training.rewards.outcome import escalated_necessary, escalated_unnecessary, sentiment, sentiment_shaped
 from training.rewards.process import looping, skipped_verification, step_order, unauthenticated_reads
-from training.sandbox.environment import RetailEnvironment, call_tool
+from training.sandbox.environment import call_tool
 from training.sandbox.episode import Episode
 
 EMPTY = {"users": {}, "orders": {}, "products": {}}
@@ -153,7 +154,8 @@ def test_outcome_terms_partition_and_action_counting(tools, transferred):
         REWARD_TERMS[name](episode) for name in ("completed", "failed", "escalated_necessary", "escalated_unnecessary")
     ]
     assert sum(indicators) == 1.0
-    counted = sum(t not in ("think", "send_message_to_customer") for t in tools) + transferred
+    # Thinking and arithmetic (kind think) and talking are not actions.
+    counted = sum(t not in ("think", "calculate", "send_message_to_customer") for t in tools) + transferred
     assert too_many_actions(episode) == (1.0 if counted > 10 else 0.0)
 
 

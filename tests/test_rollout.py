@@ -6,6 +6,9 @@ import json
 
 import pytest
 
+from domains.retail.traffic.agents import run_policy
+from domains.retail.traffic.scenarios import sample_scenarios
+from domains.retail.traffic.worldgen import generate_world
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.metrics import paired_outcomes, success_rate
 from evaluation.rollout import record_id_of, run_rollouts
@@ -22,9 +25,6 @@ from training.curriculum import task_row
 from training.policies import HFPolicy, ScriptedPolicy, ScriptError, assistant_turns
 from training.rewards import verified_success
 from training.sandbox.rollout import Conversation, RolloutError, trial_seed
-from training.traffic.agents import run_policy
-from training.traffic.scenarios import sample_scenarios
-from training.traffic.worldgen import generate_world
 
 
 @pytest.fixture(scope="module")

@@ -194,8 +194,8 @@ def pii_store(home):
     from dataplane.ingest import ingest_paths
     from dataplane.store import open_store
     from dataplane.window import cut_window, window_records
+    from domains.retail.traffic.simulate import simulate
     from evaluation.eval_sets import build_shadow_set, calibration_eligible, freeze_calibration_set
-    from training.traffic.simulate import simulate
 
     simulate(
         days=7, per_day=30, seed=11, out_dir=str(home.landing), start=date(2026, 11, 16), n_users=80, label_share=0.6

@@ -1,7 +1,7 @@
 """Sensors on real components: the champion-health circuit breaker and failure incidents.
 
 Two champions are registered in a sqlite MLflow store; traffic served by the newest one is
-simulated with `training.traffic.simulate.simulate` (normal, then degraded) and ingested into DuckDB. The
+simulated with `domains.retail.traffic.simulate.simulate` (normal, then degraded) and ingested into DuckDB. The
 breaker must leave a healthy champion alone and roll a degraded one back, with an incident.
 """
 
@@ -20,11 +20,11 @@ from safetensors.numpy import save_file
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import list_incidents, record_incident
 from dataplane.ingest import ingest_paths
+from domains.retail.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate
 from evaluation.gates import evaluate_gates
 from evaluation.registry import champion_info, register_candidate
 from orchestration.sensors import champion_health, check_champion
 from tests.helpers_gates import gate_inputs
-from training.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate
 
 pytestmark = pytest.mark.slow
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from domains.retail.level1 import LEVEL1_INTENTS, level1_opening
+from domains.retail.traffic.simulate import TrafficConfigError, simulate
 from tests.helpers_traffic import day_files, generated_world, read_records, validate_all
 from training.policies import ScriptedPolicy
-from training.tiny.level1 import LEVEL1_INTENTS, level1_opening
-from training.traffic.simulate import TrafficConfigError, simulate
 
 LEVEL1_MIX = {"order_status": 0.5, "cancel_order": 0.5}
 

@@ -15,7 +15,7 @@ from tests.helpers_training import level1_records, tiny_spec
 def shipped_like(tmp_path_factory, world):
     """A folder shaped like the shipped agent (a freshly built tiny model, float16 weights) with a
     manifest, so the checks run without the real build."""
-    from training.tiny.agent import SHIPPED_FILES, WEIGHTS_FILE, store_half
+    from domains.retail.tiny_agent import SHIPPED_FILES, WEIGHTS_FILE, store_half
     from training.tiny.bootstrap import build_tiny_policy
     from training.tiny.manifest import write_manifest
 
@@ -40,7 +40,7 @@ def copy_of(shipped_like, tmp_path):
 
 
 def test_the_shipped_folder_matches_its_manifest_and_holds_the_measured_figures():
-    from training.tiny.agent import SHIPPED_FILES
+    from domains.retail.tiny_agent import SHIPPED_FILES
     from training.tiny.manifest import MAX_SHIPPED_BYTES, SHIPPED_AGENT_DIR, shipped_agent_path, verify_shipped
 
     manifest = verify_shipped(SHIPPED_AGENT_DIR)
@@ -145,9 +145,9 @@ def test_writing_a_manifest_refuses_a_pickle_beside_the_weights(copy_of):
 
 
 def test_the_production_log_carries_the_stated_mistakes(world):
-    from training.sandbox.episode import AUTH_TOOLS
-    from training.tiny.agent import AgentRecipe, production_log
-    from training.tiny.level1 import as_level1
+    from domains.retail.level1 import as_level1
+    from domains.retail.tiny_agent import AgentRecipe, production_log
+    from tests.helpers_retail import AUTH_TOOLS
 
     tasks = [task for task in map(as_level1, level1_records(world, 200, seed=3)) if task is not None]
     recipe = AgentRecipe(mistake_rates={"unnecessary_escalation": 0.4, "skipped_authentication": 0.2})
@@ -171,7 +171,7 @@ def test_the_production_log_carries_the_stated_mistakes(world):
     [({"wrong_item": 0.1}, "not level-1 mistakes"), ({"unnecessary_escalation": 1.5}, "must be a number in")],
 )
 def test_a_recipe_with_bad_mistake_rates_is_refused(rates, rule):
-    from training.tiny.agent import AgentRecipe, RecipeError
+    from domains.retail.tiny_agent import AgentRecipe, RecipeError
 
     with pytest.raises(RecipeError, match=rule):
         AgentRecipe(mistake_rates=rates)

@@ -7,8 +7,9 @@ import socket
 
 import pytest
 
+from domains.retail.customer import PersonaSimulator, scenario_facts
 from tests.helpers_chat_server import chat_server, completion
-from training.customers import ENDED, PERSONAS, CustomerSimulator, PersonaSimulator, make_simulator, scenario_facts
+from training.customers import ENDED, PERSONAS, CustomerSimulator, make_simulator
 from training.customers.llm import (
     STOP_TOKEN,
     LLMSimulator,

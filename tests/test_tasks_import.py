@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from domains.retail.intents import intent_of, known_info_of
+from tests.helpers_retail import replay_actions
 from tests.helpers_traffic import expected_changes_hold, ingest, read_records, validate_all
-from training.sandbox.environment import replay_actions
-from training.traffic.tasks_import import TaskImportError, import_tasks, intent_of, known_info_of, persona_of
+from training.traffic.tasks_import import TaskImportError, import_tasks, persona_of
 
 FIRST_WRITE_INTENT = {
     "cancel_pending_order": "cancel_order",

@@ -10,14 +10,7 @@ from datetime import UTC
 
 import pytest
 
-from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
-from training.customers import PERSONAS
-from training.policies import ScriptedPolicy, assistant_turns
-from training.rewards import outcome_of, verified_success
-from training.sandbox.environment import replay_actions
-from training.sandbox.episode import AUTH_TOOLS, WRITE_TOOLS
-from training.sandbox.world import validate_world
-from training.traffic.agents import (
+from domains.retail.traffic.agents import (
     EXPERT_RATES,
     MISTAKES,
     AgentConfigError,
@@ -25,9 +18,15 @@ from training.traffic.agents import (
     mistake_applicable,
     run_policy,
 )
-from training.traffic.scenarios import INTENTS, ScenarioError, sample_scenario, sample_scenarios
-from training.traffic.simulate import Drift, TrafficConfigError, WorldNotFoundError, measure_throughput, simulate
-from training.traffic.worldgen import WorldGenError, generate_world
+from domains.retail.traffic.scenarios import INTENTS, ScenarioError, sample_scenario, sample_scenarios
+from domains.retail.traffic.simulate import Drift, TrafficConfigError, WorldNotFoundError, measure_throughput, simulate
+from domains.retail.traffic.worldgen import WorldGenError, generate_world
+from domains.retail.world import validate_world
+from tests.helpers_retail import AUTH_TOOLS, WRITE_TOOLS, replay_actions
+from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
+from training.customers import PERSONAS
+from training.policies import ScriptedPolicy, assistant_turns
+from training.rewards import outcome_of, verified_success
 
 ORDER_STATUS_FOR = {
     "cancel_order": "pending",
@@ -325,7 +324,7 @@ def test_measure_throughput_reports_a_rate():
 def test_cli_drift_presets_and_start_relative_to_today(tmp_path):
     from datetime import datetime, timedelta
 
-    from training.traffic.simulate import DEGRADED_MISTAKE_RATES, SHIFTED_INTENT_MIX
+    from domains.retail.traffic.simulate import DEGRADED_MISTAKE_RATES, SHIFTED_INTENT_MIX
 
     summary = simulate(
         days=3,

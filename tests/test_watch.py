@@ -11,6 +11,8 @@ import pytest
 
 from dataplane.incidents import list_incidents
 from dataplane.served import ServedDay
+from domains.retail.traffic.agents import EXPERT_RATES
+from domains.retail.traffic.simulate import simulate
 from evaluation.gates import ApprovalError, approve, evaluate_gates
 from evaluation.pause import (
     PauseStateError,
@@ -34,8 +36,6 @@ from evaluation.watch import (
 from evaluation.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT, sound_alarms
 from tests.helpers_gates import gate_inputs
 from tests.helpers_traffic import day_files, generated_world, read_records
-from training.traffic.agents import EXPERT_RATES
-from training.traffic.simulate import simulate
 
 SMALL = WatchSettings(min_interactions=20)
 MIX = {"get_order_details": 0.5, "send_message_to_customer": 0.5}

@@ -80,8 +80,8 @@ FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
 def served(tmp_path_factory):
     """A home with a week of simulated traffic, and the webserver + daemon running on it."""
     from dataplane.home import Home
+    from domains.retail.traffic.simulate import simulate
     from orchestration.instance import prepare_dagster_home
-    from training.traffic.simulate import simulate
 
     root = tmp_path_factory.mktemp("webserver")
     mp = pytest.MonkeyPatch()

@@ -18,19 +18,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.customers.persona import PERSONAS
+from domains.registry import DEFAULT_DOMAIN, load_domain
+from training.customers.base import PERSONAS
 from training.fields import as_dict
-from training.sandbox.prompting import initial_messages
+from training.sandbox.prompting import domain_of, initial_messages
 from training.sandbox.rollout import trial_seed
-from training.tiny.level1 import LEVEL1_INTENTS, LEVEL1_MAX_ACTIONS, LEVEL1_TOOLS, as_level1
 
 LEVELS = (1, 2, 3, 4)
 COOPERATIVE_PERSONA = "polite"
 # Every simulated persona but the cooperative one is adversarial (the list is the simulator's, so a
 # new persona cannot be missed), plus "adversarial" for logs that label such customers generically.
 ADVERSARIAL_PERSONAS = frozenset(PERSONAS) - {COOPERATIVE_PERSONA} | {"adversarial"}
-# Arguments a customer must state up front for a task to count as self-contained (level 1).
-_STATED_ARGUMENTS = ("order_id", "email", "reason", "first_name", "last_name", "zip")
 
 
 class CurriculumError(ValueError):
@@ -44,10 +42,11 @@ class CurriculumError(ValueError):
 
 @dataclass(frozen=True)
 class LevelRules:
-    """What makes a record level 1 (configurable: a bigger model can start higher)."""
+    """What makes a record level 1 (configurable: a bigger model can start higher). None takes
+    the domain's own level 1 (`Domain.level1`); a domain without one has no level-1 tasks."""
 
-    level1_intents: tuple[str, ...] = LEVEL1_INTENTS
-    level1_max_actions: int = LEVEL1_MAX_ACTIONS
+    level1_intents: tuple[str, ...] | None = None
+    level1_max_actions: int | None = None
     level2_max_actions: int = 8
 
 
@@ -77,13 +76,15 @@ def opening_text(record: Mapping[str, Any]) -> str:
 
 
 def is_self_contained(record: Mapping[str, Any]) -> bool:
-    """Whether the opening message states every order id, email, name, zip and reason the gold uses."""
+    """Whether the opening message states every gold argument the domain's level 1 needs stated
+    (in retail: order id, email, name, zip and reason)."""
+    level1 = load_domain(domain_of(dict(record))).level1
     gold = as_dict(record.get("gold")) or {}
     text = opening_text(record).lower()
-    if not text:
+    if not text or level1 is None:
         return False
     for action in gold.get("actions") or ():
-        for key in _STATED_ARGUMENTS:
+        for key in level1.stated_arguments:
             value = (action.get("arguments") or {}).get(key)
             if isinstance(value, str) and value.lower() not in text:
                 return False
@@ -97,9 +98,11 @@ def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int
     scenario = as_dict(record.get("user_scenario")) or {}
     if str(scenario.get("persona", "")).lower() in ADVERSARIAL_PERSONAS:
         return 3
+    level1 = load_domain(domain_of(dict(record))).level1
     if (
-        record.get("intent") in rules.level1_intents
-        and 0 < n_actions <= rules.level1_max_actions
+        level1 is not None
+        and record.get("intent") in (rules.level1_intents or level1.intents)
+        and 0 < n_actions <= (rules.level1_max_actions or level1.max_actions)
         and is_self_contained(record)
     ):
         return 1
@@ -138,15 +141,16 @@ def parse_mix(mix: Mapping[Any, float] | Iterable[int]) -> dict[int, float]:
     return {level: share / total for level, share in sorted(parsed.items()) if share > 0}
 
 
-def tools_for_levels(mix: Mapping[Any, float] | Iterable[int]) -> tuple[str, ...] | None:
+def tools_for_levels(mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN) -> tuple[str, ...] | None:
     """The tools offered to a policy trained or evaluated on `mix`: level 1's own short list when
     level 1 is all there is, else None (every tool). One answer for SFT, GRPO and evaluation, so a
     policy is always judged with the tool list it was trained with."""
-    return LEVEL1_TOOLS if set(parse_mix(mix)) == {1} else None
+    level1 = load_domain(domain).level1
+    return level1.tools if level1 is not None and set(parse_mix(mix)) == {1} else None
 
 
 def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) -> dict[str, Any]:
-    """One dataset row: the prompt plus everything `RetailEnvironment.reset` needs."""
+    """One dataset row: the prompt plus everything the sandbox's `reset` needs."""
     # One seed function for training rows and evaluation trials: (seed, record, repeat) only.
     row_seed = trial_seed(seed, str(record.get("interaction_id", "")), repeat)
     dump = lambda value: value if isinstance(value, str) else json.dumps(value, sort_keys=True)  # noqa: E731
@@ -185,7 +189,8 @@ def select_rows(
         if level != 1:
             # A short single-intent task recorded with a reticent customer still makes a level-1
             # task: the same world and gold, told up front by a cooperative customer.
-            simplified = as_level1(record, rules.level1_intents, rules.level1_max_actions)
+            domain = load_domain(domain_of(dict(record)))
+            simplified = domain.as_level1(record, rules.level1_intents, rules.level1_max_actions)
             if simplified is not None:
                 by_level[1].append(simplified)
     missing = [level for level in shares if not by_level[level]]

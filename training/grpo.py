@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import last_checkpoint, load_policy, save_final_model
 from training.curriculum import build_dataset, tools_for_levels
 from training.grpo_config import ConfigError, GRPORunConfig, to_grpo_config, validate
@@ -41,19 +42,21 @@ def load_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def training_environment_class(tools: tuple[str, ...] | None = None):
-    """The retail environment (offering `tools`, None: all) with its `get_reward` hidden from TRL.
+def training_environment_class(tools: tuple[str, ...] | None = None, domain: str = DEFAULT_DOMAIN):
+    """The domain's sandbox (offering `tools`, None: all) with its `get_reward` hidden from TRL.
 
     TRL adds an environment's `get_reward` as one more reward function of weight 1; our reward
     terms already come, weighted and logged one by one, through `trl_reward_functions`, so the
     environment's own total would count them twice.
     """
 
-    class TrainingRetailEnvironment(environment_class(tools)):  # type: ignore[misc]
+    base = environment_class(domain, tools)
+
+    class TrainingEnvironment(base):  # type: ignore[misc,valid-type]
         get_reward = None  # not a function: TRL neither calls it nor exposes it as a tool
 
-    TrainingRetailEnvironment.__name__ = "RetailEnvironment"
-    return TrainingRetailEnvironment
+    TrainingEnvironment.__name__ = base.__name__
+    return TrainingEnvironment
 
 
 def _finite_metrics(logs: dict[str, Any]) -> dict[str, float]:
@@ -126,7 +129,7 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,  # explicit: never let TRL load a stock tokenizer in place of ours
-        environment_factory=training_environment_class(tools_for_levels(config.levels)),
+        environment_factory=training_environment_class(tools_for_levels(config.levels, config.domain), config.domain),
         callbacks=[callback],
     )
     # The stock printer writes Python dicts to stdout, which would break the JSON-lines stream.

@@ -13,6 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from domains.registry import DEFAULT_DOMAIN
 from training.curriculum import CurriculumError, parse_mix
 from training.profiles import PROFILES, profile_kwargs
 from training.rewards import REWARD_TERMS, RewardConfigError, RewardWeights
@@ -44,6 +45,9 @@ class GRPORunConfig:
 
     model_path: str = _setting(doc="the policy to update: a local model folder (or a hub id, with network)")
     output_dir: str = _setting(doc="checkpoints, the final model and result.json", trl=True)
+    domain: str = _setting(
+        DEFAULT_DOMAIN, doc="the domain whose sandbox the rollouts run in (an installed domain's name)"
+    )
     records_path: str | None = _setting(None, doc="JSON Lines file of interaction records (the train split)")
     records: list[dict[str, Any]] | None = _setting(None, doc="the records themselves, instead of records_path")
     levels: dict[str, float] = _setting(

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import load_policy
 from training.prefix_cache import DEFAULT_CACHE_BYTES, PrefixCache, left_padded_cache
 from training.sandbox.prompting import parse_tool_calls, tool_schemas
@@ -125,6 +126,7 @@ class HFPolicy:
         prefix_cache: bool = True,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         tools: tuple[str, ...] | None = None,
+        domain: str = DEFAULT_DOMAIN,
     ):
         if isinstance(model_or_path, (str, os.PathLike)):
             model, loaded_tokenizer = load_policy(model_or_path)
@@ -148,6 +150,7 @@ class HFPolicy:
         # The tool list the prompt shows (None: every tool); a policy trained at curriculum level 1
         # saw level 1's short list, and must be evaluated with that same list.
         self.tools = tools
+        self.domain = domain  # whose tool schemas the prompt lists
         self.cache = PrefixCache(cache_bytes)
         self.calls = 0
         self.prefilled_tokens = 0  # tokens run through a prefill (the prompt work the cache saves)
@@ -168,7 +171,10 @@ class HFPolicy:
     def render(self, conversation: Sequence[Message]) -> str:
         """The prompt text for one conversation (chat template + tool schemas + generation cue)."""
         return self.tokenizer.apply_chat_template(
-            list(conversation), tools=list(tool_schemas(self.tools)), add_generation_prompt=True, tokenize=False
+            list(conversation),
+            tools=list(tool_schemas(self.tools, self.domain)),
+            add_generation_prompt=True,
+            tokenize=False,
         )
 
     def act(self, conversations: list[list[Message]]) -> list[Message]:

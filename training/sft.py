@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict
 from training.rewards import verified_success
 from training.sandbox.environment import call_tool
-from training.sandbox.prompting import tool_schemas
+from training.sandbox.prompting import domain_of, tool_schemas
 from training.sandbox.rollout import start_conversation
 from training.tiny.relabel import customer_names, name_pool, relabel_messages
 
@@ -133,13 +134,26 @@ def sft_rows(
     (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool).
     `relabelled` > 0: that many rows instead, relabelled copies of the trajectories in turn
     (training.tiny.relabel; names drawn from the replayed customers' own)."""
-    return _rows(_replayed(records, compact, tools, verified_only), tools, relabelled, seed)
+    records = list(records)
+    return _rows(_replayed(records, compact, tools, verified_only), tools, relabelled, seed, _domain(records))
+
+
+def _domain(records: list[Mapping[str, Any]]) -> str:
+    """The one domain of a training set (every record of a week's window shares it)."""
+    found = {domain_of(dict(r)) for r in records} or {DEFAULT_DOMAIN}
+    if len(found) > 1:
+        raise ValueError(f"records of several domains in one training set: {sorted(found)}")
+    return found.pop()
 
 
 def _rows(
-    replayed: list[tuple[list[dict], tuple[str, ...]]], tools: tuple[str, ...] | None, relabelled: int, seed: int
+    replayed: list[tuple[list[dict], tuple[str, ...]]],
+    tools: tuple[str, ...] | None,
+    relabelled: int,
+    seed: int,
+    domain: str = DEFAULT_DOMAIN,
 ) -> list[dict[str, Any]]:
-    tools_json = json.dumps(list(tool_schemas(tools)))
+    tools_json = json.dumps(list(tool_schemas(tools, domain)))
     if not relabelled or not replayed:
         return [{"messages": messages, "tools": tools_json} for messages, _ in replayed]
     pool, rng = name_pool(names for _, names in replayed), random.Random(seed)
@@ -234,10 +248,10 @@ def warm_start(
         import torch
 
         torch.set_num_threads(settings.torch_threads)
+    records = list(records)
     replayed = _replayed(records, settings.compact, settings.tools, settings.verified_only)
-    rows = _rows(
-        replayed, settings.tools, settings.steps * settings.batch_size if settings.relabel else 0, settings.seed
-    )
+    relabelled = settings.steps * settings.batch_size if settings.relabel else 0
+    rows = _rows(replayed, settings.tools, relabelled, settings.seed, _domain(records))
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
     model, tokenizer = load_policy(base_path)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.customers.base import CustomerSimulator, SimulatedCustomerState
+from domains.registry import DEFAULT_DOMAIN, load_domain
+from training.customers.base import ENDED, PERSONAS, CustomerSimulator, SimulatedCustomerState
 from training.customers.config import CustomerConfigError, configured_backend
+from training.customers.generic import GenericSimulator, generic_simulator
 from training.customers.llm import LLMSimulator, SimulatorBackendError
-from training.customers.persona import ENDED, PERSONAS, PersonaSimulator, scenario_facts
 from training.customers.prompts import PERSONA_PROMPTS
 
 __all__ = [
@@ -17,19 +18,24 @@ __all__ = [
     "PERSONA_PROMPTS",
     "CustomerConfigError",
     "CustomerSimulator",
+    "GenericSimulator",
     "LLMSimulator",
-    "PersonaSimulator",
     "SimulatedCustomerState",
     "SimulatorBackendError",
     "make_simulator",
-    "scenario_facts",
 ]
 
 
-def make_simulator(user_scenario: dict[str, Any], seed: int = 0, backend: Any = None) -> CustomerSimulator:
+def make_simulator(
+    user_scenario: dict[str, Any], seed: int = 0, backend: Any = None, domain: str = DEFAULT_DOMAIN
+) -> CustomerSimulator:
     """An LLM-played customer when a chat `backend` is given or `RETRAIN_CUSTOMER` names one, else
-    the rule-based persona simulator."""
+    the domain's rule-based customer, else the generic one built from the domain's scenario facts."""
     chosen = backend if backend is not None else configured_backend()
-    if chosen is None:
-        return PersonaSimulator(user_scenario, seed=seed)
-    return LLMSimulator(chosen, user_scenario, seed=seed)
+    if chosen is not None:
+        return LLMSimulator(chosen, user_scenario, seed=seed)
+    loaded = load_domain(domain)
+    own = loaded.make_customer(user_scenario, seed)
+    if own is not None:
+        return own
+    return generic_simulator(loaded.scenario_facts(user_scenario), user_scenario, seed)

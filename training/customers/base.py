@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+# The behaviours every rule-based simulator plays (the operators' persona mix).
+PERSONAS = ("polite", "angry", "confused", "terse", "plays_dumb")
+ENDED = "(The customer has left the conversation.)"
+
 
 @runtime_checkable
 class CustomerSimulator(Protocol):

@@ -11,19 +11,13 @@ import json
 import re
 from typing import Any
 
-from training.sandbox.episode import (
-    AUTH_TOOLS,
-    ESCALATION_TOOL,
-    MESSAGE_TOOL,
-    WRITE_TOOLS,
-    AuditEntry,
-    Episode,
-)
-from training.sandbox.tools import replay_actions
+from domains.api import ToolKind
+from domains.registry import load_domain
+from training.sandbox.episode import MESSAGE_KIND, AuditEntry, Episode
 
 # Thousands separators only when they group exactly three digits, so "1,2,3" stays three numbers.
 _NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
-_NO_EVIDENCE_TOOLS = frozenset({MESSAGE_TOOL, "think", "calculate"})
+_NO_EVIDENCE_KINDS = frozenset({MESSAGE_KIND, ToolKind.THINK.value})
 
 
 class GoldError(ValueError):
@@ -94,7 +88,7 @@ def expected_final_state(episode: Episode) -> dict[str, Any]:
     Gold calls that fail in the reference (e.g. a second modification of one order) change nothing,
     exactly as they did when the gold was verified, so their errors are not a reason to reject.
     """
-    final, _errors = replay_actions(episode.initial_state, gold_actions(episode))
+    final, _errors = load_domain(episode.domain).replay(episode.initial_state, gold_actions(episode))
     return final
 
 
@@ -102,16 +96,16 @@ def state_matches_gold(episode: Episode) -> bool:
     """Final state equals the gold replay, record for record.
 
     >>> from training.sandbox.episode import Episode
-    >>> world = {"users": {}, "orders": {}, "products": {}}
+    >>> world = {table: {} for table in load_domain("retail").tables}
     >>> state_matches_gold(Episode(world, world, [], gold={"actions": [], "outputs": []}))
     True
     """
-    return _comparable(episode.final_state) == _comparable(expected_final_state(episode))
+    return _comparable(episode, episode.final_state) == _comparable(episode, expected_final_state(episode))
 
 
-def _comparable(state: dict[str, Any]) -> dict[str, Any]:
-    # Only the three collections are the world; anything else a state carries is not judged.
-    return {key: state.get(key, {}) for key in ("users", "orders", "products")}
+def _comparable(episode: Episode, state: dict[str, Any]) -> dict[str, Any]:
+    # Only the domain's tables are the world; anything else a state carries is not judged.
+    return {key: state.get(key, {}) for key in episode.tables}
 
 
 def outputs_told(episode: Episode) -> bool:
@@ -126,16 +120,21 @@ def outputs_told(episode: Episode) -> bool:
     return all(any(mentions(message, str(output)) for message in episode.told) for output in outputs)
 
 
-def _evidence_key(tool: str, arguments: dict[str, Any]) -> tuple[str, ...] | None:
+def _evidence_key(episode: Episode, tool: str, arguments: dict[str, Any]) -> tuple[str, ...] | None:
     """What a call proves, independent of incidental argument differences."""
-    if tool in _NO_EVIDENCE_TOOLS:
+    kind = episode.kind_of_name(tool)
+    if kind in _NO_EVIDENCE_KINDS:
         return None
-    if tool in AUTH_TOOLS:
+    if kind == ToolKind.IDENTIFY:
         # Any successful identification proves the customer was looked up; which one is the
         # skipped-verification term's business.
         return ("authenticated",)
-    if tool == ESCALATION_TOOL:
+    if kind == ToolKind.HAND_OVER:
         return ("transferred",)
+    record = episode.record_of_call(tool, arguments)
+    if kind == ToolKind.READ and record is not None:
+        # A read proves the record it names, whichever read tool fetched it.
+        return ("read", *record)
     return (tool, json.dumps(arguments, sort_keys=True, default=str))
 
 
@@ -149,22 +148,21 @@ def required_evidence(episode: Episode) -> set[tuple[str, ...]]:
     what the answer to the customer must rest on.
     """
     actions = gold_actions(episode)
-    writes = [a for a in actions if a["name"] in WRITE_TOOLS]
-    if writes and _comparable(expected_final_state(episode)) != _comparable(episode.initial_state):
+    is_write = [episode.kind_of_name(a["name"]) == ToolKind.WRITE for a in actions]
+    writes = [a for a, w in zip(actions, is_write) if w]
+    if writes and _comparable(episode, expected_final_state(episode)) != _comparable(episode, episode.initial_state):
         return set()
-    keys = {_evidence_key(a["name"], a.get("arguments", {})) for a in actions if a["name"] not in WRITE_TOOLS}
+    keys = {_evidence_key(episode, a["name"], a.get("arguments", {})) for a, w in zip(actions, is_write) if not w}
     for action in writes:
-        arguments = action.get("arguments", {})
-        if "order_id" in arguments:
-            keys.add(_evidence_key("get_order_details", {"order_id": arguments["order_id"]}))
-        elif "user_id" in arguments:
-            keys.add(_evidence_key("get_user_details", {"user_id": arguments["user_id"]}))
+        record = episode.record_of_call(action["name"], action.get("arguments", {}))
+        if record is not None:
+            keys.add(("read", *record))
     return {key for key in keys if key is not None}
 
 
 def evidence_gathered(episode: Episode) -> bool:
     """Every required evidence call appears in the audit log as a successful call."""
-    seen = {_evidence_key(e.tool, e.arguments) for e in episode.audit_log if not e.error}
+    seen = {_evidence_key(episode, e.tool, e.arguments) for e in episode.audit_log if not e.error}
     return required_evidence(episode) <= seen
 
 
@@ -175,8 +173,7 @@ def verified_success(episode: Episode) -> bool:
     a success: nothing certifies it, and "doing nothing" must not pass.
 
     >>> from training.sandbox.episode import Episode
-    >>> world = {"users": {}, "orders": {}, "products": {}}
-    >>> verified_success(Episode(world, world, [], gold=None))
+    >>> verified_success(Episode({}, {}, [], gold=None))
     False
     """
     gold = episode.gold
@@ -187,6 +184,6 @@ def verified_success(episode: Episode) -> bool:
     return evidence_gathered(episode) and outputs_told(episode) and state_matches_gold(episode)
 
 
-def successful_auth_users(entries: list[AuditEntry]) -> set[str]:
-    """User ids returned by successful identification calls among `entries`."""
-    return {e.result.strip() for e in entries if e.tool in AUTH_TOOLS and not e.error}
+def successful_auth_users(episode: Episode, entries: list[AuditEntry]) -> set[str]:
+    """Customer ids returned by successful identification calls among `entries`."""
+    return {e.result.strip() for e in entries if episode.kind_of(e) == ToolKind.IDENTIFY and not e.error}

@@ -16,7 +16,7 @@ def too_many_actions(episode: Episode) -> float:
     """1.0 when the agent took more than 10 actions (default weight -0.5).
 
     >>> from training.sandbox.episode import AuditEntry, Episode
-    >>> reads = [AuditEntry("get_order_details", {"order_id": f"#W{i}"}, "{}", False, False) for i in range(11)]
+    >>> reads = [AuditEntry("get", {"id": f"{i}"}, "{}", False, False, "read") for i in range(11)]
     >>> too_many_actions(Episode({}, {}, reads))
     1.0
     """

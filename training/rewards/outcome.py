@@ -56,7 +56,7 @@ def escalated_necessary(episode: Episode) -> float:
     """1.0 for an escalation the record marks as necessary (default weight +2).
 
     >>> from training.sandbox.episode import AuditEntry, Episode
-    >>> handoff = AuditEntry("transfer_to_human_agents", {"summary": "x"}, "Transfer successful", False, False)
+    >>> handoff = AuditEntry("hand_over", {"summary": "x"}, "Transfer successful", False, False, "hand_over")
     >>> escalated_necessary(Episode({}, {}, [handoff], escalation_was_necessary=True))
     1.0
     """
@@ -67,7 +67,7 @@ def escalated_unnecessary(episode: Episode) -> float:
     """1.0 for an escalation not known to be necessary (unknown counts as unnecessary; weight -1).
 
     >>> from training.sandbox.episode import AuditEntry, Episode
-    >>> handoff = AuditEntry("transfer_to_human_agents", {"summary": "x"}, "Transfer successful", False, False)
+    >>> handoff = AuditEntry("hand_over", {"summary": "x"}, "Transfer successful", False, False, "hand_over")
     >>> escalated_unnecessary(Episode({}, {}, [handoff], escalation_was_necessary=None))
     1.0
     """

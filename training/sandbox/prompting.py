@@ -13,19 +13,10 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.customers import make_simulator
 from training.fields import as_dict
-from training.sandbox.tools import TOOL_NAMES, RetailTools, check_tool_names
-
-SYSTEM_POLICY = (
-    "You are a retail customer-service agent. Use the tools to help the customer.\n"
-    "Rules: authenticate the customer first (find_user_id_by_email, or find_user_id_by_name_zip) "
-    "before looking at or changing their orders. Read an order with get_order_details before "
-    "changing it. Only pending orders can be cancelled or modified; only delivered orders can be "
-    "returned or exchanged. Confirm a change with the customer before making it. Tell the customer "
-    "the facts they asked for. Transfer to a human agent only when the request is outside these "
-    "tools. Talk to the customer with send_message_to_customer."
-)
+from training.sandbox.environment import check_tool_names, environment_class, tool_names
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -34,10 +25,21 @@ class ToolCallParseError(ValueError):
     """A `<tool_call>` block that is not a JSON object with a name and an arguments object."""
 
 
-@lru_cache(maxsize=8)
-def tool_schemas(tools: tuple[str, ...] | None = None) -> tuple[dict[str, Any], ...]:
-    """JSON schemas of the environment's tools (or of the subset `tools`), built from their
-    signatures and docstrings: what the chat template lists.
+def domain_of(record: dict[str, Any]) -> str:
+    """The domain a record or task belongs to (`domain`; absent means the default, retail)."""
+    return str(record.get("domain") or DEFAULT_DOMAIN)
+
+
+def system_policy(domain: str = DEFAULT_DOMAIN) -> str:
+    """The served agent's system prompt: the domain's policy text."""
+    return load_domain(domain).policy
+
+
+@lru_cache(maxsize=32)
+def tool_schemas(tools: tuple[str, ...] | None = None, domain: str = DEFAULT_DOMAIN) -> tuple[dict[str, Any], ...]:
+    """JSON schemas of the sandbox's tools (or of the subset `tools`), read from the methods of
+    the class TRL is given (`environment_class`), exactly as TRL reads them: what the chat
+    template lists.
 
     Sorted by name, because that is how TRL's GRPOTrainer lists an environment's tools in the
     prompts of its rollouts; SFT and evaluation must show a policy the same list in the same
@@ -45,8 +47,9 @@ def tool_schemas(tools: tuple[str, ...] | None = None) -> tuple[dict[str, Any], 
     """
     from transformers.utils import get_json_schema  # heavy: transformers loads only when schemas are built
 
-    names = check_tool_names(TOOL_NAMES if tools is None else tools)
-    return tuple(get_json_schema(getattr(RetailTools, name)) for name in names)
+    names = check_tool_names(tool_names(domain) if tools is None else tools, domain)
+    cls = environment_class(domain, names)
+    return tuple(get_json_schema(getattr(cls, name)) for name in names)
 
 
 def opening_message(record: dict[str, Any], seed: int = 0) -> str:
@@ -54,13 +57,14 @@ def opening_message(record: dict[str, Any], seed: int = 0) -> str:
     for message in record.get("messages") or ():
         if message.get("role") == "user" and message.get("content"):
             return message["content"]
-    return make_simulator(as_dict(record.get("user_scenario")), seed=seed).opening_message()
+    scenario = as_dict(record.get("user_scenario"))
+    return make_simulator(scenario, seed=seed, domain=domain_of(record)).opening_message()
 
 
 def initial_messages(record: dict[str, Any], seed: int = 0) -> list[dict[str, str]]:
     """System policy plus the customer's opening message: the prompt of one task."""
     return [
-        {"role": "system", "content": SYSTEM_POLICY},
+        {"role": "system", "content": system_policy(domain_of(record))},
         {"role": "user", "content": opening_message(record, seed=seed)},
     ]
 

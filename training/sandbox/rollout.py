@@ -23,9 +23,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from training.sandbox.environment import RetailEnvironment, call_tool, environment_class
+from training.sandbox.environment import SandboxEnvironment, call_tool, environment_class
 from training.sandbox.episode import Episode
-from training.sandbox.prompting import initial_messages
+from training.sandbox.prompting import domain_of, initial_messages
 
 Message = dict[str, Any]
 
@@ -69,7 +69,7 @@ class Conversation(list):
         self,
         messages: Sequence[Message] = (),
         *,
-        env: RetailEnvironment | None = None,
+        env: SandboxEnvironment | None = None,
         task_id: str | None = None,
         trial: int = 0,
         seed: int = 0,
@@ -113,14 +113,15 @@ def start_conversation(
     """A reset environment for `row` (a record or scenario: `initial_state`, `user_scenario`,
     `gold`, `escalation_was_necessary`, as objects or JSON text) and its opening messages.
 
-    `tools` limits the environment to those tools (None: all); `customer_id` names the customer
+    The row's `domain` (default retail) picks the sandbox. `tools` limits the environment to
+    those tools (None: all); `customer_id` names the customer
     the conversation is about, when known. The environment's simulator has already spoken its
     opening for (scenario, seed); `initial_messages` rebuilds the same words (or takes the row's
     recorded opening) without advancing that simulator.
     """
     if row.get("initial_state") in (None, "", {}):
         raise RolloutError("missing_initial_state", "record has no initial_state", task_id)
-    env = environment_class(tools)()
+    env = environment_class(domain_of(dict(row)), tools)()
     env.reset(
         initial_state=row["initial_state"],
         user_scenario=row.get("user_scenario") or {},

@@ -8,6 +8,7 @@ against the declared parameters, with hard size limits, and only a clean copy re
 
 from __future__ import annotations
 
+import copy
 import inspect
 import itertools
 import typing
@@ -28,14 +29,44 @@ class ArgumentError(ValueError):
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """The declared parameters of one tool: name -> 'str' or 'list[str]', in order."""
+    """The declared parameters of one tool, in order: name -> a JSON type ('string', 'integer',
+    'number', 'boolean', 'object', 'list', or 'list[<type>]'); `required` None means all."""
 
     tool: str
     kinds: dict[str, str]
+    required: tuple[str, ...] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.kinds)
+
+    def is_required(self, name: str) -> bool:
+        return self.required is None or name in self.required
+
+
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+}
+_ARTICLE = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "object": "an object",
+}
+
+
+def _fits(value: Any, kind: str) -> bool:
+    allowed = _SCALARS.get(kind)
+    if allowed is None:
+        return True
+    if type(value) is bool and kind != "boolean":  # True is no count and no price
+        return False
+    return type(value) in allowed
 
 
 def param_spec(fn: Callable[..., Any]) -> ParamSpec:
@@ -45,9 +76,9 @@ def param_spec(fn: Callable[..., Any]) -> ParamSpec:
     for name in list(inspect.signature(fn).parameters)[1:]:  # skip self
         hint = hints.get(name)
         if hint is str:
-            kinds[name] = "str"
+            kinds[name] = "string"
         elif hint == list[str]:
-            kinds[name] = "list[str]"
+            kinds[name] = "list[string]"
         else:
             raise TypeError(f"tool {fn.__name__}: parameter {name} has unsupported type {hint!r}")
     return ParamSpec(fn.__name__, kinds)
@@ -94,18 +125,24 @@ def check_arguments(spec: ParamSpec, arguments: Any) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for name, kind in spec.kinds.items():
         if name not in arguments:
-            raise ArgumentError(f"missing argument '{name}' for tool {spec.tool}")
+            if spec.is_required(name):
+                raise ArgumentError(f"missing argument '{name}' for tool {spec.tool}")
+            continue
         value = arguments[name]
-        if kind == "str":
-            if type(value) is not str:
-                raise ArgumentError(f"argument '{name}' of {spec.tool} must be a string, got {type(value).__name__}")
-            clean[name] = value
-        else:
-            if type(value) is not list or any(type(item) is not str for item in value):
-                raise ArgumentError(f"argument '{name}' of {spec.tool} must be a list of strings")
+        if kind.startswith("list"):
+            inner = kind[5:-1] if kind.startswith("list[") else ""
+            if type(value) is not list or any(not _fits(item, inner) for item in value):
+                wanted = f"a list of {inner}s" if inner in _SCALARS else "a list"
+                raise ArgumentError(f"argument '{name}' of {spec.tool} must be {wanted}")
             if len(value) > MAX_LIST_ITEMS:
                 raise ArgumentError(f"argument '{name}' of {spec.tool} has more than {MAX_LIST_ITEMS} items")
-            clean[name] = list(value)
+            clean[name] = copy.deepcopy(value)
+        else:
+            if not _fits(value, kind):
+                raise ArgumentError(
+                    f"argument '{name}' of {spec.tool} must be {_ARTICLE.get(kind, kind)}, got {type(value).__name__}"
+                )
+            clean[name] = copy.deepcopy(value) if isinstance(value, dict) else value
     return clean
 
 

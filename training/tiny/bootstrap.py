@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from domains.registry import DEFAULT_DOMAIN
 from training.fields import as_dict
-from training.sandbox.prompting import SYSTEM_POLICY, tool_schemas
+from training.sandbox.prompting import domain_of, system_policy, tool_schemas
 from training.tiny.pretrain import CopySettings, copy_pretrain
 from training.tiny.relabel import customer_names
 
@@ -77,20 +78,20 @@ def corpus_from_records(records: Iterable[dict[str, Any]]) -> list[str]:
     return texts
 
 
-def _rendered_examples() -> list[str]:
-    """The chat template rendered around the tool schemas, so its scaffolding gets compact tokens."""
+def _rendered_examples(domain: str = DEFAULT_DOMAIN) -> list[str]:
+    """The chat template rendered around the domain's policy and tool schemas, so its scaffolding
+    gets compact tokens."""
     from jinja2 import Template
 
+    policy, schemas = system_policy(domain), list(tool_schemas(None, domain))
     messages = [
-        {"role": "system", "content": SYSTEM_POLICY},
+        {"role": "system", "content": policy},
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "", "tool_calls": [{"name": "think", "arguments": {"thought": "x"}}]},
         {"role": "tool", "content": "ok"},
     ]
-    text = Template(qwen25_chat_template()).render(
-        messages=messages, tools=list(tool_schemas()), add_generation_prompt=True
-    )
-    return [text, SYSTEM_POLICY, json.dumps(list(tool_schemas()))]
+    text = Template(qwen25_chat_template()).render(messages=messages, tools=schemas, add_generation_prompt=True)
+    return [text, policy, json.dumps(schemas)]
 
 
 def spelled_word_pattern(whole_words: Iterable[str]) -> str:
@@ -133,7 +134,13 @@ def digit_groups(width: int) -> list[str]:
     return [line] * 64
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterable[str] = (), digit_group: int = 1):
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 6000,
+    names: Iterable[str] = (),
+    digit_group: int = 1,
+    domain: str = DEFAULT_DOMAIN,
+):
     """Byte-level BPE in which identifiers are spelled: `digit_group` digits a token, a letter of a name.
 
     Capitalised words are spelled one letter a token except the corpus's fixed words: those of
@@ -147,7 +154,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 6000, names: Iterabl
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    corpus = list(texts) + _rendered_examples() + digit_groups(digit_group)
+    corpus = list(texts) + _rendered_examples(domain) + digit_groups(digit_group)
     whole_words = fixed_words(corpus, names)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -216,6 +223,7 @@ def build_tiny_policy(
         spec.vocab_size,
         names=name_words(records),
         digit_group=spec.digit_group,
+        domain=domain_of(records[0]) if records else DEFAULT_DOMAIN,
     )
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
@@ -251,7 +259,10 @@ def ensure_base_policy(
 
     `copy_steps` > 0 adds copy pretraining (training.tiny.pretrain), done once, into `name-copy`.
     """
-    name = name or f"base-t{TOKENIZER_FORMAT}"
+    records = list(records)
+    domain = domain_of(records[0]) if records else DEFAULT_DOMAIN
+    # One cached base per domain: its tokenizer is trained on that domain's policy and tools.
+    name = name or (f"base-t{TOKENIZER_FORMAT}" if domain == DEFAULT_DOMAIN else f"{domain}-base-t{TOKENIZER_FORMAT}")
     out = Path(models_dir) / name
     if not ((out / "config.json").exists() and (out / "tokenizer.json").exists()):
         build_tiny_policy(out, records, spec)

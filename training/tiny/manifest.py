@@ -1,7 +1,7 @@
 """The shipped agent's manifest: what the folder holds, how it was built, what it measured.
 
 `manifest.json` sits beside the weights. It records the sha256 and size of every other file, the
-command that rebuilds the folder, the recipe (`training.tiny.agent.AgentRecipe`), the tokenizer
+command that rebuilds the folder, the recipe (`domains.retail.tiny_agent.AgentRecipe` for the retail agent), the tokenizer
 format, the build machine and seeds, and the measured greedy figures. Loading goes through
 `verify_shipped`, which refuses a folder that differs from its manifest in any byte or file, so a
 run never starts from weights other than the ones measured.
@@ -18,8 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from training.checkpoints import load_policy
-from training.tiny.agent import SHIPPED_FILES, WEIGHTS_FILE
 from training.tiny.bootstrap import TOKENIZER_FORMAT
+
+# The files a shipped folder holds: safetensors weights, the model and generation configs, the
+# tokenizer with its chat template. Anything else a trainer leaves (a pickled training_args.bin)
+# is not copied.
+WEIGHTS_FILE = "model.safetensors"
+SHIPPED_FILES = (
+    WEIGHTS_FILE,
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+)
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1

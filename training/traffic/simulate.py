@@ -1,12 +1,12 @@
-"""Simulated production traffic: contract records, one folder per day (`retrain simulate`).
+"""Simulated production traffic for any domain (`retrain simulate --domain D`).
 
-Each interaction samples a replay-verified scenario from the world, lets the production agent (the
-scripted agent with its mistake rates, or any model policy) talk to a persona customer in a real
-`RetailEnvironment`, and writes what happened as a schema-version-1 record: outcome from the
-verifiable core (`training.rewards.outcome_of`), sentiment from the customer, gold on the share
-of interactions whose outcome was verified, and a noisy human label on a few. Every random choice
-comes from a generator seeded by (seed, day, index), so the same arguments write byte-identical
-files, and a drift from day X leaves the days before it untouched.
+A domain whose traffic generator has a `simulate` of its own (retail: mistake rates, drift
+presets, the level-1 shop) is simulated by it. Every other domain goes through the generic driver
+here: each interaction samples a replay-verified scenario from the domain's generated world, lets
+the serving agent (a model policy, else the domain's rules agent) talk to the domain's simulated
+customer in the sandbox, and writes what happened as a schema-version-1 record, one folder a day.
+Every random choice comes from a generator seeded by (seed, day, index), so the same arguments
+write byte-identical files.
 """
 
 from __future__ import annotations
@@ -15,141 +15,37 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from domains.api import Domain
+from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.rewards import outcome_of
-from training.sandbox.rollout import Policy
-from training.sandbox.world import load_world, validate_world
-from training.traffic.agents import ScriptedAgent, validate_mistake_rates
-from training.traffic.scenarios import (
-    DEFAULT_INTENT_MIX,
-    Scenario,
-    ScenarioSampler,
-    validate_intent_mix,
-)
-from training.traffic.serving import LEVEL1_MIX, ServedTrafficError, check_level, draw, serve
-from training.traffic.worldgen import generate_world
+from training.sandbox.rollout import DEFAULT_MAX_TURNS, Policy, roll_out, start_conversation
 
 DEFAULT_START = date(2026, 11, 2)
-DEFAULT_POLICY_VERSION = "retail-agent/1"
 RECORDS_FILE = "interactions.jsonl"
 _RATERS = tuple(f"rater-{i:02d}" for i in range(1, 9))
-
-
-# Presets for the CLI's --intent-shift-day / --degrade-day / --drift-day: returns, exchanges and
-# requests outside the tools take over; every mistake five times as frequent as by default; and,
-# for one day, an agent that hands half its conversations to a person (action drift: far more
-# transfers, fewer reads and writes, in the tool-call mix).
-SHIFTED_INTENT_MIX: dict[str, float] = {
-    "order_status": 0.05,
-    "cancel_order": 0.05,
-    "return_items": 0.30,
-    "exchange_items": 0.25,
-    "modify_order_items": 0.05,
-    "modify_order_address": 0.05,
-    "modify_order_payment": 0.05,
-    "modify_user_address": 0.05,
-    "other": 0.15,
-}
-DEGRADED_MISTAKE_RATES: dict[str, float] = {
-    "wrong_order": 0.15,
-    "cancel_non_pending": 0.10,
-    "unnecessary_escalation": 0.15,
-    "looping": 0.10,
-    "skipped_authentication": 0.15,
-    "wrong_item": 0.15,
-}
-OVER_ESCALATING_RATES: dict[str, float] = {"unnecessary_escalation": 0.5}
-# preset key -> (the Drift field it sets, its value, how many days it lasts: None for the rest)
-_PRESET_KEYS = {
-    "intent_mix_from_day": ("intent_mix", SHIFTED_INTENT_MIX, None),
-    "degraded_agent_from_day": ("mistake_rates", DEGRADED_MISTAKE_RATES, None),
-    "action_drift_day": ("mistake_rates", OVER_ESCALATING_RATES, 1),
-}
+_DRAWS = 20  # scenarios tried per conversation before the intent is declared unservable
 
 
 class TrafficConfigError(ValueError):
     """A bad argument to `simulate` (names the argument, the value and the rule)."""
 
 
-class WorldNotFoundError(TrafficConfigError):
-    """`world` names a folder that does not exist or lacks the world files."""
-
-
-@dataclass(frozen=True)
-class Drift:
-    """From day index `from_day` (0-based) on, up to but not including `until_day` (None: to the
-    end), replace the intent mix, the agent's mistake rates and/or the policy version: the shifts
-    later tests must detect."""
-
-    from_day: int
-    intent_mix: dict[str, float] | None = None
-    mistake_rates: dict[str, float] | None = None
-    policy_version: str | None = None
-    until_day: int | None = None
-
-    def applies(self, day: int) -> bool:
-        return day >= self.from_day and (self.until_day is None or day < self.until_day)
-
-    @classmethod
-    def coerce(cls, value: Drift | Mapping[str, Any]) -> Drift:
-        if isinstance(value, Drift):
-            drift = value
-        elif isinstance(value, Mapping):
-            unknown = sorted(set(value) - {"from_day", "until_day", "intent_mix", "mistake_rates", "policy_version"})
-            if unknown or "from_day" not in value:
-                raise TrafficConfigError(f"drift {dict(value)!r}: needs from_day, unknown keys {unknown}")
-            drift = cls(**value)
-        else:
-            raise TrafficConfigError(f"drift must be a Drift or a mapping, got {type(value).__name__}")
-        if isinstance(drift.from_day, bool) or not isinstance(drift.from_day, int) or drift.from_day < 0:
-            raise TrafficConfigError(f"drift.from_day={drift.from_day!r} must be an integer >= 0")
-        if drift.until_day is not None and (
-            isinstance(drift.until_day, bool)
-            or not isinstance(drift.until_day, int)
-            or drift.until_day <= drift.from_day
-        ):
-            raise TrafficConfigError(f"drift.until_day={drift.until_day!r} must be an integer > from_day")
-        if drift.intent_mix is not None:
-            validate_intent_mix(drift.intent_mix)
-        if drift.mistake_rates is not None:
-            validate_mistake_rates(drift.mistake_rates)
-        return drift
-
-
-def coerce_drifts(drift: Drift | Mapping[str, Any] | Sequence[Drift | Mapping[str, Any]] | None) -> list[Drift]:
-    """Drifts from a Drift, a Drift-shaped mapping, a list of either, or the preset mapping
-    `{"intent_mix_from_day": X, "degraded_agent_from_day": Y, "action_drift_day": Z}` (each key
-    optional; the first two last from their day on, action drift for its day only)."""
-    if drift is None:
-        return []
-    if isinstance(drift, Mapping) and drift and set(drift) <= set(_PRESET_KEYS):
-        drifts = []
-        for key, day in drift.items():
-            if day is None:
-                continue
-            name, value, lasting = _PRESET_KEYS[key]
-            until = None if lasting is None or not isinstance(day, int) else day + lasting
-            drifts.append(Drift.coerce({"from_day": day, "until_day": until, name: dict(value)}))
-        return drifts
-    if isinstance(drift, (Drift, Mapping)):
-        return [Drift.coerce(drift)]
-    if isinstance(drift, Sequence) and not isinstance(drift, str):
-        return [Drift.coerce(d) for d in drift]
-    raise TrafficConfigError(f"drift must be a Drift, a mapping or a list of them, got {type(drift).__name__}")
-
-
-@dataclass(frozen=True)
-class _Day:
-    """The settings in force on one day, after drifts."""
-
-    intent_mix: dict[str, float]
-    agent: ScriptedAgent
-    policy_version: str
+def simulate(domain: str = DEFAULT_DOMAIN, **options: Any) -> dict[str, Any]:
+    """Write simulated traffic of `domain`; see the module docstring. Returns a JSON-serialisable
+    summary; raises TrafficConfigError on bad arguments."""
+    loaded = load_domain(domain)
+    traffic = loaded.traffic()
+    if traffic is None:
+        raise TrafficConfigError(f"domain {domain!r} has no traffic generator, so it cannot be simulated")
+    own = getattr(traffic, "simulate", None)
+    if own is not None:
+        return own(**options)
+    return generic_simulate(loaded, traffic, **options)
 
 
 def _positive_int(value: Any, name: str) -> int:
@@ -158,75 +54,136 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def _share(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise TrafficConfigError(f"{name}={value!r} must be a number in [0, 1]")
-    return float(value)
-
-
-def _start_date(value: date | str | None, days: int) -> date:
-    if value is None:  # the `days` days that ended yesterday (UTC): depends on the calendar
-        return datetime.now(UTC).date() - timedelta(days=days)
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
-    try:
-        return date.fromisoformat(str(value))
-    except ValueError as err:
-        raise TrafficConfigError(f"start={value!r} is not a date (YYYY-MM-DD)") from err
-
-
-def resolve_world(world: Mapping[str, Any] | str | Path | None, n_users: int = 300) -> dict[str, Any]:
-    """The world to sample from: a dict as given, a reference-format folder, or the generated default."""
-    if world is None:
-        return generate_world(n_users=n_users, seed=0)
-    if isinstance(world, (str, Path)):
-        folder = Path(world)
-        if not folder.is_dir() or not all((folder / f"{n}.json").is_file() for n in ("users", "orders", "products")):
-            raise WorldNotFoundError(f"world folder {str(folder)!r} is missing or lacks users/orders/products.json")
-        return load_world(folder)
-    world = dict(world)
-    validate_world(world)
-    return world
-
-
 def _timestamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S+00:00")
 
 
-def record_outcome(episode: Any) -> str:
-    """The contract's `outcome` of a conversation: what happened operationally.
+def _mix(mix: Mapping[str, float], domain: Domain) -> dict[str, float]:
+    unknown = sorted(set(mix) - set(domain.intents))
+    if unknown or not mix or any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
+        raise TrafficConfigError(
+            f"intent_mix {dict(mix)!r}: intents of {domain.name!r} {list(domain.intents)}, shares >= 0"
+        )
+    return dict(mix)
 
-    A transfer is an escalation even when it was the right call (the record's
-    `escalation_was_necessary` says so); otherwise completed means verified success.
-    """
-    if episode.transferred:
-        return "escalated"
-    return "completed" if outcome_of(episode) == "completed" else "failed"
+
+def generic_simulate(
+    domain: Domain,
+    traffic: Any,
+    days: int,
+    per_day: int,
+    seed: int = 0,
+    out_dir: str | Path = "landing",
+    start: date | str | None = DEFAULT_START,
+    world: Mapping[str, Any] | str | Path | None = None,
+    policy_version: str | None = None,
+    policy: Policy | None = None,
+    intent_mix: Mapping[str, float] | None = None,
+    verified_share: float = 0.9,
+    label_share: float = 0.05,
+    label_flip_rate: float = 0.1,
+    n_users: int = 300,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    **unsupported: Any,
+) -> dict[str, Any]:
+    """The generic driver: `days` x `per_day` interactions into `out_dir/<YYYY-MM-DD>/interactions.jsonl`."""
+    used = sorted(k for k, v in unsupported.items() if v is not None)
+    if used:
+        raise TrafficConfigError(f"domain {domain.name!r} does not simulate {used} (its traffic has no own simulate)")
+    days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
+    first = date.fromisoformat(str(start)) if not isinstance(start, date) else start
+    agent = policy if policy is not None else domain.rules_agent()
+    if agent is None:
+        raise TrafficConfigError(f"domain {domain.name!r} has no rules agent: give a model to serve the traffic")
+    version = policy_version or f"{domain.name}-agent/1"
+    if isinstance(world, (str, Path)):
+        the_world = domain.load_world(world)
+    else:
+        the_world = dict(world) if world is not None else traffic.generate_world(_positive_int(n_users, "n_users"), 0)
+    mix = _mix(intent_mix or traffic.intent_mix, domain)
+    out = Path(out_dir)
+    counts: dict[str, Counter] = {"outcome": Counter(), "intent": Counter()}
+    files, per_day_summary, labelled, with_gold = [], [], 0, 0
+    began = time.perf_counter()
+    for day_index in range(days):
+        day = first + timedelta(days=day_index)
+        clock = random.Random(f"traffic:{domain.name}:{seed}:{day.isoformat()}:clock")
+        midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        offsets = sorted(clock.randrange(0, 86_400 - 1_200) for _ in range(per_day))
+        intents = clock.choices(list(mix), list(mix.values()), k=per_day)
+        drawn = []
+        for index, intent in enumerate(intents):
+            rng = random.Random(f"traffic:{domain.name}:{seed}:{day.isoformat()}:{index}")
+            row = next((r for r in (traffic.sample(the_world, intent, rng) for _ in range(_DRAWS)) if r), None)
+            if row is None:
+                raise TrafficConfigError(f"no {intent!r} scenario in {_DRAWS} draws from this {domain.name} world")
+            drawn.append((rng, {**row, "domain": domain.name}))
+        conversations = [
+            start_conversation(row, rng.randrange(2**31), customer_id=row["customer_id"]) for rng, row in drawn
+        ]
+        roll_out(agent, conversations, max_turns=max_turns)
+        lines, outcomes = [], Counter()
+        for index, ((rng, row), conv, offset) in enumerate(zip(drawn, conversations, offsets)):
+            record = _record(
+                row,
+                conv,
+                rng,
+                f"sim-{domain.name}-{seed}-{day.strftime('%Y%m%d')}-{index:05d}",
+                midnight + timedelta(seconds=offset),
+                version,
+                (verified_share, label_share, label_flip_rate),
+            )
+            lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+            outcomes[record["outcome"]] += 1
+            counts["intent"][record["intent"]] += 1
+            labelled += record["human_label"] is not None
+            with_gold += record["gold"] is not None
+        folder = out / day.isoformat()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / RECORDS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files.append(str(folder / RECORDS_FILE))
+        counts["outcome"].update(outcomes)
+        per_day_summary.append({"date": day.isoformat(), "interactions": per_day, "outcomes": dict(outcomes)})
+    seconds = time.perf_counter() - began
+    total = days * per_day
+    return {
+        "domain": domain.name,
+        "days": days,
+        "per_day": per_day,
+        "seed": seed,
+        "start": first.isoformat(),
+        "out_dir": str(out),
+        "interactions": total,
+        "files": files,
+        "policy_version": version,
+        "outcomes": dict(counts["outcome"]),
+        "intents": dict(counts["intent"]),
+        "completed_rate": counts["outcome"]["completed"] / total,
+        "labelled": labelled,
+        "with_gold": with_gold,
+        "per_day_summary": per_day_summary,
+        "seconds": round(seconds, 3),
+    }
 
 
 def _record(
-    scenario: Scenario,
+    row: Mapping[str, Any],
     conv: Any,
     rng: random.Random,
     interaction_id: str,
     started: datetime,
     policy_version: str,
-    verified_share: float,
-    label_share: float,
-    flip_rate: float,
+    shares: tuple[float, float, float],
 ) -> dict[str, Any]:
+    verified_share, label_share, flip_rate = shares
     episode = conv.episode
     success = outcome_of(episode) == "completed"
-    outcome = record_outcome(episode)
-    # Roughly half a minute per turn of the transcript, with jitter.
+    outcome = "escalated" if episode.transferred else ("completed" if success else "failed")
     ended = started + timedelta(seconds=20 + 12 * len(conv.messages) + rng.randrange(60))
     human_label = None
     if rng.random() < label_share:
-        judged = success
         human_label = {
-            "task_success": (not judged) if rng.random() < flip_rate else judged,
+            "task_success": (not success) if rng.random() < flip_rate else success,
             "rater": rng.choice(_RATERS),
             "labeled_at": _timestamp(ended + timedelta(minutes=rng.randrange(5, 240))),
         }
@@ -235,197 +192,17 @@ def _record(
         "started_at": _timestamp(started),
         "ended_at": _timestamp(ended),
         "policy_version": policy_version,
-        "customer_id": scenario.user_id,
-        "intent": scenario.intent,
-        "initial_state": scenario.initial_state,
-        "user_scenario": scenario.user_scenario,
+        "customer_id": row["customer_id"],
+        "domain": row["domain"],
+        "intent": row["intent"],
+        "initial_state": row["initial_state"],
+        "user_scenario": row["user_scenario"],
         "messages": conv.messages,
         "outcome": outcome,
-        "escalation_was_necessary": (scenario.intent == "other") if episode.transferred else None,
+        "escalation_was_necessary": row.get("escalation_was_necessary") if episode.transferred else None,
         "actions_taken": len(episode.actions),
-        "customer_sentiment_delta": round(float(conv.env.simulator.sentiment_delta), 4),
-        "gold": scenario.gold if rng.random() < verified_share else None,
+        "customer_sentiment_delta": round(float(getattr(conv.env.simulator, "sentiment_delta", 0.0)), 4),
+        "gold": row["gold"] if rng.random() < verified_share else None,
         "human_label": human_label,
         "schema_version": 1,
-    }
-
-
-def _days(
-    days: int, intent_mix: dict[str, float], rates: dict[str, float], policy_version: str, drifts: list[Drift]
-) -> list[_Day]:
-    out = []
-    for day in range(days):
-        mix, day_rates, version = intent_mix, rates, policy_version
-        for drift in sorted(drifts, key=lambda d: d.from_day):
-            if drift.applies(day):
-                mix = validate_intent_mix(drift.intent_mix) if drift.intent_mix is not None else mix
-                day_rates = (
-                    validate_mistake_rates(drift.mistake_rates) if drift.mistake_rates is not None else day_rates
-                )
-                version = drift.policy_version or version
-        out.append(_Day(mix, ScriptedAgent(day_rates), version))
-    return out
-
-
-def simulate(
-    days: int,
-    per_day: int,
-    seed: int = 0,
-    out_dir: str | Path = "landing",
-    start: date | str | None = DEFAULT_START,
-    world: Mapping[str, Any] | str | Path | None = None,
-    drift: Drift | Mapping[str, Any] | Sequence[Drift | Mapping[str, Any]] | None = None,
-    policy_version: str = DEFAULT_POLICY_VERSION,
-    mistake_rates: Mapping[str, float] | None = None,
-    intent_mix: Mapping[str, float] | None = None,
-    verified_share: float = 0.9,
-    label_share: float = 0.05,
-    label_flip_rate: float = 0.1,
-    n_users: int = 300,
-    policy: Policy | None = None,
-    level: int | None = None,
-) -> dict[str, Any]:
-    """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
-
-    `start` is the first day (default 2026-11-02, so the same arguments give the same bytes);
-    None means the `days` days that ended yesterday (UTC). `drift`: see `coerce_drifts`.
-    Returns a JSON-serialisable summary (files, counts by outcome, intent and mistake, success
-    rate per day, throughput). `world` is a world dict, a reference-format folder, or None for
-    the generated world (`n_users` users, always the same customers); `policy` replaces the
-    scripted agent with a model policy. Raises TrafficConfigError on bad arguments.
-    """
-    days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TrafficConfigError(f"seed={seed!r} must be an integer")
-    if not isinstance(policy_version, str) or not policy_version:
-        raise TrafficConfigError(f"policy_version={policy_version!r} must be a non-empty string")
-    shares = {
-        k: _share(v, k)
-        for k, v in (
-            ("verified_share", verified_share),
-            ("label_share", label_share),
-            ("label_flip_rate", label_flip_rate),
-        )
-    }
-    first = _start_date(start, days)
-    drifts = coerce_drifts(drift)
-    schedule = _days(
-        days,
-        validate_intent_mix(intent_mix or (LEVEL1_MIX if level == 1 else DEFAULT_INTENT_MIX)),
-        validate_mistake_rates(mistake_rates),
-        policy_version,
-        drifts,
-    )
-    try:
-        check_level(level, [i for d in schedule for i, share in d.intent_mix.items() if share > 0], policy)
-    except ServedTrafficError as err:
-        raise TrafficConfigError(str(err)) from None
-    if policy is not None and (mistake_rates is not None or any(d.mistake_rates is not None for d in drifts)):
-        # Mistake rates steer the scripted agent; a model makes its own mistakes. Silently ignoring
-        # them would write a "drifted" day that did not drift.
-        raise TrafficConfigError(
-            "mistake rates (and the drifts that set them) apply to the scripted agent, not a policy"
-        )
-    the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
-    sampler, out = ScenarioSampler(the_world), Path(out_dir)
-    counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
-    per_day_summary, files, customers, labelled, with_gold = [], [], set(), 0, 0
-    began = time.perf_counter()
-    for day_index, settings in enumerate(schedule):
-        day = first + timedelta(days=day_index)
-        day_rng = random.Random(f"traffic:{seed}:{day.isoformat()}:clock")
-        midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        offsets = sorted(day_rng.randrange(0, 86_400 - 1_200) for _ in range(per_day))
-        intents = day_rng.choices(list(settings.intent_mix), list(settings.intent_mix.values()), k=per_day)
-        lines, day_outcomes = [], Counter()
-        # Every conversation of the day is drawn first (its generator then goes on to the record's
-        # own draws), so a model serves the whole day in one batched rollout.
-        drawn = [
-            draw(the_world, intent, random.Random(f"traffic:{seed}:{day.isoformat()}:{index}"), sampler, level)
-            for index, intent in enumerate(intents)
-        ]
-        conversations = (
-            serve(policy, drawn)
-            if policy is not None
-            else [settings.agent.run(item.scenario, seed=item.seed) for item in drawn]
-        )
-        for index, (offset, intent, item, conv) in enumerate(zip(offsets, intents, drawn, conversations)):
-            rng, scenario = item.rng, item.scenario
-            record = _record(
-                scenario,
-                conv,
-                rng,
-                f"sim-{seed}-{day.strftime('%Y%m%d')}-{index:05d}",
-                midnight + timedelta(seconds=offset),
-                settings.policy_version,
-                shares["verified_share"],
-                shares["label_share"],
-                shares["label_flip_rate"],
-            )
-            lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
-            day_outcomes[record["outcome"]] += 1
-            counts["intent"][intent] += 1
-            counts["mistake"].update(conv.mistakes)
-            customers.add(scenario.user_id)
-            labelled += record["human_label"] is not None
-            with_gold += record["gold"] is not None
-        folder = out / day.isoformat()
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / RECORDS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        files.append(str(folder / RECORDS_FILE))
-        counts["outcome"].update(day_outcomes)
-        per_day_summary.append(
-            {
-                "date": day.isoformat(),
-                "interactions": per_day,
-                "policy_version": settings.policy_version,
-                "completed_rate": day_outcomes["completed"] / per_day,
-                "outcomes": dict(day_outcomes),
-            }
-        )
-    seconds = time.perf_counter() - began
-    total = days * per_day
-    return {
-        "days": days,
-        "per_day": per_day,
-        "seed": seed,
-        "start": first.isoformat(),
-        "out_dir": str(out),
-        "interactions": total,
-        "files": files,
-        "customers": len(customers),
-        "outcomes": dict(counts["outcome"]),
-        "intents": dict(counts["intent"]),
-        "mistakes": dict(counts["mistake"]),
-        "completed_rate": counts["outcome"]["completed"] / total,
-        "labelled": labelled,
-        "with_gold": with_gold,
-        "per_day_summary": per_day_summary,
-        "drift": [asdict(d) for d in drifts],
-        "seconds": round(seconds, 3),
-        "interactions_per_second": round(total / seconds, 1) if seconds else None,
-    }
-
-
-def measure_throughput(
-    n: int = 2_000, seed: int = 0, world: Mapping[str, Any] | str | Path | None = None
-) -> dict[str, Any]:
-    """Simulate `n` interactions (one day) into a temporary folder and report interactions per second.
-
-    The timed span covers scenario sampling, the conversations, outcome scoring and writing the
-    file; building the default world (milliseconds) is outside it. For bench/environment.py.
-    """
-    import tempfile
-
-    the_world = resolve_world(world)
-    with tempfile.TemporaryDirectory(prefix="retrain-traffic-") as tmp:
-        summary = simulate(days=1, per_day=_positive_int(n, "n"), seed=seed, out_dir=tmp, world=the_world)
-        written = sum(Path(f).stat().st_size for f in summary["files"])
-    return {
-        "interactions": summary["interactions"],
-        "seconds": summary["seconds"],
-        "interactions_per_second": summary["interactions_per_second"],
-        "bytes_written": written,
-        "mean_record_bytes": round(written / summary["interactions"]),
-        "completed_rate": summary["completed_rate"],
     }

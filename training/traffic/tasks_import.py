@@ -1,11 +1,13 @@
-"""Import tasks in the retail-world format as interaction records (`retrain import-tasks`).
+"""Import tasks in the tau-bench format as interaction records (`retrain import-tasks --domain D`).
 
-An outside task set (the tau-bench retail tasks, or any file in that format) becomes contract
+An outside task set (the tau-bench retail or airline tasks, or any file in that format) becomes contract
 records, so it can serve as a calibration or shadow set next to production traffic: the initial
 state is the subset of the world the task touches, the gold is the task's actions and outputs
 as given (even where a gold call errs in the reference: such a call changes nothing, and the
 verifiable core replays it the same way), and the customer's scenario is read from the
-instruction. The recorded conversation is only its opening: the customer's first message.
+instruction (by the domain's `known_info`). The recorded conversation is only its opening: the
+customer's first message. The domain decides the intent (from the gold calls), the subset of the
+world a task touches, and how its world folder is read.
 """
 
 from __future__ import annotations
@@ -17,22 +19,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from domains.api import Domain
+from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.customers import make_simulator
-from training.sandbox.world import WorldError, load_world, touched_subset
 
 DEFAULT_RECORDED_AT = datetime(2026, 1, 5, tzinfo=UTC)
 DEFAULT_POLICY_VERSION = "reference-tasks"
-# First gold write -> contract intent; a task with only reads is a status question.
-INTENT_OF_TOOL = {
-    "cancel_pending_order": "cancel_order",
-    "return_delivered_order_items": "return_items",
-    "exchange_delivered_order_items": "exchange_items",
-    "modify_pending_order_items": "modify_order_items",
-    "modify_pending_order_address": "modify_order_address",
-    "modify_pending_order_payment": "modify_order_payment",
-    "modify_user_address": "modify_user_address",
-    "transfer_to_human_agents": "other",
-}
 # Instruction adjectives -> simulator persona; the first adjective that maps decides.
 PERSONA_OF_ADJECTIVE = {
     "impatient": "angry",
@@ -57,20 +49,6 @@ class TaskImportError(ValueError):
     """A tasks file or a task line that cannot be imported (names the file, line and rule)."""
 
 
-def intent_of(actions: list[dict[str, Any]]) -> str:
-    """The contract intent of a task: its first action that is not a plain read decides.
-
-    >>> intent_of([{"name": "get_order_details", "arguments": {}}, {"name": "cancel_pending_order", "arguments": {}}])
-    'cancel_order'
-    >>> intent_of([])
-    'other'
-    """
-    for action in actions:
-        if action["name"] in INTENT_OF_TOOL:
-            return INTENT_OF_TOOL[action["name"]]
-    return "order_status" if any(a["name"] == "get_order_details" for a in actions) else "other"
-
-
 def persona_of(instruction: str) -> str:
     """The persona named by the instruction's adjectives ("You are busy, direct."), default polite.
 
@@ -80,25 +58,6 @@ def persona_of(instruction: str) -> str:
     match = re.search(r"\bYou are ([a-z ,_-]+)\.", instruction)
     words = [w.strip() for w in match.group(1).split(",")] if match else []
     return next((PERSONA_OF_ADJECTIVE[w] for w in words if w in PERSONA_OF_ADJECTIVE), DEFAULT_PERSONA)
-
-
-def known_info_of(instruction: str) -> dict[str, Any]:
-    """Facts the customer states in the instruction: name, zip, email, order ids (in order).
-
-    >>> known_info_of("Your name is Mia Jackson and your email is mia.j@example.com. Cancel #W6236251.")
-    {'first_name': 'Mia', 'last_name': 'Jackson', 'email': 'mia.j@example.com', 'order_ids': ['#W6236251']}
-    """
-    info: dict[str, Any] = {}
-    if m := re.search(r"[Yy]our name is ([A-Z][\w'-]*) ([A-Z][\w'-]*(?: [A-Z][\w'-]*)*)", instruction):
-        info["first_name"], info["last_name"] = m.group(1), m.group(2)
-    if m := re.search(r"zip code is (\d{5})", instruction):
-        info["zip"] = m.group(1)
-    if m := re.search(r"email is ([\w.+-]+@[\w-]+(?:\.[\w-]+)+)", instruction):
-        info["email"] = m.group(1)
-    order_ids = list(dict.fromkeys(re.findall(r"#W\d+", instruction)))
-    if order_ids:
-        info["order_ids"] = order_ids
-    return info
 
 
 def _task(line: str, path: Path, number: int) -> dict[str, Any]:
@@ -122,17 +81,22 @@ def _task(line: str, path: Path, number: int) -> dict[str, Any]:
 
 
 def task_record(
-    task: dict[str, Any], world: dict[str, Any], recorded_at: datetime, policy_version: str = DEFAULT_POLICY_VERSION
+    task: dict[str, Any],
+    world: dict[str, Any],
+    recorded_at: datetime,
+    policy_version: str = DEFAULT_POLICY_VERSION,
+    domain: Domain | None = None,
 ) -> dict[str, Any]:
     """One contract record for one task (see the module docstring)."""
+    domain = domain or load_domain(DEFAULT_DOMAIN)
     actions = [{"name": a["name"], "arguments": a.get("arguments", {})} for a in task["actions"]]
     outputs = [str(o) for o in task.get("outputs") or []]
     scenario = {
         "instruction": task["instruction"],
-        "known_info": known_info_of(task["instruction"]),
+        "known_info": domain.known_info(task["instruction"]),
         "persona": persona_of(task["instruction"]),
     }
-    opening = make_simulator(scenario, seed=0).opening_message()
+    opening = make_simulator(scenario, seed=0, domain=domain.name).opening_message()
     stamp = recorded_at.strftime("%Y-%m-%dT%H:%M:%S+00:00")
     return {
         "interaction_id": _ID_SAFE.sub("_", f"task-{task['task_id']}")[:128],
@@ -140,8 +104,9 @@ def task_record(
         "ended_at": stamp,
         "policy_version": policy_version,
         "customer_id": task["user_id"],
-        "intent": intent_of(actions),
-        "initial_state": touched_subset(world, task["user_id"], actions),
+        "domain": domain.name,
+        "intent": domain.classify_intent([{"role": "assistant", "tool_calls": actions}]),
+        "initial_state": domain.touched_subset(world, task["user_id"], actions),
         "user_scenario": scenario,
         "messages": [{"role": "user", "content": opening}],
         "outcome": "completed",
@@ -160,6 +125,7 @@ def import_tasks(
     out_dir: str | Path,
     recorded_at: datetime = DEFAULT_RECORDED_AT,
     policy_version: str = DEFAULT_POLICY_VERSION,
+    domain: str = DEFAULT_DOMAIN,
 ) -> dict[str, Any]:
     """Write one record per task to `out_dir/<tasks file stem>.jsonl`; return a JSON-serialisable summary.
 
@@ -174,10 +140,13 @@ def import_tasks(
         raise TaskImportError(f"world folder {str(folder)!r} does not exist")
     if recorded_at.tzinfo is None:
         raise TaskImportError(f"recorded_at={recorded_at.isoformat()} must carry a time zone")
+    loaded = load_domain(domain)
     try:
-        world = load_world(folder)
-    except WorldError as err:
+        world = loaded.load_world(folder)
+    except (OSError, ValueError) as err:  # a missing file, or the domain's check of the world
         raise TaskImportError(f"world folder {str(folder)!r}: {err}") from err
+    if world is None:
+        raise TaskImportError(f"domain {domain!r} cannot read a world folder")
     start = recorded_at.astimezone(UTC)
     lines, intents, ids, customers = [], Counter(), set(), set()
     with_errors = 0
@@ -185,9 +154,9 @@ def import_tasks(
         if not line.strip():
             continue
         task = _task(line, path, number)
-        if task["user_id"] not in world["users"]:
+        if task["user_id"] not in world[loaded.customer_table]:
             raise TaskImportError(f"{path}:{number}: user {task['user_id']!r} is not in the world")
-        record = task_record(task, world, start + timedelta(seconds=len(lines)), policy_version)
+        record = task_record(task, world, start + timedelta(seconds=len(lines)), policy_version, loaded)
         if record["interaction_id"] in ids:
             raise TaskImportError(f"{path}:{number}: duplicate task_id {task['task_id']!r}")
         ids.add(record["interaction_id"])

@@ -8,18 +8,15 @@ simulator (`training.customers.llm`) when given a chat backend; both satisfy `Cu
 
 from __future__ import annotations
 
-import ast
 import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.customers.base import SimulatedCustomerState
+from training.customers.base import ENDED, PERSONAS, SimulatedCustomerState
 
-PERSONAS = ("polite", "angry", "confused", "terse", "plays_dumb")
 _ORDER_ID = re.compile(r"#W\d+")
 _AUTH_FACTS = ("email", "name", "zip")
-ENDED = "(The customer has left the conversation.)"
 
 
 @dataclass
@@ -73,6 +70,26 @@ def _format_address(value: Any) -> str:
     return str(value)
 
 
+_ADDRESS_PAIR = re.compile(r"""['"](\w+)['"]\s*:\s*(?:'([^']*)'|"([^"]*)"|(None|null))""")
+
+
+def _address_fields(text: str) -> dict[str, str]:
+    """The key/value pairs of an address written as a Python or JSON object, read by pattern.
+
+    The instruction is producer text: it is never evaluated, and a field that does not parse is
+    simply absent (the customer then does not know it).
+
+    >>> _address_fields("{'address1': '1 Elm St', \"address2\": null, 'zip': '02110'}")
+    {'address1': '1 Elm St', 'zip': '02110'}
+    """
+    found: dict[str, str] = {}
+    for key, single, double, _none in _ADDRESS_PAIR.findall(text):
+        value = single or double
+        if value:
+            found[key] = value
+    return found
+
+
 def _instruction_goals(text: str) -> list[Goal]:
     found: list[tuple[int, Goal]] = []
     for pattern, intent in _CLAUSES:
@@ -114,7 +131,8 @@ def scenario_facts(user_scenario: dict[str, Any]) -> Facts:
     ) and not facts.payment_method_id:
         facts.payment_method_id = m.group(1)
     if (m := re.search(r"change address to (\{[^}]*\})", text)) and not facts.address:
-        facts.address = _format_address(ast.literal_eval(m.group(1)))
+        parsed = _address_fields(m.group(1))
+        facts.address = _format_address(parsed) if parsed else None
     intent = info.get("intent")
     order_ids = [str(o) for o in info.get("order_ids") or []]
     if intent:

@@ -18,7 +18,7 @@ Every number of the recipe is a field of `AgentRecipe`; the manifest records it
 manifest are measured by `bench/shipped_agent.py`, which runs this build and then the product's
 rollout code on the held-out customers `level1_tasks` returns.
 
-    python -m training.tiny.agent build --out <folder> [--threads 2]
+    python -m domains.retail.tiny_agent build --out <folder> [--threads 2]
 """
 
 from __future__ import annotations
@@ -35,30 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from dataplane.splits import split_of
+from domains.retail.level1 import as_level1, level1_demonstration
+from domains.retail.traffic.agents import MISTAKES
+from domains.retail.traffic.simulate import simulate
 from training.curriculum import tools_for_levels
-from training.sandbox.episode import AUTH_TOOLS
 from training.sft import SFTSettings, warm_start
 from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
-from training.tiny.level1 import as_level1, level1_demonstration
+from training.tiny.manifest import SHIPPED_FILES, WEIGHTS_FILE
 from training.tiny.pretrain import CopySettings, copy_pretrain
-from training.traffic.agents import MISTAKES
-from training.traffic.simulate import simulate
 
-# The mistakes a level-1 production log can show (names from training.traffic.agents.MISTAKES).
+# The mistakes a level-1 production log can show (names from domains.retail.traffic.agents.MISTAKES).
 LEVEL1_MISTAKES = ("unnecessary_escalation", "skipped_authentication")
-# The files a shipped folder holds: safetensors weights, the model and generation configs, the
-# tokenizer with its chat template. Anything else a trainer leaves (a pickled training_args.bin)
-# is not copied.
-WEIGHTS_FILE = "model.safetensors"
 BUILD_SUMMARY = "build_summary.json"  # written into the work folder, read by the measuring bench
-SHIPPED_FILES = (
-    WEIGHTS_FILE,
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-)
+
+
+_AUTH_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip")
 
 
 class RecipeError(ValueError):
@@ -104,7 +95,7 @@ class AgentRecipe:
         if unknown:
             raise RecipeError(
                 f"mistake_rates: {unknown} are not level-1 mistakes {list(LEVEL1_MISTAKES)} "
-                f"(of training.traffic.agents.MISTAKES {list(MISTAKES)})"
+                f"(of domains.retail.traffic.agents.MISTAKES {list(MISTAKES)})"
             )
         for name, rate in self.mistake_rates.items():
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
@@ -178,10 +169,10 @@ def without_identification(conversation: dict[str, Any]) -> dict[str, Any]:
     dropped_call = False
     for message in conversation["messages"]:
         calls = message.get("tool_calls") or []
-        if message["role"] == "assistant" and calls and calls[0]["name"] in AUTH_TOOLS:
+        if message["role"] == "assistant" and calls and calls[0]["name"] in _AUTH_TOOLS:
             dropped_call = True
             continue
-        if message["role"] == "tool" and message.get("name") in AUTH_TOOLS:
+        if message["role"] == "tool" and message.get("name") in _AUTH_TOOLS:
             continue
         kept.append(message)
     if not dropped_call:

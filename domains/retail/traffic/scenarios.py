@@ -14,10 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataplane.record_model import INTENT_NAMES
-from training.sandbox.episode import WRITE_TOOLS
-from training.sandbox.world import touched_subset
-from training.traffic.worldgen import random_address
+from domains.retail.intents import INTENT_NAMES, WRITE_TOOLS
+from domains.retail.traffic.worldgen import random_address
+from domains.retail.world import touched_subset
 
 INTENTS = INTENT_NAMES  # the record contract's intents: one list, declared there
 # Production mix: reads and cancellations dominate, account edits are rare.
@@ -295,7 +294,7 @@ def sample_scenario(
     if intent not in INTENTS:
         raise ScenarioError(f"unknown intent {intent!r}; known: {list(INTENTS)}")
     if replay is None:
-        from training.sandbox.environment import replay_actions
+        from domains.retail.tools import replay_actions
 
         def replay(state: dict, actions: list) -> tuple[dict, list]:
             # Only the comparison below reads the result, so unchanged records may be shared.

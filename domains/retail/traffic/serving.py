@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from domains.retail.level1 import LEVEL1_INTENTS, LEVEL1_TOOLS, as_level1
+from domains.retail.traffic.agents import scenario_conversation, scenario_row
+from domains.retail.traffic.scenarios import Scenario, ScenarioSampler, sample_scenario
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
-from training.tiny.level1 import LEVEL1_INTENTS, LEVEL1_TOOLS, as_level1
-from training.traffic.agents import scenario_conversation, scenario_row
-from training.traffic.scenarios import Scenario, ScenarioSampler, sample_scenario
 
 SERVED_LEVELS = (None, 1)
 LEVEL1_MIX = {intent: 1.0 for intent in LEVEL1_INTENTS}  # the level-1 shop's requests, alike

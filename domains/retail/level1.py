@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from domains.api import Level1
+from domains.retail.policy import POLICY as SYSTEM_POLICY
 from training.fields import as_dict
-from training.sandbox.prompting import SYSTEM_POLICY
 
 LEVEL1_INTENTS = ("order_status", "cancel_order")
 LEVEL1_MAX_ACTIONS = 3
@@ -27,6 +28,12 @@ LEVEL1_TOOLS = (
     "cancel_pending_order",
     "send_message_to_customer",
     "transfer_to_human_agents",
+)
+LEVEL1 = Level1(
+    intents=LEVEL1_INTENTS,
+    max_actions=LEVEL1_MAX_ACTIONS,
+    tools=LEVEL1_TOOLS,
+    stated_arguments=("order_id", "email", "reason", "first_name", "last_name", "zip"),
 )
 
 

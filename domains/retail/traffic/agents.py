@@ -1,6 +1,6 @@
 """The production agent of simulated traffic: a scripted policy with realistic mistakes.
 
-It drives a real `RetailEnvironment` conversation with the persona customer: greets, asks for
+It drives a real retail sandbox conversation with the persona customer: greets, asks for
 identification and parses the customer's answer, authenticates, reads the order, proposes the
 change, performs it (or tells the fact, or hands over to a person) and says goodbye. What it wants
 to do comes from the scenario's gold (it "understands" the request perfectly); everything it knows
@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from domains.retail.traffic.scenarios import Scenario
 from training.sandbox.environment import call_tool
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
-from training.traffic.scenarios import Scenario
 
 MISTAKES = (
     "wrong_order",

@@ -1,0 +1,174 @@
+"""The tables of `interactions.duckdb`, and the migration of a store written before domains.
+
+Every table that depends on a domain carries `domain` (default 'retail'): `interactions` (plus
+`replayable`: whether the record's initial_state lets its calls be replayed, false only for logs
+whose state could not be rebuilt, see `dataplane.openai_chat`), and the per-domain sets keyed by
+it: `windows` (domain, week), `calibration_sets` (domain, version), `calibration_week` (domain,
+week) and `shadow_sets` (domain, week). `ensure_schema` creates what is missing and migrates a
+store from before: the new `interactions` columns are added in place (old rows become retail and
+replayable: they were native records), the keyed tables are rebuilt under their new key with their
+rows as retail's. A migrated store answers every retail question as before.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+# `interactions` keeps its column order from before domains with the new columns last, which is
+# where ALTER TABLE ADD COLUMN puts them in a migrated store: both layouts are the same.
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS interactions (
+        interaction_id VARCHAR PRIMARY KEY,
+        started_at TIMESTAMPTZ NOT NULL,
+        ended_at TIMESTAMPTZ NOT NULL,
+        policy_version VARCHAR NOT NULL,
+        customer_id VARCHAR NOT NULL,
+        intent VARCHAR NOT NULL,
+        outcome VARCHAR NOT NULL,
+        escalation_was_necessary BOOLEAN,
+        actions_taken BIGINT NOT NULL,
+        customer_sentiment_delta DOUBLE NOT NULL,
+        has_gold BOOLEAN NOT NULL,
+        human_task_success BOOLEAN,
+        schema_version INTEGER NOT NULL,
+        record VARCHAR NOT NULL,
+        content_hash VARCHAR NOT NULL,
+        source_file VARCHAR NOT NULL,
+        ingested_at TIMESTAMPTZ NOT NULL,
+        domain VARCHAR NOT NULL DEFAULT 'retail',
+        replayable BOOLEAN NOT NULL DEFAULT true)""",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        source_file VARCHAR NOT NULL,
+        line_no BIGINT,
+        rule VARCHAR NOT NULL,
+        detail VARCHAR NOT NULL,
+        raw VARCHAR,
+        interaction_id VARCHAR,
+        file_level BOOLEAN NOT NULL,
+        quarantined_at TIMESTAMPTZ NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS ingested_files (
+        path VARCHAR NOT NULL,
+        size BIGINT NOT NULL,
+        sha256 VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        read BIGINT NOT NULL,
+        accepted BIGINT NOT NULL,
+        duplicates BIGINT NOT NULL,
+        quarantined BIGINT NOT NULL,
+        ingested_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (path, size, sha256))""",
+    """CREATE TABLE IF NOT EXISTS windows (
+        domain VARCHAR NOT NULL DEFAULT 'retail',
+        week VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        content_hash VARCHAR NOT NULL,
+        window_hash VARCHAR NOT NULL,
+        week_end TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (domain, week, position))""",
+    """CREATE TABLE IF NOT EXISTS calibration_sets (
+        domain VARCHAR NOT NULL DEFAULT 'retail',
+        version VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        set_hash VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (domain, version, position))""",
+    # The calibration version each week was judged on (evaluation/calibration_versions.py): pinned
+    # by the week's first run, so a re-run (backfill) of the week uses it again, never a newer one.
+    """CREATE TABLE IF NOT EXISTS calibration_week (
+        domain VARCHAR NOT NULL DEFAULT 'retail',
+        week VARCHAR NOT NULL,
+        version VARCHAR NOT NULL,
+        pinned_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (domain, week))""",
+    """CREATE TABLE IF NOT EXISTS shadow_sets (
+        domain VARCHAR NOT NULL DEFAULT 'retail',
+        week VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        interaction_id VARCHAR NOT NULL,
+        set_hash VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (domain, week, position))""",
+    # Human review labels (dataplane/labels.py): one per (interaction, rater); the record itself
+    # is never changed, a label only annotates it.
+    """CREATE TABLE IF NOT EXISTS labels (
+        interaction_id VARCHAR NOT NULL,
+        rater VARCHAR NOT NULL,
+        task_success BOOLEAN NOT NULL,
+        labeled_at TIMESTAMPTZ NOT NULL,
+        note VARCHAR,
+        source_file VARCHAR NOT NULL,
+        imported_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (interaction_id, rater))""",
+)
+
+_CREATE = {statement.split()[5]: statement for statement in SCHEMA}  # table name -> its CREATE
+KEYED_BY_DOMAIN = ("windows", "calibration_sets", "calibration_week", "shadow_sets")
+_INTERACTION_COLUMNS_ADDED = (
+    ("domain", "VARCHAR DEFAULT 'retail'"),
+    ("replayable", "BOOLEAN DEFAULT true"),
+)
+
+
+def table_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
+    """Column names of every table of the connection's own database, by table."""
+    rows = con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() "
+        "WHERE database_name = current_database() AND schema_name = 'main'"
+    ).fetchall()
+    out: dict[str, set[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, set()).add(column)
+    return out
+
+
+def needs_migration(columns: dict[str, set[str]], tables: tuple[str, ...] | None = None) -> bool:
+    """Whether any existing table of `tables` (all: None) predates domains."""
+    names = ("interactions", *KEYED_BY_DOMAIN) if tables is None else tables
+    return any(name in columns and "domain" not in columns[name] for name in names)
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, tables: tuple[str, ...] | None = None) -> None:
+    """Create the tables (`tables`, default all) that are missing and migrate those from before
+    domains, in one transaction (a crash leaves the old layout whole, and the next open retries)."""
+    selected = tuple(_CREATE) if tables is None else tables
+    columns = table_columns(con)
+    if needs_migration(columns, selected):
+        _migrate(con, columns, selected)
+    for name in selected:
+        if name not in columns:
+            con.execute(_CREATE[name])
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, columns: dict[str, set[str]], tables: tuple[str, ...]) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if "interactions" in tables and "interactions" in columns:
+            for column, kind in _INTERACTION_COLUMNS_ADDED:
+                if column not in columns["interactions"]:
+                    # The default fills the old rows: every record stored before domains is a
+                    # native retail record, replayable by construction.
+                    con.execute(f"ALTER TABLE interactions ADD COLUMN {column} {kind}")
+                    con.execute(f"ALTER TABLE interactions ALTER COLUMN {column} SET NOT NULL")
+        for name in KEYED_BY_DOMAIN:
+            if name in tables and name in columns and "domain" not in columns[name]:
+                _rekey(con, name, sorted(columns[name]))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _rekey(con: duckdb.DuckDBPyConnection, name: str, old_columns: list[str]) -> None:
+    """Rebuild `name` under its new key (domain first), its rows becoming the default domain's.
+
+    A primary key cannot be altered in DuckDB, hence a copy: these tables hold ids and positions
+    only (10,000 rows a week), so the copy is quick.
+    """
+    staging = f"{name}_by_domain"
+    con.execute(_CREATE[name].replace(f"EXISTS {name} (", f"EXISTS {staging} (", 1))
+    listed = ", ".join(old_columns)  # names from the catalog, not from input
+    con.execute(f"INSERT INTO {staging} ({listed}) SELECT {listed} FROM {name}")
+    con.execute(f"DROP TABLE {name}")
+    con.execute(f"ALTER TABLE {staging} RENAME TO {name}")
