@@ -302,7 +302,9 @@ class Domain:
         return None
 
     def rules_agent(self, **options: Any) -> Any | None:
-        """A scripted policy for legacy traffic (the engine's `Policy`), or None."""
+        """A scripted policy for legacy traffic (the engine's `Policy`: `name`, `act(conversations)`),
+        or None. If it has `plan(task_id, row, seed)`, the traffic driver calls it with each
+        conversation's scenario row before the conversation starts."""
         return None
 
 

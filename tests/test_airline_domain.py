@@ -140,7 +140,9 @@ def test_touched_subset_is_small_holds_the_customer_and_is_exact_for_route_searc
         assert set(world["users"][task["user_id"]]["reservations"]) <= set(subset["reservations"])
         env_subset.reset(subset)
         # Every search between airports of the route set gives what the full world gives.
-        airports = {a["arguments"][k] for a in task["actions"] for k in ("origin", "destination") if k in a["arguments"]}
+        airports = {
+            a["arguments"][k] for a in task["actions"] for k in ("origin", "destination") if k in a["arguments"]
+        }
         for action in task["actions"]:
             if action["name"] == "update_reservation_flights":
                 changed = world["reservations"][action["arguments"]["reservation_id"]]
@@ -183,7 +185,10 @@ def _assistant(*calls: tuple[str, dict[str, Any]], openai: bool = False) -> dict
 
 
 def test_classify_intent_from_the_first_write(world, tasks):
-    by_task = {t["task_id"]: domain.classify_intent([_assistant(*[(a["name"], a["arguments"]) for a in t["actions"]])]) for t in tasks}
+    by_task = {
+        t["task_id"]: domain.classify_intent([_assistant(*[(a["name"], a["arguments"]) for a in t["actions"]])])
+        for t in tasks
+    }
     assert by_task["airline-001"] == "cancel_reservation"
     assert by_task["airline-003"] == "change_flight"
     assert by_task["airline-005"] == "change_cabin"  # same flights, basic economy to economy
@@ -193,13 +198,20 @@ def test_classify_intent_from_the_first_write(world, tasks):
     assert by_task["airline-040"] == "other"
     assert set(by_task.values()) <= set(domain.intents)
     # With the reservation shown in the conversation (a synthetic id, not in the reference world):
-    record = {"reservation_id": "ZZZ999", "cabin": "economy", "flights": [{"flight_number": "HAT1", "date": "2024-05-20"}]}
+    record = {
+        "reservation_id": "ZZZ999",
+        "cabin": "economy",
+        "flights": [{"flight_number": "HAT1", "date": "2024-05-20"}],
+    }
     same = {"reservation_id": "ZZZ999", "cabin": "business", "flights": record["flights"], "payment_id": "x"}
     shown = [
         _assistant(("get_reservation_details", {"reservation_id": "ZZZ999"}), openai=True),
         {"role": "tool", "content": json.dumps(record)},
     ]
-    assert domain.classify_intent([*shown, _assistant(("update_reservation_flights", same), openai=True)]) == "change_cabin"
+    assert (
+        domain.classify_intent([*shown, _assistant(("update_reservation_flights", same), openai=True)])
+        == "change_cabin"
+    )
     moved = {**same, "flights": [{"flight_number": "HAT2", "date": "2024-05-21"}]}
     assert domain.classify_intent([*shown, _assistant(("update_reservation_flights", moved))]) == "change_flight"
     for write, intent in (
@@ -207,7 +219,14 @@ def test_classify_intent_from_the_first_write(world, tasks):
         ("update_reservation_passengers", "change_passengers"),
     ):
         assert domain.classify_intent([_assistant((write, {}), ("transfer_to_human_agents", {}))]) == intent
-    hostile = [None, "text", {"role": "assistant", "tool_calls": [None, {"function": {"name": 3}}, {"function": {"name": "think", "arguments": "{bad"}}]}]
+    hostile = [
+        None,
+        "text",
+        {
+            "role": "assistant",
+            "tool_calls": [None, {"function": {"name": 3}}, {"function": {"name": "think", "arguments": "{bad"}}],
+        },
+    ]
     assert domain.classify_intent(hostile) == "other"
 
 

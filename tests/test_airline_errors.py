@@ -56,7 +56,11 @@ def _booking(**changes: Any) -> dict[str, Any]:
 
 UNCHANGING_CALLS = [
     ("get_user_details", {}, "Error: GetUserDetails.invoke() missing 1 required positional argument: 'user_id'"),
-    ("get_user_details", {"user_id": MIA, "x": 1}, "Error: GetUserDetails.invoke() got an unexpected keyword argument 'x'"),
+    (
+        "get_user_details",
+        {"user_id": MIA, "x": 1},
+        "Error: GetUserDetails.invoke() got an unexpected keyword argument 'x'",
+    ),
     ("get_user_details", {"user_id": ["a"]}, "Error: unhashable type: 'list'"),
     ("get_user_details", {"user_id": 5}, "Error: user not found"),
     ("get_reservation_details", {"reservation_id": "NOPE00"}, "Error: user not found"),
@@ -122,7 +126,11 @@ UNCHANGING_CALLS = [
         {"reservation_id": "4WQ150", "passengers": []},
         "Error: number of passengers does not match",
     ),
-    ("update_reservation_passengers", {"reservation_id": "4WQ150", "passengers": 3}, "Error: object of type 'int' has no len()"),
+    (
+        "update_reservation_passengers",
+        {"reservation_id": "4WQ150", "passengers": 3},
+        "Error: object of type 'int' has no len()",
+    ),
     (
         "update_reservation_baggages",
         {"reservation_id": "NO6JO3", "total_baggages": 1, "nonfree_baggages": 1, "payment_id": "certificate_4856383"},
@@ -154,7 +162,11 @@ UNCHANGING_CALLS = [
     ("transfer_to_human_agents", {"summary": "wants a refund"}, "Transfer successful"),
     ("delete_everything", {}, "Unknown action delete_everything"),
     (None, {}, "Unknown action None"),
-    ("think", ["x"], "Error: tau_bench.envs.airline.tools.think.Think.invoke() argument after ** must be a mapping, not list"),
+    (
+        "think",
+        ["x"],
+        "Error: tau_bench.envs.airline.tools.think.Think.invoke() argument after ** must be a mapping, not list",
+    ),
     (
         "think",
         {"thought": "x", "data": {}},
@@ -208,7 +220,9 @@ def test_a_certificate_paid_twice_fails_half_way_like_the_reference(env, start):
 
 def test_certificates_get_three_ids_then_nothing(env):
     texts = [env.call("send_certificate", {"user_id": MIA, "amount": 100}) for _ in range(4)]
-    assert texts[:3] == [f"Certificate certificate_{n} added to user {MIA} with amount 100." for n in (3221322, 3221323, 3221324)]
+    assert texts[:3] == [
+        f"Certificate certificate_{n} added to user {MIA} with amount 100." for n in (3221322, 3221323, 3221324)
+    ]
     assert texts[3] == "None"  # the reference returns None here; the environment's result is its str()
 
 
@@ -280,3 +294,14 @@ def test_onestop_search_keeps_the_reference_quirks():
     assert env.call("search_onestop_flight", {**search, "date": "2024-05-05"}) == "[]"
     env.reset(_overnight_world({"2024-05-21": 21}))
     assert env.call("search_onestop_flight", {**search, "date": "2024-05-20"}) == "Error: '2024-05-20'"
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_malformed_tables_give_error_strings_not_exceptions(share):
+    env = AirlineEnvironment()
+    env.reset({"users": [], "reservations": [1], "flights": "x"}, share_unchanged=share)
+    assert env.call("cancel_reservation", {"reservation_id": "A"}) == "Error: reservation not found"
+    assert env.call("send_certificate", {"user_id": "u", "amount": 1}) == "Error: user not found"
+    assert env.call("search_direct_flight", {"origin": "a", "destination": "b", "date": "c"}) == (
+        "Error: 'str' object has no attribute 'values'"
+    )

@@ -20,6 +20,14 @@ from domains.airline.arithmetic import calculate
 from domains.airline.environment import TOOLS, AirlineEnvironment
 from domains.airline.world import load_world, touched_subset
 
+_WRITES = {
+    "book_reservation",
+    "cancel_reservation",
+    "send_certificate",
+    "update_reservation_baggages",
+    "update_reservation_flights",
+    "update_reservation_passengers",
+}
 USERS = ("mia_li_3668", "chen_jackson_3290", "olivia_gonzalez_2305", "sofia_kim_7287")
 
 
@@ -68,7 +76,11 @@ def _pools(state: dict[str, Any]) -> dict[str, list[Any]]:
 
 def _random_call(rng: random.Random, pools: dict[str, list[Any]]) -> tuple[Any, Any]:
     name = rng.choice([*TOOLS, *TOOLS, "unknown_tool", None])
-    spec = list(TOOLS[name].invoke.__code__.co_varnames[1 : TOOLS[name].invoke.__code__.co_argcount]) if name in TOOLS else []
+    spec = (
+        list(TOOLS[name].invoke.__code__.co_varnames[1 : TOOLS[name].invoke.__code__.co_argcount])
+        if name in TOOLS
+        else []
+    )
     arguments = {arg: rng.choice(pools[arg]) for arg in spec if rng.random() > 0.05}
     if rng.random() < 0.05:
         arguments["surprise"] = 1
@@ -77,24 +89,81 @@ def _random_call(rng: random.Random, pools: dict[str, list[Any]]) -> tuple[Any, 
     return name, arguments
 
 
+def _plausible_call(rng: random.Random, state: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A write that can succeed on the current state, so copy-on-write is exercised on real changes."""
+    users, reservations = state["users"], state["reservations"]
+    rid = rng.choice(list(reservations))
+    reservation = reservations[rid]
+    owner = users[reservation["user_id"]]
+    payment_id = rng.choice(list(owner["payment_methods"]))
+    kind = rng.choice(["bags", "flights", "passengers", "book", "certificate", "cancel"])
+    if kind == "bags":
+        more = reservation["nonfree_baggages"] + rng.randint(0, 2)
+        return "update_reservation_baggages", {
+            "reservation_id": rid,
+            "total_baggages": more,
+            "nonfree_baggages": more,
+            "payment_id": payment_id,
+        }
+    if kind == "flights":
+        segments = [{"flight_number": f["flight_number"], "date": f["date"]} for f in reservation["flights"]]
+        cabin = rng.choice(["basic_economy", "economy", "business"])
+        return "update_reservation_flights", {
+            "reservation_id": rid,
+            "cabin": cabin,
+            "flights": segments,
+            "payment_id": payment_id,
+        }
+    if kind == "passengers":
+        people = [
+            {"first_name": "P", "last_name": str(i), "dob": "1990-01-01"} for i in range(len(reservation["passengers"]))
+        ]
+        return "update_reservation_passengers", {"reservation_id": rid, "passengers": people}
+    if kind == "certificate":
+        return "send_certificate", {"user_id": reservation["user_id"], "amount": rng.choice([50, 100, 150])}
+    if kind == "cancel":
+        return "cancel_reservation", {"reservation_id": rid}
+    number = rng.choice(["HAT170", "HAT290"])
+    flight = state["flights"][number]
+    date = rng.choice([d for d, e in flight["dates"].items() if e["status"] == "available"])
+    price = flight["dates"][date]["prices"]["economy"]
+    return "book_reservation", {
+        "user_id": reservation["user_id"],
+        "origin": flight["origin"],
+        "destination": flight["destination"],
+        "flight_type": "one_way",
+        "cabin": "economy",
+        "flights": [{"flight_number": number, "date": date}],
+        "passengers": [{"first_name": "A", "last_name": "B", "dob": "1990-01-01"}],
+        "payment_methods": [{"payment_id": payment_id, "amount": price}],
+        "total_baggages": 0,
+        "nonfree_baggages": 0,
+        "insurance": "no",
+    }
+
+
 def test_random_sequences_never_raise_and_copy_on_write_agrees(start):
     pools = _pools(start)
     before = json.dumps(start)
     rng = random.Random(20240515)
     deep, shared = AirlineEnvironment(), AirlineEnvironment()
-    calls = 0
+    calls = written = 0
     for _ in range(150):
         deep.reset(start)
         shared.reset(start, share_unchanged=True)
         for _ in range(rng.randint(1, 25)):
-            name, arguments = _random_call(rng, pools)
+            if rng.random() < 0.5:
+                name, arguments = _random_call(rng, pools)
+            else:
+                name, arguments = _plausible_call(rng, deep.state)
             first, second = deep.call(name, arguments), shared.call(name, arguments)
             assert isinstance(first, str) and first == second, (name, arguments)
             calls += 1
+            written += name in _WRITES and first.startswith(("{", "Certificate"))
         assert deep.state == shared.state
         json.dumps(deep.state)  # the world stays JSON
     assert json.dumps(start) == before, "a call wrote through to the initial state"
-    assert calls > 1500
+    assert calls > 1500 and written > 300
 
 
 JSON = st.recursive(
@@ -155,8 +224,12 @@ def _expression(rng: random.Random, depth: int = 0) -> str:
     if roll < 0.55:
         return "(" + _expression(rng, depth + 1) + ")(" + rng.choice(["", "*", "**"]) + rng.choice(["", *ATOMS]) + ")"
     if roll < 0.6:
-        return rng.choice(ATOMS) + rng.choice(["**", " ** "]) + rng.choice(["-", ""]) + rng.choice(ATOMS)  # bounded powers
-    return _expression(rng, depth + 1) + rng.choice(["+", "-", "*", "/", "//", " * ", " / "]) + _expression(rng, depth + 1)
+        return (
+            rng.choice(ATOMS) + rng.choice(["**", " ** "]) + rng.choice(["-", ""]) + rng.choice(ATOMS)
+        )  # bounded powers
+    return (
+        _expression(rng, depth + 1) + rng.choice(["+", "-", "*", "/", "//", " * ", " / "]) + _expression(rng, depth + 1)
+    )
 
 
 def test_calculate_matches_the_reference_semantics():

@@ -41,10 +41,11 @@ class AirlineDomain(Domain):
         r"HAT\d{3}",
         r"[A-Z0-9]{6}",
     )
+    # Keyed by the engine's failure modes (evaluation.failure_modes.MODES).
     failure_hints: ClassVar[Mapping[str, str]] = {
-        "wrong_write": "Changed a reservation against the policy (basic economy change, cancellation outside the rules).",
-        "missed_write": "Did not make the change the customer was entitled to.",
-        "needless_transfer": "Transferred a request the tools could handle.",
+        "policy_violation": "a change the policy forbids: a basic-economy flight change, a cancellation outside the rules",
+        "unnecessary_escalation": "a transfer for a request the tools could handle",
+        "wrong_arguments": "a reservation, flight or payment id copied wrong, or a price or bag count miscalculated",
     }
     personas: ClassVar[tuple[str, ...]] = ("polite", "terse", "confused", "angry", "demanding")
 
@@ -91,3 +92,13 @@ class AirlineDomain(Domain):
 
     def scenario_facts(self, user_scenario: Mapping[str, Any]) -> CustomerFacts:
         return intents.scenario_facts(user_scenario)
+
+    def traffic(self) -> Any:
+        from domains.airline.traffic import AirlineTraffic  # loads the world only when asked for
+
+        return AirlineTraffic()
+
+    def rules_agent(self, **options: Any) -> Any:
+        from domains.airline.rules_agent import AirlineRulesAgent
+
+        return AirlineRulesAgent(**options)

@@ -77,7 +77,9 @@ class AirlineEnvironment:
         state then shares unchanged records with `initial_state`, to be read, not mutated.
         Other options are ignored."""
         if not isinstance(initial_state, Mapping):
-            raise TypeError(f"initial_state must be an object of tables {list(TABLES)}, not {type(initial_state).__name__}")
+            raise TypeError(
+                f"initial_state must be an object of tables {list(TABLES)}, not {type(initial_state).__name__}"
+            )
         names = list(TABLES) + [name for name in initial_state if name not in TABLES]
         if options.get("share_unchanged"):
             self._state = {name: _shallow(initial_state.get(name)) for name in names}
@@ -124,10 +126,17 @@ class AirlineEnvironment:
         elif name in _RESERVATION_WRITES:
             rid = kwargs.get("reservation_id")
             targets.append(("reservations", rid))
-            record = self._state["reservations"].get(rid) if isinstance(rid, str) else None
+            table = self._state.get("reservations")
+            record = table.get(rid) if isinstance(rid, str) and isinstance(table, dict) else None
             if isinstance(record, Mapping):
                 targets.append(("users", record.get("user_id")))
         for table, key in targets:
-            if isinstance(key, str) and (table, key) not in self._owned and key in self._state[table]:
-                self._state[table][key] = copy_json(self._state[table][key])
+            records = self._state.get(table)
+            if (
+                isinstance(key, str)
+                and isinstance(records, dict)
+                and (table, key) not in self._owned
+                and key in records
+            ):
+                records[key] = copy_json(records[key])
                 self._owned.add((table, key))

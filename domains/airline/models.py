@@ -113,7 +113,9 @@ def _describe(error: Mapping[str, Any]) -> str:
 def validate_state(initial_state: Any) -> dict[str, Any]:
     """The caller's tables after the checks; ValueError names the table, the record and the rule."""
     if not isinstance(initial_state, Mapping):
-        raise ValueError(f"initial_state must be an object of tables users, reservations, flights, not {type(initial_state).__name__}")
+        raise ValueError(
+            f"initial_state must be an object of tables users, reservations, flights, not {type(initial_state).__name__}"
+        )
     state = dict(initial_state)
     try:
         AirlineState.model_validate(state)

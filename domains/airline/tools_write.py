@@ -106,9 +106,9 @@ class BookReservation:
             payment_id, amount = payment["payment_id"], payment["amount"]
             if payment_id not in user["payment_methods"]:
                 return f"Error: payment method {payment_id} not found"
-            if user["payment_methods"][payment_id]["source"] in ("gift_card", "certificate"):
-                if user["payment_methods"][payment_id]["amount"] < amount:
-                    return f"Error: not enough balance in payment method {payment_id}"
+            method = user["payment_methods"][payment_id]
+            if method["source"] in ("gift_card", "certificate") and method["amount"] < amount:
+                return f"Error: not enough balance in payment method {payment_id}"
         paid = sum(payment["amount"] for payment in payment_methods)
         if paid != total:
             return f"Error: payment amount does not add up, total price is {total}, but paid {paid}"

@@ -118,9 +118,12 @@ def generic_simulate(
             if row is None:
                 raise TrafficConfigError(f"no {intent!r} scenario in {_DRAWS} draws from this {domain.name} world")
             drawn.append((rng, {**row, "domain": domain.name}))
-        conversations = [
-            start_conversation(row, rng.randrange(2**31), customer_id=row["customer_id"]) for rng, row in drawn
-        ]
+        conversations = []
+        for index, (rng, row) in enumerate(drawn):
+            task_id, conv_seed = f"{day.isoformat()}:{index}", rng.randrange(2**31)
+            if hasattr(agent, "plan"):  # a rules agent scripts each conversation from its routed scenario
+                agent.plan(task_id, row, conv_seed)
+            conversations.append(start_conversation(row, conv_seed, task_id=task_id, customer_id=row["customer_id"]))
         roll_out(agent, conversations, max_turns=max_turns)
         lines, outcomes = [], Counter()
         for index, ((rng, row), conv, offset) in enumerate(zip(drawn, conversations, offsets)):
