@@ -8,11 +8,13 @@ import dagster as dg
 from assets.handoffs import ValidatedWindow, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import DuckDBStore, HomeResource
+from assets.weekdata import run_domain
 from dataplane.ingest import ingest_paths
 from dataplane.landing import ingested_since
 from dataplane.splits import customers_in_several_splits, split_counts, split_window
 from dataplane.validation import validate_window
 from dataplane.window import cut_window, window_frame, window_records
+from domains.registry import DEFAULT_DOMAIN
 
 DATA_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
 # The landing sensor ingests files as they land, so by Monday this run may find nothing new: the
@@ -100,12 +102,16 @@ def interaction_window(
     home: HomeResource,
     store: DuckDBStore,
 ):
-    """The last N interactions that ended before the week's end, validated by Great Expectations."""
-    h = home.home
+    """The last N interactions of the run's domain that ended before the week's end, validated by
+    Great Expectations."""
+    h, domain = home.home, run_domain(context)
     with store.connect(h) as con:
-        info = cut_window(con, week_end(context.partition_key), size=config.size)
-        frame = window_frame(con, info.week)
-    report = validate_window(frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows, name=info.week)
+        info = cut_window(con, week_end(context.partition_key), size=config.size, domain=domain)
+        frame = window_frame(con, info.week, domain)
+    name = info.week if domain == DEFAULT_DOMAIN else f"{domain}-{info.week}"
+    report = validate_window(
+        frame, h, min_gold_share=config.min_gold_share, min_rows=config.min_rows, name=name, domain=domain
+    )
     yield from _window_checks(report, info, raw_interactions, config)
     yield dg.MaterializeResult(
         value=ValidatedWindow(
@@ -113,8 +119,10 @@ def interaction_window(
             validation_success=report.success,
             validation_path=str(report.results_path),
             failed_expectations=tuple(report.failed),
+            domain=domain,
         ),
         metadata={
+            "domain": domain,
             "rows": info.rows,
             "content_hash": info.content_hash,
             "iso_week": info.week,
@@ -185,7 +193,8 @@ def window_splits(
     """Train / calibration / shadow by a stable hash of customer_id; held-out customers never train."""
     fractions = (config.train, config.calibration, config.shadow)
     with store.connect(home.home, read_only=True) as con:
-        splits = split_window(window_records(con, interaction_window.week), fractions)
+        domain = interaction_window.domain
+        splits = split_window(window_records(con, interaction_window.week, domain), fractions, domain=domain)
     counts = split_counts(splits)
     overlap = customers_in_several_splits(splits)
     yield dg.AssetCheckResult(
@@ -199,6 +208,7 @@ def window_splits(
             counts=counts,
             fractions=fractions,
             window_hash=interaction_window.content_hash,
+            domain=interaction_window.domain,
         ),
-        metadata=dict(counts),
+        metadata={**counts, "domain": interaction_window.domain},
     )

@@ -11,6 +11,7 @@ from datetime import date, timedelta
 
 import dagster as dg
 
+from domains.registry import DEFAULT_DOMAIN
 from evaluation.decision import PromotionDecision
 
 PROMOTION_ASSET = dg.AssetKey("promotion_gate")
@@ -34,15 +35,27 @@ def decision_from_metadata(metadata: dict, week: str, run_id: str | None = None)
     return PromotionDecision.from_dict(entry.value)
 
 
-def latest_decision(instance: dg.DagsterInstance, week: str) -> PromotionDecision | None:
-    """The most recent promotion decision recorded for `week`, or None when the week has none."""
+# Decisions of one week of every domain share the asset's partition; how far back to look for the
+# newest of one domain (a week is re-run a handful of times at most).
+_DECISIONS_SCANNED = 50
+
+
+def decision_domain(metadata: dict) -> str:
+    """The domain a promotion_gate materialisation decided for (before domains: the default)."""
+    entry = metadata.get("domain")
+    return str(entry.value) if entry is not None else DEFAULT_DOMAIN
+
+
+def latest_decision(instance: dg.DagsterInstance, week: str, domain: str = DEFAULT_DOMAIN) -> PromotionDecision | None:
+    """The most recent promotion decision recorded for `week` of `domain`, or None when it has none."""
     result = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=PROMOTION_ASSET, asset_partitions=[week]), limit=1
+        dg.AssetRecordsFilter(asset_key=PROMOTION_ASSET, asset_partitions=[week]), limit=_DECISIONS_SCANNED
     )
-    if not result.records:
-        return None
-    record = result.records[0]
-    return decision_from_metadata(record.asset_materialization.metadata, week, record.run_id)
+    for record in result.records:
+        metadata = record.asset_materialization.metadata
+        if decision_domain(metadata) == domain:
+            return decision_from_metadata(metadata, week, record.run_id)
+    return None
 
 
 def run_decision(result: dg.ExecuteInProcessResult, week: str) -> PromotionDecision | None:

@@ -127,7 +127,7 @@ def calibration_report(
     frozen first when enough eligible interactions accrued (`calibration_refresh_after`). Reward
     alignment scores the proxy reward against the labels of the interactions served this week.
     """
-    h, week = home.home, context.partition_key
+    h, week, domain = home.home, context.partition_key, window_splits.domain
     splits = split_records(h, store, window_splits)
     # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
     weights = run_reward_weights(grpo_candidate)
@@ -140,15 +140,18 @@ def calibration_report(
                 before=end,
                 refresh_after=config.calibration_refresh_after,
                 split_of=_split_fn(window_splits),
+                domain=domain,
             )
         except ValueError as err:  # EvalSetError, or a calibration_refresh_after below 1
             raise dg.Failure(f"week {week}: no calibration version to evaluate on: {err}") from err
         records = chosen.version.records(con)
         labels = read_week_labels(con, week, end - timedelta(days=7), end)
     yield _never_trained_on(splits, records)
-    evaluated = at_level(records, curriculum.level)[: config.max_tasks]
+    evaluated = at_level(records, curriculum.level_for(domain))[: config.max_tasks]
     if not evaluated:
-        raise dg.Failure(f"no calibration task at curriculum level {curriculum.level} among {len(records)} records")
+        raise dg.Failure(
+            f"no calibration task at curriculum level {curriculum.level_for(domain)} among {len(records)} records"
+        )
     context.log.info(
         f"calibration {chosen.version.version}: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline"
     )
@@ -162,7 +165,7 @@ def calibration_report(
         max_turns=config.max_turns,
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
-        tools=curriculum.tools,
+        tools=curriculum.tools_for(domain),
         reward_weights=weights,
     )
     alignment = measure_alignment(labels, weights)
@@ -239,7 +242,7 @@ def shadow_report(
     The set is drawn from the whole stored log up to the week's end, newest first (a short window is
     topped up with older conversations); its metadata says how many came from the window.
     """
-    h = home.home
+    h, domain = home.home, window_splits.domain
     splits = split_records(h, store, window_splits)
     with store.connect(h) as con:
         try:
@@ -249,19 +252,20 @@ def shadow_report(
                 week_end(context.partition_key),
                 size=config.shadow_size,
                 split_of=_split_fn(window_splits),
+                domain=domain,
             )
         except EvalSetError as err:
             raise dg.Failure(f"shadow set: {err}") from err
         records = shadow.records(con)
-        found = shadow_counts(shadow, window_ids(con, window_splits.week), config.shadow_size)
+        found = shadow_counts(shadow, window_ids(con, window_splits.week, domain), config.shadow_size)
     yield _never_trained_on(splits, records)
     context.log.info(
         f"shadow: {found['found']} conversations of {found['requested']} requested "
         f"({found['found_in_window']} in the window, {found['found_before_window']} before it), candidate and baseline"
     )
-    records = at_level(records, curriculum.level)
+    records = at_level(records, curriculum.level_for(domain))
     if not records:
-        raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level}")
+        raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level_for(domain)}")
     pair = evaluate_pair(
         grpo_candidate.path,
         policy_base.path,
@@ -271,7 +275,7 @@ def shadow_report(
         max_turns=config.max_turns,
         compact=config.compact,
         max_new_tokens=config.max_new_tokens,
-        tools=curriculum.tools,
+        tools=curriculum.tools_for(domain),
         reward_weights=run_reward_weights(grpo_candidate),
     )
     report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dataplane.window import WindowInfo
+from domains.registry import DEFAULT_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class ValidatedWindow(WindowInfo):
     validation_success: bool
     validation_path: str
     failed_expectations: tuple[str, ...] = ()
+    domain: str = DEFAULT_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class WindowSplits:
     counts: dict[str, int]
     fractions: tuple[float, float, float]
     window_hash: str
+    domain: str = DEFAULT_DOMAIN
 
 
 @dataclass(frozen=True)

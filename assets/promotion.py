@@ -132,7 +132,7 @@ def promotion_gate(
     mlflow: MLflowTracking,
 ):
     """The promotion decision with every gate's value, threshold and verdict (logged to MLflow on every decision)."""
-    h, week = home.home, context.partition_key
+    h, week, domain = home.home, context.partition_key, interaction_window.domain
     candidate, baseline = outcomes(calibration_report.pair, shadow_report.pair)
     report = evaluate_gates(
         GateInputs(
@@ -150,7 +150,7 @@ def promotion_gate(
         ),
         GateConfig(**config.model_dump()),
     )
-    previous = latest_decision(context.instance, previous_week(week))
+    previous = latest_decision(context.instance, previous_week(week), domain)
     modes = dict(calibration_report.pair.candidate.failure_modes)
     rises = tuple(compare_weeks(previous.failure_modes, modes)) if previous else ()
     summaries = _summaries(calibration_report, shadow_report)
@@ -199,9 +199,11 @@ def promotion_gate(
         ),
         run_id=grpo_candidate.mlflow_run_id,
         artifact_location=h.mlflow_artifacts.as_uri(),
+        experiment_name=mlflow.experiment_for(domain),
     )
     lineage = {
         "week": week,
+        "domain": domain,
         "window_hash": interaction_window.content_hash,
         "validation": "passed" if interaction_window.validation_success else "failed",
         "run_id": run_id,
@@ -215,7 +217,7 @@ def promotion_gate(
         "violation_rate": candidate.violation_rate,
         "base_model": policy_base.path,
         # What the live watch compares the served traffic with, should this candidate become champion.
-        EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution),
+        EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution, domain),
     }
     decision = PromotionDecision(week, report, grpo_candidate.path, lineage, run_id, summaries, modes, rises)
     for gate in report.gates:
@@ -226,6 +228,7 @@ def promotion_gate(
         value=decision,
         metadata={
             "decision": decision.decision,
+            "domain": domain,
             "reason": decision.reason,
             "baseline_kind": report.baseline_kind,
             "mlflow_run_id": run_id,

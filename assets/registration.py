@@ -6,6 +6,7 @@ import dagster as dg
 from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
+from assets.weekdata import run_domain
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
 from evaluation.registry import (
     ModelDirError,
@@ -45,7 +46,8 @@ def first_champion(
     (its own shadow success) to hold it to. The candidate still becomes champion only through
     `registered_model`, after every gate passed against this same base model.
     """
-    h = home.home
+    h, domain = home.home, interaction_window.domain
+    model = mlflow.model_for(domain)
     if policy_base.source == "champion":
         version, reason = None, f"a champion exists (v{policy_base.champion_version})"
     else:
@@ -57,7 +59,8 @@ def first_champion(
             "calibration_success": calibration_report.pair.baseline.summary["success_rate"],
             "violation_rate": base.violation_rate,
             "dagster_run_id": context.run_id,
-            EVALUATED_MIX_TAG: fold_unknown_tools(base.tool_distribution),  # the live watch's reference for its traffic
+            # the live watch's reference for its traffic
+            EVALUATED_MIX_TAG: fold_unknown_tools(base.tool_distribution, domain),
         }
         try:
             version = register_base_champion(
@@ -65,14 +68,14 @@ def first_champion(
                 policy_base.path,
                 context.partition_key,
                 lineage,
-                name=mlflow.model_name,
+                name=model,
                 run_id=grpo_candidate.mlflow_run_id,
                 artifact_location=h.mlflow_artifacts.as_uri(),
             )
         except ModelDirError as err:
             raise dg.Failure(str(err), allow_retries=False) from err
         reason = "registered the base model" if version is not None else "a champion exists"
-    champion = champion_info(mlflow.uri(h), mlflow.model_name)
+    champion = champion_info(mlflow.uri(h), model)
     context.log.info(reason)
     return dg.MaterializeResult(
         value=FirstChampion(version, reason),
@@ -104,7 +107,7 @@ def registered_model(
     if promotion_gate.decision != "promote":
         context.log.info(f"not registered: decision {promotion_gate.decision} ({promotion_gate.reason})")
         return
-    h = home.home
+    h, model = home.home, mlflow.model_for(run_domain(context))
     try:
         version = register_candidate(
             mlflow.uri(h),
@@ -112,21 +115,21 @@ def registered_model(
             context.partition_key,
             promotion_gate.lineage,
             promotion_gate.report,
-            name=mlflow.model_name,
+            name=model,
             run_id=promotion_gate.mlflow_run_id,
             artifact_location=h.mlflow_artifacts.as_uri(),
         )
     except (ModelDirError, NotPromotableError) as err:
         # Not transient: retrying cannot help, so fail at once (MLflow outages still retry).
         raise dg.Failure(str(err), allow_retries=False) from err
-    champion = champion_info(mlflow.uri(h), mlflow.model_name)
+    champion = champion_info(mlflow.uri(h), model)
     yield dg.MaterializeResult(
-        value=RegisteredVersion(mlflow.model_name, version),
+        value=RegisteredVersion(model, version),
         metadata={
-            "model": mlflow.model_name,
+            "model": model,
             "version": version,
             "previous_champion": champion.previous_version if champion else None,
-            "policy_version": f"{mlflow.model_name}/{version}",
+            "policy_version": f"{model}/{version}",
         },
     )
 
@@ -134,10 +137,10 @@ def registered_model(
 @dg.asset_check(asset=registered_model, blocking=True)
 def champion_is_this_version(context: dg.AssetCheckExecutionContext, home: HomeResource, mlflow: MLflowTracking):
     """After a registration, `champion` points at this week's version (runs only when one was registered)."""
-    week = context.run.tags["dagster/partition"]
+    week, model = context.run.tags["dagster/partition"], mlflow.model_for(run_domain(context))
     uri = mlflow.uri(home.home)
-    version = find_week_version(uri, week, mlflow.model_name)
-    champion = champion_info(uri, mlflow.model_name)
+    version = find_week_version(uri, week, model)
+    champion = champion_info(uri, model)
     return dg.AssetCheckResult(
         passed=version is not None and champion is not None and champion.version == version,
         metadata={"week": week, "version": version, "champion": champion.version if champion else None},

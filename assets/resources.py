@@ -16,8 +16,9 @@ from pydantic import field_validator
 from assets.configs import setting_field
 from dataplane.home import Home
 from dataplane.store import open_store
-from evaluation.registry import DEFAULT_MODEL_NAME, mlflow_client
-from training.curriculum import CurriculumError, parse_mix, tools_for_levels
+from domains.registry import DEFAULT_DOMAIN
+from evaluation.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_client
+from training.curriculum import CurriculumError, levels_for_domain, parse_mix, tools_for_levels
 from training.grpo_config import GRPORunConfig
 
 
@@ -69,6 +70,15 @@ class MLflowTracking(dg.ConfigurableResource):
     model_name: str = DEFAULT_MODEL_NAME
     ui_url: str | None = None  # where people open the MLflow UI, for links in metadata
 
+    def model_for(self, domain: str) -> str:
+        """The registered model of `domain`: the configured name for the default domain, else
+        `<domain>-agent` (each domain has its own champion)."""
+        return self.model_name if domain == DEFAULT_DOMAIN else f"{domain}-agent"
+
+    def experiment_for(self, domain: str) -> str:
+        """The MLflow experiment of `domain`'s weekly runs."""
+        return DEFAULT_EXPERIMENT if domain == DEFAULT_DOMAIN else f"{domain}-agent-weekly"
+
     @classmethod
     def from_env(cls) -> MLflowTracking:
         """The MLflow settings as the environment sets them: the one place that reads
@@ -110,10 +120,18 @@ class Curriculum(dg.ConfigurableResource):
         """The hardest level of the mix: the task form a policy trained on it is warm-started and judged on."""
         return max(parse_mix(self.levels))
 
-    @property
-    def tools(self) -> tuple[str, ...] | None:
-        """The tools offered at this curriculum (None: all), the same for SFT, GRPO and evaluation."""
-        return tools_for_levels(self.levels)
+    def levels_for(self, domain: str = DEFAULT_DOMAIN) -> dict[str, float]:
+        """The mix as `domain` can follow it (`training.curriculum.levels_for_domain`)."""
+        return levels_for_domain(self.levels, domain)
+
+    def level_for(self, domain: str = DEFAULT_DOMAIN) -> int:
+        """The hardest level of the domain's mix: the task form its policy is warm-started and judged on."""
+        return max(parse_mix(self.levels_for(domain)))
+
+    def tools_for(self, domain: str = DEFAULT_DOMAIN) -> tuple[str, ...] | None:
+        """The tools offered at this curriculum in `domain` (None: all), the same for SFT, GRPO
+        and evaluation."""
+        return tools_for_levels(self.levels_for(domain), domain)
 
 
 def default_resources() -> dict:

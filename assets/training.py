@@ -16,7 +16,7 @@ from assets.partitions import weekly_partitions
 from assets.pipes_reporter import SPEC as PIPES_REPORTER
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, train_records, week_dir
-from domains.registry import load_domain
+from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.registry import champion_info, local_champion
 from evaluation.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
@@ -70,6 +70,7 @@ SUPPLIED_BY_ASSET = (
     "records_path",
     "records",
     "levels",  # the run's curriculum resource
+    "domain",  # the run's domain tag
     "mlflow_tracking_uri",
     "mlflow_run_id",
 )
@@ -94,9 +95,12 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
 SCRATCH_BASE = "scratch"  # `base_model` value: build the tiny model here instead of the shipped agent
 
 
-def _base_model_path(config: _PolicyKnobs, models: Path, train: list[dict]) -> Path:
-    """The folder of the configured base model; the shipped agent only once it matches its manifest."""
-    if config.base_model == SCRATCH_BASE:
+def _base_model_path(config: _PolicyKnobs, models: Path, train: list[dict], domain: str = DEFAULT_DOMAIN) -> Path:
+    """The folder of the configured base model; the shipped agent only once it matches its manifest.
+
+    The shipped agent serves the default domain; another domain with no base model configured
+    starts from a tiny model built here on its own tools (there is no shipped agent of it)."""
+    if config.base_model == SCRATCH_BASE or (not config.base_model and domain != DEFAULT_DOMAIN):
         return ensure_base_policy(models, train, copy_steps=config.copy_pretrain_steps)
     if not config.base_model:
         try:
@@ -137,19 +141,21 @@ def policy_base(
     curriculum: Curriculum,
 ):
     """The model this week starts from: the MLflow champion, else the (warm-started) base model."""
-    h = home.home
-    level = curriculum.level
+    h, domain = home.home, window_splits.domain
+    level, tools, model = curriculum.level_for(domain), curriculum.tools_for(domain), mlflow.model_for(domain)
     train = train_records(h, store, window_splits)
-    champion = champion_info(mlflow.uri(h), mlflow.model_name) if config.use_champion else None
+    champion = champion_info(mlflow.uri(h), model) if config.use_champion else None
     if champion is not None:
-        path = local_champion(mlflow.uri(h), h.models, champion, mlflow.model_name)
+        path = local_champion(mlflow.uri(h), h.models, champion, model)
         context.log.info(f"starting from champion v{champion.version} at {path}")
         source, sft = "champion", None
     else:
-        path = _base_model_path(config, h.models, train)
+        path = _base_model_path(config, h.models, train, domain)
         source, sft = "base_model", None
-        if config.sft_warm_start:
-            settings = SFTSettings(tools=curriculum.tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
+        # A tiny model built here for a domain without a shipped agent cannot act before it
+        # imitates the window's verified conversations (the legacy agent's): always warm-start it.
+        if config.sft_warm_start or (not config.base_model and domain != DEFAULT_DOMAIN):
+            settings = SFTSettings(tools=tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
             # Named after what it warm-starts and how (another base folder, other SFT settings,
             # another level or trajectory format get their own folder), so a cached warm start is
             # reused only when it is the one this configuration would train.
@@ -163,7 +169,7 @@ def policy_base(
                 )
                 sft = warm_start(path, demos, warm, settings)
             path = warm
-    rate = _probe_tool_calls(str(path), at_level(train, level), config.probe_prompts, curriculum.tools)
+    rate = _probe_tool_calls(str(path), at_level(train, level), config.probe_prompts, tools)
     yield dg.AssetCheckResult(
         check_name="policy_emits_tool_calls",
         passed=rate >= config.min_tool_call_rate,
@@ -239,11 +245,11 @@ def grpo_candidate(
     pipes_subprocess_client: dg.PipesSubprocessClient,
 ):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
-    h = home.home
+    h, domain = home.home, window_splits.domain
     # Checkpoints belong to one run: a retry of it (same root run) resumes them, while a new run
     # of the same week trains afresh instead of resuming last time's finished model.
     root_run = context.run.tags.get("dagster/root_run_id", context.run_id)
-    out = week_dir(h, context.partition_key) / f"run-{root_run[:8]}"
+    out = week_dir(h, context.partition_key, domain) / f"run-{root_run[:8]}"
     out.mkdir(exist_ok=True)
     records_path = out / "train_records.jsonl"
     with records_path.open("w") as handle:
@@ -253,7 +259,8 @@ def grpo_candidate(
         model_path=policy_base.path,
         output_dir=str(out / "grpo"),
         records_path=str(records_path),
-        levels=curriculum.levels,
+        domain=domain,
+        levels=curriculum.levels_for(domain),
         **dataclass_kwargs(config, GRPORunConfig),
     )
     try:
@@ -262,7 +269,11 @@ def grpo_candidate(
         # A bad setting fails the same way on every retry: say so before any compute or MLflow run.
         raise dg.Failure(str(err), allow_retries=False) from err
     run_id = open_week_run(
-        mlflow.uri(h), context.partition_key, context.run_id, artifact_location=h.mlflow_artifacts.as_uri()
+        mlflow.uri(h),
+        context.partition_key,
+        context.run_id,
+        artifact_location=h.mlflow_artifacts.as_uri(),
+        experiment_name=mlflow.experiment_for(domain),
     )
     run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
     config_path = out / "grpo_config.json"

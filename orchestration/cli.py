@@ -18,7 +18,7 @@ from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
 from dataplane.readers import FORMATS
 from dataplane.record_schema import record_schema_text
-from domains.registry import DomainNotFoundError
+from domains.registry import DomainNotFoundError, load_domain
 from evaluation.gates import ApprovalError
 from evaluation.pause import PauseStateError
 from evaluation.registry import RegistryError
@@ -78,6 +78,23 @@ def _cmd_domains(args: argparse.Namespace) -> int:
     return 1 if any("error" in row for row in listing) else 0
 
 
+def _domain_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--domain",
+        default=DEFAULT_DOMAIN,
+        type=_installed_domain,
+        help=f"the domain (default {DEFAULT_DOMAIN}; `retrain domains` lists the installed ones)",
+    )
+
+
+def _installed_domain(name: str) -> str:
+    try:
+        load_domain(name)
+    except DomainNotFoundError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    return name
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     drift = {}
     if args.drift_day is not None:
@@ -86,18 +103,26 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         drift["intent_mix_from_day"] = args.intent_shift_day
     if args.degrade_day is not None:
         drift["degraded_agent_from_day"] = args.degrade_day
+    # Options only some domains' traffic knows are passed only when used, so a domain whose
+    # traffic has no such option refuses them by name instead of ignoring them.
+    extra = {"drift": drift} if drift else {}
+    if args.policy_version:
+        extra["policy_version"] = args.policy_version
     try:
+        if args.served_by:
+            served = serving_policy(args.served_by, args.domain)
+            extra["policy"] = served
+            if load_domain(args.domain).level1 is not None:
+                extra["level"] = 1
         summary = simulate(
+            domain=args.domain,
             days=args.days,
             per_day=args.per_day,
             seed=args.seed,
             out_dir=args.out,
             start=args.start,
             world=args.world,
-            drift=drift or None,
-            policy_version=args.policy_version,
-            policy=serving_policy(args.served_by) if args.served_by else None,
-            level=1 if args.served_by else None,
+            **extra,
         )
     except (ValueError, FileNotFoundError) as err:  # ModelLoadError is a ValueError
         raise CliError(str(err)) from err
@@ -107,7 +132,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_import_tasks(args: argparse.Namespace) -> int:
     try:
-        summary = import_tasks(args.file, args.world, args.out)
+        summary = import_tasks(args.file, args.world, args.out, domain=args.domain)
     except (ValueError, FileNotFoundError) as err:
         raise CliError(str(err)) from err
     print(json.dumps(summary, indent=2, sort_keys=True, default=str))
@@ -116,15 +141,17 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
-        result = run_week(args.week, config_file=args.config)
+        result = run_week(args.week, config_file=args.config, domain=args.domain)
     except (WeekError, FileNotFoundError, json.JSONDecodeError, RunConfigFileError) as err:
         raise CliError(str(err)) from err
     except RetrainBusyError as err:
         raise CliError(str(err), code=1) from err
     print(
-        f"week {result.week}: {'succeeded' if result.success else 'did not complete'} "
+        f"week {result.week} ({args.domain}): {'succeeded' if result.success else 'did not complete'} "
         f"(dagster run {result.run_id}); materialized: {', '.join(result.materialized) or 'nothing'}"
     )
+    if result.decision is not None:
+        print(f"decision: {result.decision.decision} ({result.decision.reason})")
     return 0 if result.success else 1
 
 
@@ -168,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the weekly retrain for one week through Dagster")
     p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD)")
     p.add_argument("--config", help="YAML or JSON run config (Dagster run_config ops section)")
+    _domain_option(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ingest", help="ingest interaction files into DuckDB")
@@ -202,8 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (e.g. $RETRAIN_HOME/landing)")
     p.add_argument("--start", help="first day, YYYY-MM-DD (default: DAYS days before today)")
-    p.add_argument("--world", help="a world folder (one <table>.json per table of the domain); default: the generated world")
-    p.add_argument("--policy-version", default="retail-agent/1", help="policy_version to record")
+    p.add_argument(
+        "--world", help="a world folder (one <table>.json per table of the domain); default: the generated world"
+    )
+    p.add_argument("--policy-version", help="policy_version to record (default: <domain>-agent/1)")
+    _domain_option(p)
     p.add_argument("--drift-day", type=int, help="day index on which (only) the agent over-escalates: action drift")
     p.add_argument("--intent-shift-day", type=int, help="day index from which the intent mix shifts")
     p.add_argument("--degrade-day", type=int, help="day index from which the agent degrades")
@@ -215,10 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_simulate)
 
-    p = sub.add_parser("import-tasks", help="turn retail-world tasks into interaction records")
-    p.add_argument("file", help="tasks JSONL in the retail-world format")
+    p = sub.add_parser("import-tasks", help="turn tau-bench-style tasks into interaction records of a domain")
+    p.add_argument("file", help="tasks JSONL in the tau-bench format (task_id, user_id, instruction, actions, outputs)")
     p.add_argument("--world", required=True, help="the world folder the tasks refer to")
     p.add_argument("--out", required=True, help="output folder")
+    _domain_option(p)
     p.set_defaults(func=_cmd_import_tasks)
 
     p = sub.add_parser(

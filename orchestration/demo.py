@@ -184,10 +184,17 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
     return str(local_champion(uri, home.models, champion, name)), f"{name}/{champion.version}"
 
 
-def serving_policy(path: str) -> HFPolicy:
-    """A model folder as it serves level-1 traffic: greedy, with level 1's tools and the product's
-    rollout length (the settings its calibration figures are measured with)."""
-    return HFPolicy(path, max_new_tokens=EvalConfig().max_new_tokens, tools=load_domain(DEFAULT_DOMAIN).level1.tools)
+def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> HFPolicy:
+    """A model folder as it serves traffic of `domain`: greedy, with the domain's level-1 tools when
+    it has a level 1 (the level-1 shop), and the product's rollout length (the settings its
+    calibration figures are measured with)."""
+    level1 = load_domain(domain).level1
+    return HFPolicy(
+        path,
+        max_new_tokens=EvalConfig().max_new_tokens,
+        tools=level1.tools if level1 is not None else None,
+        domain=domain,
+    )
 
 
 def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> dict:

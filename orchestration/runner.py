@@ -14,7 +14,9 @@ import dagster as dg
 from assets.decisions import latest_decision, run_decision
 from assets.partitions import WeekError, week_key, weekly_partitions
 from assets.resources import MLflowTracking
+from assets.weekdata import DOMAIN_TAG
 from dataplane.home import Home
+from domains.registry import DEFAULT_DOMAIN
 from evaluation.decision import PromotionDecision
 from evaluation.gates import ApprovalError, approve
 from evaluation.pause import lift_pause
@@ -78,8 +80,9 @@ def run_week(
     run_config: dict | None = None,
     home: Home | None = None,
     terse: bool = True,
+    domain: str = DEFAULT_DOMAIN,
 ) -> WeekRun:
-    """Materialise every asset of `weekly_retrain` for one week, in this process.
+    """Materialise every asset of `weekly_retrain` for one week of `domain`, in this process.
 
     `terse` swaps Dagster's debug console logger for one progress line per step (the full event
     log is still in the instance, so the UI shows everything)."""
@@ -93,7 +96,13 @@ def run_week(
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
         job = defs.resolve_job_def("weekly_retrain")
-        result = job.execute_in_process(partition_key=key, instance=instance, run_config=config, raise_on_error=False)
+        result = job.execute_in_process(
+            partition_key=key,
+            instance=instance,
+            run_config=config,
+            raise_on_error=False,
+            tags={DOMAIN_TAG: domain},
+        )
     done = sorted({e.asset_key.to_user_string() for e in result.get_asset_materialization_events()})
     return WeekRun(key, result.run_id, result.success, done, run_decision(result, key))
 

@@ -141,6 +141,15 @@ def parse_mix(mix: Mapping[Any, float] | Iterable[int]) -> dict[int, float]:
     return {level: share / total for level, share in sorted(parsed.items()) if share > 0}
 
 
+def levels_for_domain(mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN) -> dict[str, float]:
+    """`mix` as `domain` can follow it: a domain without a level-1 form (`Domain.level1` None)
+    gives level 1's share to level 2, its short tasks as recorded, instead of an empty level."""
+    shares = parse_mix(mix)
+    if load_domain(domain).level1 is None and 1 in shares:
+        shares[2] = shares.get(2, 0.0) + shares.pop(1)
+    return {str(level): share for level, share in sorted(shares.items())}
+
+
 def tools_for_levels(mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN) -> tuple[str, ...] | None:
     """The tools offered to a policy trained or evaluated on `mix`: level 1's own short list when
     level 1 is all there is, else None (every tool). One answer for SFT, GRPO and evaluation, so a

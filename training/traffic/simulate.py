@@ -58,6 +58,18 @@ def _timestamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S+00:00")
 
 
+def _first_day(start: date | str | None, days: int) -> date:
+    """The first simulated day: as given, or (None) the `days` days that ended yesterday (UTC)."""
+    if start is None:
+        return datetime.now(UTC).date() - timedelta(days=days)
+    if isinstance(start, date):
+        return start
+    try:
+        return date.fromisoformat(str(start))
+    except ValueError as err:
+        raise TrafficConfigError(f"start={start!r} is not a date (YYYY-MM-DD)") from err
+
+
 def _mix(mix: Mapping[str, float], domain: Domain) -> dict[str, float]:
     unknown = sorted(set(mix) - set(domain.intents))
     if unknown or not mix or any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
@@ -91,7 +103,7 @@ def generic_simulate(
     if used:
         raise TrafficConfigError(f"domain {domain.name!r} does not simulate {used} (its traffic has no own simulate)")
     days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
-    first = date.fromisoformat(str(start)) if not isinstance(start, date) else start
+    first = _first_day(start, days)
     agent = policy if policy is not None else domain.rules_agent()
     if agent is None:
         raise TrafficConfigError(f"domain {domain.name!r} has no rules agent: give a model to serve the traffic")
