@@ -12,6 +12,7 @@ import dagster as dg
 from assets.configs import config_from_dataclass
 from assets.partitions import daily_partitions
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
+from assets.weekdata import run_domain
 from dataplane.served import records_served_on, served_days
 from evaluation.registry import champion_info
 from evaluation.watch import (
@@ -109,21 +110,23 @@ def live_watch(
 ):
     """The champion's traffic of one day: action drift, reward distribution, failure modes; drift pauses promotions."""
     h, day = home.home, context.partition_key
+    domain = run_domain(context)
+    model = mlflow.model_for(domain)  # each domain's champion is watched on its own traffic
     settings = WatchSettings(**config.model_dump())
     uri = mlflow.uri(h)
-    champion = champion_info(uri, mlflow.model_name)
+    champion = champion_info(uri, model)
     if champion is None:
         for name, limit in zip(WATCH_CHECKS, (settings.max_action_drift, settings.reward_max_ks)):
             yield _check(Finding(name, "not_measured", None, limit, "no champion yet: nothing serves to watch"))
         yield dg.MaterializeResult(metadata={"champion": "none", "interactions": 0})
         return
-    served_by = f"{mlflow.model_name}/{champion.version}"
+    served_by = f"{model}/{champion.version}"
     with store.connect(h, read_only=True) as con:
         records = records_served_on(con, served_by, day)
         reference_on = reference_day(served_days(con, served_by), day, settings.min_interactions)
         reference = records_served_on(con, served_by, reference_on) if reference_on else []
     try:
-        evaluated = evaluated_mix(champion.tags, served_by)
+        evaluated = evaluated_mix(champion.tags, served_by, domain)
     except EvaluatedMixError as err:  # a bad tag stays bad on a retry
         raise dg.Failure(str(err), allow_retries=False) from err
     watch = watch_day(day, served_by, records, evaluated, reference_on, reference, settings)

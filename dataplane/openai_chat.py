@@ -7,7 +7,8 @@ customer id), "messages"}`, the messages as the chat API takes them: assistant `
 with `tool_call_id`. The mapped record then goes through the same contract, scrub, dedup and
 store as a native one; what the log cannot say is derived through the domain, as follows.
 
-- Tool results are paired with their calls by id; a tool message gets its call's name. A tool
+- Tool results are paired with their calls by id; a tool message gets its call's name, and a run
+  of tool messages is put in its calls' order (a native transcript pairs them by position). A tool
   message answering no earlier call quarantines the line (`unknown_tool_call_id`), as does a
   second answer (`tool_call_answered_twice`), a repeated call id (`duplicate_tool_call_id`) and
   arguments that are not a JSON object (`bad_tool_arguments`, naming the call). A call never
@@ -61,6 +62,7 @@ class Call:
     id: str
     name: str
     arguments: dict[str, Any]
+    number: int  # the call's place in the conversation, from 0
     result: str | None = None
 
     @property
@@ -144,6 +146,7 @@ def _messages(raw: Any, rules: DomainRules) -> tuple[list[dict], list[Call]]:
         raise ContractError("wrong_type", f"messages must be a list, got {type(raw).__name__}")
     native: list[dict] = []
     calls: dict[str, Call] = {}  # by id, in call order
+    answers: dict[int, int] = {}  # position in `native` of a tool message -> its call's number
     for i, message in enumerate(raw):
         where = f"messages[{i}]"
         if type(message) is not dict:
@@ -161,7 +164,7 @@ def _messages(raw: Any, rules: DomainRules) -> tuple[list[dict], list[Call]]:
         if role == "assistant" and message.get("tool_calls"):
             out["tool_calls"] = []
             for j, raw_call in enumerate(_list(message["tool_calls"], f"{where}.tool_calls")):
-                call = _call(raw_call, f"{where}.tool_calls[{j}]")
+                call = _call(raw_call, f"{where}.tool_calls[{j}]", len(calls))
                 if call.id in calls:
                     raise ContractError("duplicate_tool_call_id", f"{where}.tool_calls[{j}].id={call.id!r} used twice")
                 calls[call.id] = call
@@ -179,8 +182,22 @@ def _messages(raw: Any, rules: DomainRules) -> tuple[list[dict], list[Call]]:
                 raise ContractError("tool_call_answered_twice", f"{where} answers call {call_id[:100]!r} again")
             call.result = content
             out["name"] = call.name
+            answers[len(native)] = call.number
         native.append(out)
-    return native, list(calls.values())
+    return _in_call_order(native, answers), list(calls.values())
+
+
+def _in_call_order(native: list[dict], answers: dict[int, int]) -> list[dict]:
+    """`native` with each run of consecutive tool messages sorted by the order of their calls."""
+    out, i = list(native), 0
+    while i < len(native):
+        j = i
+        while j in answers:
+            j += 1
+        if j > i + 1:
+            out[i:j] = [native[k] for k in sorted(range(i, j), key=answers.__getitem__)]
+        i = max(j, i + 1)
+    return out
 
 
 def _list(value: Any, where: str) -> list:
@@ -189,7 +206,7 @@ def _list(value: Any, where: str) -> list:
     return value
 
 
-def _call(raw: Any, where: str) -> Call:
+def _call(raw: Any, where: str, number: int) -> Call:
     if type(raw) is not dict or type(raw.get("function")) is not dict:
         raise ContractError("wrong_type", f'{where} must be {{"id", "type": "function", "function": {{...}}}}')
     call_id, kind, function = raw.get("id"), raw.get("type", "function"), raw["function"]
@@ -211,7 +228,7 @@ def _call(raw: Any, where: str) -> Call:
             ) from None
     if type(arguments) is not dict:
         raise ContractError("bad_tool_arguments", f"{label}: arguments must be a JSON object")
-    return Call(call_id, name, arguments)
+    return Call(call_id, name, arguments, number)
 
 
 def _identified(calls: list[Call], rules: DomainRules) -> Any:

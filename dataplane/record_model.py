@@ -33,27 +33,13 @@ from pydantic import with_config as _with_config
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from dataplane.domain_rules import DEFAULT_DOMAIN, DomainLookup
+from dataplane.domain_rules import DEFAULT_DOMAIN, DomainLookup, DomainRules
 from dataplane.errors import ContractError
 from dataplane.jsontext import decode_json
 from dataplane.scrub import find_pii
 from dataplane.timestamps import RFC3339_RE, valid_instant
 
 SCHEMA_VERSION = 1
-# The retail domain's intents, for callers written before domains (training/traffic): the contract
-# itself checks each record's intent against its own domain's set.
-INTENT_NAMES = (
-    "order_status",
-    "cancel_order",
-    "return_items",
-    "exchange_items",
-    "modify_order_items",
-    "modify_order_address",
-    "modify_order_payment",
-    "modify_user_address",
-    "other",
-)
-INTENTS = frozenset(INTENT_NAMES)
 OUTCOMES = frozenset({"completed", "failed", "escalated"})
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 FUTURE_TOLERANCE = timedelta(minutes=5)
@@ -214,43 +200,32 @@ def _instant(value: str, field: str) -> datetime:
         raise _custom(err) from None
 
 
-def _domain_checks(obj: dict, context: dict) -> str:
-    """The record's domain, after the rules that depend on it: intent, initial_state, customer."""
-    name = obj.get("domain", DEFAULT_DOMAIN)
+def _domain_rules(obj: dict, context: dict) -> DomainRules:
+    """The record's domain, once the rules it alone decides hold: the intent and initial_state."""
     try:
-        rules = context["domains"](name)
+        rules = context["domains"](obj.get("domain", DEFAULT_DOMAIN))
     except ContractError as err:
         raise _custom(err) from None
     intent = obj["intent"]
     if intent not in rules.intents:
-        raise _rule("unknown_intent", f"intent={intent[:100]!r} not in the {name} intent set")
-    state = obj["initial_state"]
+        raise _rule("unknown_intent", f"intent={intent[:100]!r} not in the {rules.name} intent set")
     try:
         # A check only: the state is stored as given, so a record hashes alike whatever the
         # domain's model would normalise.
-        rules.validate_state(state)
+        rules.validate_state(obj["initial_state"])
     except (ValueError, TypeError, LookupError, AttributeError) as err:  # a domain's model, any rule it names
         raise _rule("bad_initial_state", f"initial_state: {str(err)[:300]}") from None
-    # A rebuilt state (an OpenAI-shape log, dataplane.openai_chat) holds only what the log showed:
-    # its customer record may be missing, and the record is then stored as not replayable.
-    if not context.get("rebuilt"):
-        customers = state.get(rules.customer_table)
-        if not isinstance(customers, Mapping) or obj["customer_id"] not in customers:
-            raise _rule(
-                "customer_not_in_state",
-                f"customer_id={obj['customer_id']!r} not in initial_state.{rules.customer_table}",
-            )
-    return name
+    return rules
 
 
 def _record(obj: dict, info: ValidationInfo) -> dict:
     """The rules that need Python, in the order they are reported, then the normalised record.
 
     Runs once per record after pydantic-core has checked every field's type and shape. The
-    domain's rules come first, as the intent's did when pydantic-core checked it.
+    domain's intent and state rules come first, as the intent's did when pydantic-core checked it.
     """
     context = info.context
-    domain = _domain_checks(obj, context)
+    rules = _domain_rules(obj, context)
     for field in ("interaction_id", "customer_id"):
         # An id is a key (of the store, of the customer table): it cannot be masked like free
         # text, so one that reads as PII is refused instead of stored.
@@ -264,6 +239,15 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
     now: datetime = context["now"]
     if ended > now + FUTURE_TOLERANCE:
         raise _rule("future_timestamp", f"ended_at={obj['ended_at']} is after now+5min ({now.isoformat()})")
+    # A rebuilt state (an OpenAI-shape log, dataplane.openai_chat) holds only what the log showed:
+    # its customer record may be missing, and the record is then stored as not replayable.
+    if not context["rebuilt"]:
+        customers = obj["initial_state"].get(rules.customer_table)
+        if not isinstance(customers, Mapping) or obj["customer_id"] not in customers:
+            raise _rule(
+                "customer_not_in_state",
+                f"customer_id={obj['customer_id']!r} not in initial_state.{rules.customer_table}",
+            )
     messages = [_message(msg, i) for i, msg in enumerate(obj["messages"])]
     label = obj.get("human_label")
     if label is not None:
@@ -285,7 +269,7 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
         "gold": obj.get("gold"),
         "human_label": obj.get("human_label"),
         "schema_version": SCHEMA_VERSION,
-        "domain": domain,  # always present once normalised; the store leaves the default out of the text
+        "domain": rules.name,  # always present once normalised; the store leaves the default out of its text
     }
 
 

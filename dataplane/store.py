@@ -327,10 +327,12 @@ def _lookup(con: duckdb.DuckDBPyConnection, query: str, ids: pa.Array | pa.Chunk
         con.unregister("_lookup_ids")
 
 
-_LISTED = ", ".join(_INTERACTION_COLUMNS)
+# Columns named (not positional), so the layout of a migrated store and of a new one both fit.
 _INSERT = (
-    f"INSERT INTO interactions ({_LISTED}, source_file, ingested_at) "
-    f"SELECT {_LISTED}, ? AS source_file, ? AS ingested_at FROM _incoming"
+    "INSERT INTO interactions (interaction_id, started_at, ended_at, policy_version, customer_id, intent, outcome, "
+    "escalation_was_necessary, actions_taken, customer_sentiment_delta, has_gold, human_task_success, "
+    "schema_version, record, content_hash, domain, replayable, source_file, ingested_at) "
+    "SELECT *, ? AS source_file, ? AS ingested_at FROM _incoming"
 )
 
 

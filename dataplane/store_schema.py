@@ -105,10 +105,48 @@ SCHEMA = (
 
 _CREATE = {statement.split()[5]: statement for statement in SCHEMA}  # table name -> its CREATE
 KEYED_BY_DOMAIN = ("windows", "calibration_sets", "calibration_week", "shadow_sets")
-_INTERACTION_COLUMNS_ADDED = (
-    ("domain", "VARCHAR DEFAULT 'retail'"),
-    ("replayable", "BOOLEAN DEFAULT true"),
+# The migration, statement by statement (constants: no SQL text is built from values). The new
+# `interactions` columns are added in place, the old rows filled by the default: every record
+# stored before domains is a native retail record, replayable by construction.
+_ADD_COLUMNS = (
+    "ALTER TABLE interactions ADD COLUMN domain VARCHAR DEFAULT 'retail'",
+    "ALTER TABLE interactions ALTER COLUMN domain SET NOT NULL",
+    "ALTER TABLE interactions ADD COLUMN replayable BOOLEAN DEFAULT true",
+    "ALTER TABLE interactions ALTER COLUMN replayable SET NOT NULL",
 )
+# A primary key cannot be altered in DuckDB, so a keyed table is renamed, created anew under its
+# new key, refilled (its rows becoming retail's) and the old copy dropped. These tables hold ids
+# and positions only (10,000 rows a week), so the copy is quick.
+_REKEY = {
+    "windows": (
+        "ALTER TABLE windows RENAME TO windows_before_domains",
+        _CREATE["windows"],
+        "INSERT INTO windows (week, position, interaction_id, content_hash, window_hash, week_end) "
+        "SELECT week, position, interaction_id, content_hash, window_hash, week_end FROM windows_before_domains",
+        "DROP TABLE windows_before_domains",
+    ),
+    "calibration_sets": (
+        "ALTER TABLE calibration_sets RENAME TO calibration_sets_before_domains",
+        _CREATE["calibration_sets"],
+        "INSERT INTO calibration_sets (version, position, interaction_id, set_hash, created_at) "
+        "SELECT version, position, interaction_id, set_hash, created_at FROM calibration_sets_before_domains",
+        "DROP TABLE calibration_sets_before_domains",
+    ),
+    "calibration_week": (
+        "ALTER TABLE calibration_week RENAME TO calibration_week_before_domains",
+        _CREATE["calibration_week"],
+        "INSERT INTO calibration_week (week, version, pinned_at) "
+        "SELECT week, version, pinned_at FROM calibration_week_before_domains",
+        "DROP TABLE calibration_week_before_domains",
+    ),
+    "shadow_sets": (
+        "ALTER TABLE shadow_sets RENAME TO shadow_sets_before_domains",
+        _CREATE["shadow_sets"],
+        "INSERT INTO shadow_sets (week, position, interaction_id, set_hash, created_at) "
+        "SELECT week, position, interaction_id, set_hash, created_at FROM shadow_sets_before_domains",
+        "DROP TABLE shadow_sets_before_domains",
+    ),
+}
 
 
 def table_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
@@ -144,31 +182,14 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, tables: tuple[str, ...] | None
 def _migrate(con: duckdb.DuckDBPyConnection, columns: dict[str, set[str]], tables: tuple[str, ...]) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
-        if "interactions" in tables and "interactions" in columns:
-            for column, kind in _INTERACTION_COLUMNS_ADDED:
-                if column not in columns["interactions"]:
-                    # The default fills the old rows: every record stored before domains is a
-                    # native retail record, replayable by construction.
-                    con.execute(f"ALTER TABLE interactions ADD COLUMN {column} {kind}")
-                    con.execute(f"ALTER TABLE interactions ALTER COLUMN {column} SET NOT NULL")
+        if "interactions" in tables and "domain" not in columns.get("interactions", {"domain"}):
+            for statement in _ADD_COLUMNS:
+                con.execute(statement)
         for name in KEYED_BY_DOMAIN:
-            if name in tables and name in columns and "domain" not in columns[name]:
-                _rekey(con, name, sorted(columns[name]))
+            if name in tables and "domain" not in columns.get(name, {"domain"}):
+                for statement in _REKEY[name]:
+                    con.execute(statement)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-
-
-def _rekey(con: duckdb.DuckDBPyConnection, name: str, old_columns: list[str]) -> None:
-    """Rebuild `name` under its new key (domain first), its rows becoming the default domain's.
-
-    A primary key cannot be altered in DuckDB, hence a copy: these tables hold ids and positions
-    only (10,000 rows a week), so the copy is quick.
-    """
-    staging = f"{name}_by_domain"
-    con.execute(_CREATE[name].replace(f"EXISTS {name} (", f"EXISTS {staging} (", 1))
-    listed = ", ".join(old_columns)  # names from the catalog, not from input
-    con.execute(f"INSERT INTO {staging} ({listed}) SELECT {listed} FROM {name}")
-    con.execute(f"DROP TABLE {name}")
-    con.execute(f"ALTER TABLE {staging} RENAME TO {name}")

@@ -156,7 +156,7 @@ def fold_unknown_tools(mix: Mapping[str, float], domain: str = DEFAULT_DOMAIN) -
     return dict(sorted(out.items()))
 
 
-def evaluated_mix(tags: Mapping[str, str], champion: str) -> dict[str, float] | None:
+def evaluated_mix(tags: Mapping[str, str], champion: str, domain: str = DEFAULT_DOMAIN) -> dict[str, float] | None:
     """The evaluated tool-call mix on a champion's version tags; None when the tag is missing."""
     raw = tags.get(EVALUATED_MIX_TAG)
     if raw is None:
@@ -166,7 +166,7 @@ def evaluated_mix(tags: Mapping[str, str], champion: str) -> dict[str, float] | 
         total_variation(mix, mix)  # the check that it is a distribution
     except (json.JSONDecodeError, TypeError, AttributeError, ValueError) as err:
         raise EvaluatedMixError(f"{champion}: tag {EVALUATED_MIX_TAG} is not a tool-call distribution: {err}") from err
-    return fold_unknown_tools({str(k): float(v) for k, v in mix.items()})
+    return fold_unknown_tools({str(k): float(v) for k, v in mix.items()}, domain)
 
 
 def judge_day(records: Iterable[Mapping[str, Any]]) -> tuple[list[JudgedRecord], list[dict[str, Any]]]:

@@ -63,7 +63,9 @@ VIOLATIONS = [
     ),
     ("escalation_was_necessary", "yes", "wrong_type", "escalation_was_necessary"),
     ("user_scenario.instruction", 5, "wrong_type", "user_scenario.instruction"),
-    ("initial_state.orders", [], "wrong_type", "initial_state.orders"),
+    ("initial_state.orders", [], "bad_initial_state", "orders"),  # the domain's model names the table
+    ("domain", "telecom", "unknown_domain", "telecom"),
+    ("domain", 7, "wrong_type", "domain"),
     ("customer_id", "someone_else_1", "customer_not_in_state", "customer_id"),
     ("extra", 1, "unknown_field", "extra"),
 ]

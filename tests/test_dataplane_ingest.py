@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dataplane import ingest as ingest_module
 from dataplane.contract import validate_record
 from dataplane.ingest import InputPathError, ingest_paths
-from dataplane.store import StoreLockedError, open_store
+from dataplane.store import StoreLockedError, open_store, stored_record
 from tests.helpers_data import NOW, build_records, write_jsonl
 
 
@@ -215,11 +215,11 @@ def test_crash_mid_file_leaves_nothing(tmp_path, records, monkeypatch):
     calls = {"n": 0}
     real = ingest_module.validate_record
 
-    def crashing(obj, now=None):
+    def crashing(obj, now=None, *rest):
         calls["n"] += 1
         if calls["n"] == 8:  # after two chunks were already inserted in the transaction
             raise KeyboardInterrupt("simulated crash")
-        return real(obj, now)
+        return real(obj, now, *rest)
 
     monkeypatch.setattr(ingest_module, "validate_record", crashing)
     db = tmp_path / "db.duckdb"
@@ -309,7 +309,7 @@ def test_fuzz_never_crashes_and_nothing_invalid_is_stored(tmp_path_factory, reco
     summary = ingest_paths(db, [write_jsonl(work / "a.jsonl", rows + rows[:3])], now=NOW)
     _invariant(summary)
     con = open_store(db, read_only=True)
-    stored = [json.loads(r[0]) for r in con.execute("SELECT record FROM interactions").fetchall()]
+    stored = [stored_record(r[0]) for r in con.execute("SELECT record FROM interactions").fetchall()]
     con.close()
     assert len(stored) == summary.accepted
     for record in stored:

@@ -168,9 +168,11 @@ def bypassed(tmp_path, world, reference_tasks):
     leaky["user_scenario"]["persona"] = f"ssn {SSN}"
     row = list(prepare_row(leaky).values)  # scrubs: the stored text below is put back raw
     row[13] = json.dumps(leaky)
+    # The table's columns in order: the prepared row's 15 up to content_hash, the source and time of
+    # the insert, then domain and replayable.
     con.execute(
-        "INSERT INTO interactions VALUES (" + ", ".join("?" * 17) + ")", [*row, "direct-insert", NOW]
-    )  # 17 placeholders: the table's columns
+        "INSERT INTO interactions VALUES (" + ", ".join("?" * 19) + ")", [*row[:15], "direct-insert", NOW, *row[15:]]
+    )
     try:
         yield con, cut_window(con, NOW, size=100)
     finally:

@@ -24,7 +24,7 @@ PERSONA_PROMPTS = {
         "the same thing twice, and push to get it done now, but still answer what the agent asks."
     ),
     "confused": (
-        "You are confused. You are unsure of details, use vague words for products and orders, ask the "
+        "You are confused. You are unsure of details, use vague words for what you ask about, ask the "
         "agent to explain what it means, and answer one simple question at a time."
     ),
     "plays_dumb": (
