@@ -54,9 +54,9 @@ def prepare_home(root: Path) -> str:
 
     os.environ["RETRAIN_HOME"] = str(root)
     from dataplane.home import Home
+    from domains.retail.traffic.simulate import simulate
     from orchestration.demo import PERMISSIVE_GATES, demo_run_config
     from orchestration.runner import run_week
-    from domains.retail.traffic.simulate import simulate
 
     home = Home.from_env().ensure()
     simulate(
