@@ -105,9 +105,17 @@ def test_dagster_values_become_the_run_config_unchanged(tmp_path):
 def test_curriculum_level_and_tools_follow_the_mix():
     assert Curriculum().levels == _defaults(GRPORunConfig)["levels"]  # one default, the run config's
     level1 = Curriculum(levels={"1": 1.0})
-    assert (level1.level, level1.tools) == (1, LEVEL1_TOOLS)
+    assert (level1.level, level1.tools_for("retail")) == (1, LEVEL1_TOOLS)
     mixed = Curriculum(levels={"1": 0.5, "4": 0.5})
-    assert (mixed.level, mixed.tools) == (4, None)
+    assert (mixed.level, mixed.tools_for("retail")) == (4, None)
+
+
+def test_a_domain_without_level_one_starts_at_its_short_recorded_tasks():
+    """The airline has no level-1 form: level 1's share goes to level 2, with every tool offered."""
+    curriculum = Curriculum(levels={"1": 1.0})
+    assert curriculum.levels_for("airline") == {"2": 1.0}
+    assert (curriculum.level_for("airline"), curriculum.tools_for("airline")) == (2, None)
+    assert curriculum.levels_for("retail") == {"1": 1.0}
 
 
 @pytest.mark.parametrize(
