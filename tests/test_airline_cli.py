@@ -27,7 +27,9 @@ def _records(folder: Path) -> list[dict]:
 
 def test_simulated_airline_traffic_ingests_as_airline_records(tmp_path):
     out = tmp_path / "landing"
-    done = _retrain("simulate", "--domain", "airline", "--days", "2", "--per-day", "6", "--out", str(out), home=tmp_path)
+    done = _retrain(
+        "simulate", "--domain", "airline", "--days", "2", "--per-day", "6", "--out", str(out), home=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     records = _records(out)
     assert len(records) == 12 and {r["domain"] for r in records} == {"airline"}
@@ -45,14 +47,26 @@ def test_simulated_airline_traffic_ingests_as_airline_records(tmp_path):
 
 def test_retail_only_options_are_refused_by_name_for_airline(tmp_path):
     done = _retrain(
-        "simulate", "--domain", "airline", "--days", "1", "--per-day", "2", "--drift-day", "0", "--out", str(tmp_path),
+        "simulate",
+        "--domain",
+        "airline",
+        "--days",
+        "1",
+        "--per-day",
+        "2",
+        "--drift-day",
+        "0",
+        "--out",
+        str(tmp_path),
         home=tmp_path,
     )
     assert done.returncode != 0 and "drift" in done.stderr
 
 
 def test_an_unknown_domain_is_a_clear_error(tmp_path):
-    done = _retrain("simulate", "--domain", "telecom", "--days", "1", "--per-day", "2", "--out", str(tmp_path), home=tmp_path)
+    done = _retrain(
+        "simulate", "--domain", "telecom", "--days", "1", "--per-day", "2", "--out", str(tmp_path), home=tmp_path
+    )
     assert done.returncode != 0 and "telecom" in done.stderr and "airline" in done.stderr
 
 

@@ -31,8 +31,20 @@ def installed(tmp_path_factory):
     installed distribution: its entry point is then visible to `importlib.metadata`."""
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--target", str(target), str(PLUGIN)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            str(PLUGIN),
+        ],
         check=True,
         capture_output=True,
     )
@@ -49,7 +61,9 @@ def installed(tmp_path_factory):
 
 def _world() -> dict:
     users = {f"u{i}": {"name": f"User {i}", "tickets": [f"T-{i}"]} for i in range(6)}
-    tickets = {f"T-{i}": {"ticket_id": f"T-{i}", "user_id": f"u{i}", "status": "open", "title": "VPN down"} for i in range(6)}
+    tickets = {
+        f"T-{i}": {"ticket_id": f"T-{i}", "user_id": f"u{i}", "status": "open", "title": "VPN down"} for i in range(6)
+    }
     return {"users": users, "tickets": tickets}
 
 
@@ -96,7 +110,10 @@ def _careless(records: list[dict]) -> ScriptedPolicy:
     """Closes without reading, with another resolution: a step-order violation and a wrong argument."""
     table = {
         r["interaction_id"]: [
-            {"name": "close_ticket", "arguments": {"ticket_id": r["user_scenario"]["known_info"]["ticket_id"], "resolution": "?"}}
+            {
+                "name": "close_ticket",
+                "arguments": {"ticket_id": r["user_scenario"]["known_info"]["ticket_id"], "resolution": "?"},
+            }
         ]
         for r in records
     }
@@ -116,7 +133,13 @@ def test_the_installed_domain_is_found_by_its_entry_point(installed):
 
 
 def test_the_engine_builds_its_sandbox_from_the_domain_alone(installed):
-    assert set(tool_names("helpdesk")) == {"get_user", "get_ticket", "close_ticket", "escalate", "send_message_to_customer"}
+    assert set(tool_names("helpdesk")) == {
+        "get_user",
+        "get_ticket",
+        "close_ticket",
+        "escalate",
+        "send_message_to_customer",
+    }
     env = environment_class("helpdesk")()
     env.reset(initial_state=_world())
     env.escalate(summary="stuck")
@@ -153,7 +176,11 @@ def test_the_generic_customer_answers_from_the_domains_facts(installed):
 def test_retrain_domains_lists_the_plugin_with_its_tool_count(installed):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(ROOT)])}
     out = subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", "domains", "--json"], capture_output=True, text=True, env=env, cwd=ROOT
+        [sys.executable, "-m", "orchestration.cli", "domains", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     listed = {d["name"]: d for d in json.loads(out.stdout)}

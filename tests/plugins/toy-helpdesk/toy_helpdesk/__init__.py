@@ -30,8 +30,16 @@ def _schema(name: str, description: str, **params: str) -> dict[str, Any]:
 
 _TICKET = RecordRef("ticket_id", "tickets")
 TOOLS = (
-    ToolSpec(_schema("get_user", "Get a user's profile and ticket ids.", user_id="The user id."), ToolKind.READ, RecordRef("user_id", "users")),
-    ToolSpec(_schema("get_ticket", "Get a ticket's status and title.", ticket_id="The ticket id, such as 'T-1'."), ToolKind.READ, _TICKET),
+    ToolSpec(
+        _schema("get_user", "Get a user's profile and ticket ids.", user_id="The user id."),
+        ToolKind.READ,
+        RecordRef("user_id", "users"),
+    ),
+    ToolSpec(
+        _schema("get_ticket", "Get a ticket's status and title.", ticket_id="The ticket id, such as 'T-1'."),
+        ToolKind.READ,
+        _TICKET,
+    ),
     ToolSpec(
         _schema("close_ticket", "Close an open ticket.", ticket_id="The ticket id.", resolution="What fixed it."),
         ToolKind.WRITE,
