@@ -21,7 +21,7 @@ from dataplane.served import latest_served
 from dataplane.store import StoreLockedError, open_store
 from evaluation.health import assess_champion_health
 from evaluation.registry import champion_info, rollback
-from orchestration.jobs import daily_watch, weekly_retrain
+from orchestration.jobs import daily_watch, domain_run_requests, weekly_retrain
 from orchestration.switches import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
@@ -172,9 +172,9 @@ def landing_ingest(context: dg.SensorEvaluationContext, home: HomeResource, stor
             skip_reason=f"ingested {len(batch.files)} files ({counts['accepted']} accepted); no finished day to watch",
             cursor=cursor,
         )
-    # One run per day and batch of files: a later file for the same day asks for the day again.
+    # One run per day, scheduled domain and batch of files: a later file for the same day asks again.
     digest = hashlib.sha256("\n".join(batch.files).encode()).hexdigest()[:16]
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=day, run_key=f"{day}:{digest}") for day in days],
+        run_requests=[r for day in days for r in domain_run_requests(day, salt=f":{digest}")],
         cursor=cursor,
     )
