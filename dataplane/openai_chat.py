@@ -17,7 +17,9 @@ store as a native one; what the log cannot say is derived through the domain, as
 - `intent`: `domain.classify_intent(messages)`. `actions_taken`: the tool calls except think and
   hand-over kinds. `outcome`, an unverified heuristic over tool kinds: a hand-over call that did
   not fail (or was never answered: the transfer ended the log) -> `escalated`; otherwise
-  `completed` when some write call's result does not start with "Error", else `failed`.
+  `completed` when some write call's result does not start with "Error", or when no write was
+  tried, no call failed and an assistant reply ends the log (a question answered from reads);
+  else `failed`.
   `escalation_was_necessary` and `gold` stay null: nothing here verified the outcome, so these
   conversations never become training tasks.
 - `initial_state`: rebuilt from what read tools returned before any write succeeded (a later read
@@ -105,7 +107,7 @@ def openai_record(obj: Any, now: datetime | None = None, domains: DomainLookup |
         "initial_state": state,
         "user_scenario": _scenario(messages, calls, rules),
         "messages": messages,
-        "outcome": _outcome(calls, rules),
+        "outcome": _outcome(calls, messages, rules),
         "escalation_was_necessary": None,
         "actions_taken": sum(rules.kind(c.name) not in NOT_ACTIONS for c in calls),
         "customer_sentiment_delta": 0.0,
@@ -303,13 +305,18 @@ def _replays_as_logged(rules: DomainRules, state: dict, calls: list[Call]) -> bo
     return True
 
 
-def _outcome(calls: list[Call], rules: DomainRules) -> str:
+def _outcome(calls: list[Call], messages: list[dict], rules: DomainRules) -> str:
     kinds = [(rules.kind(c.name), c) for c in calls]
     if any(kind == ToolKind.HAND_OVER and (c.result is None or not c.failed) for kind, c in kinds):
         return "escalated"
-    if any(kind == ToolKind.WRITE and not c.failed for kind, c in kinds):
+    writes = [c for kind, c in kinds if kind == ToolKind.WRITE]
+    if any(not c.failed for c in writes):
         return "completed"
-    return "failed"
+    # A question answered from reads alone (an order's status, a baggage allowance) changes no
+    # record: it completed when every call worked and the agent had the last word.
+    last = messages[-1] if messages else {}
+    answered = last.get("role") == "assistant" and bool(last.get("content")) and not last.get("tool_calls")
+    return "completed" if not writes and answered and not any(c.failed for c in calls) else "failed"
 
 
 def _scenario(messages: list[dict], calls: list[Call], rules: DomainRules) -> dict:

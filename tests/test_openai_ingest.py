@@ -262,6 +262,17 @@ def test_what_keeps_a_conversation_from_replaying_without_refusing_it():
     assert openai_record(servicedesk_conversation(*account, hand, failed))[0]["outcome"] == "failed"
 
 
+@pytest.mark.usefixtures("servicedesk")
+def test_a_question_answered_from_reads_completes_and_a_failed_read_does_not():
+    read_ticket = (ask(("c1", "get_ticket", {"ticket_id": "T1"})), answer("c1", OPEN))
+    reply = {"role": "assistant", "content": "T1 is still open."}
+    assert openai_record(servicedesk_conversation(*read_ticket, reply))[0]["outcome"] == "completed"
+    # The log ends on the tool's answer, not the agent's: nobody told the customer.
+    assert openai_record(servicedesk_conversation(*read_ticket))[0]["outcome"] == "failed"
+    broken = (ask(("c1", "get_ticket", {"ticket_id": "T9"})), answer("c1", "Error: ticket not found"))
+    assert openai_record(servicedesk_conversation(*broken, reply))[0]["outcome"] == "failed"
+
+
 @pytest.mark.parametrize(
     ("change", "rule", "named"),
     [
