@@ -7,7 +7,8 @@ ContractError here, so the caller quarantines the record and reads on:
 - `duplicate_key`: an object (at any depth) names a key twice;
 - `too_deep`: arrays and objects nest more than MAX_DEPTH levels (the record walkers recurse, and
   a real record nests under ten);
-- `number_too_large`: an integer Python refuses to convert;
+- `number_too_large`: an integer, at any depth, outside the signed 64-bit range (what DuckDB, Arrow
+  and most JSON readers can hold; the contract's top-level `actions_taken` has the same bound);
 - `invalid_json`: anything else the decoder rejects.
 """
 
@@ -20,6 +21,9 @@ from typing import Any
 from dataplane.errors import ContractError
 
 MAX_DEPTH = 64
+INT64_RANGE = (-(2**63), 2**63 - 1)
+# Digits of the longest int64 literal with its sign: a longer one is out of range without converting.
+_INT64_DIGITS = len(str(INT64_RANGE[0]))
 
 
 class _DuplicateKey(Exception):
@@ -41,7 +45,30 @@ def _object(pairs: list[tuple[str, Any]]) -> dict:
     return obj
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_object)
+class _IntTooLarge(Exception):
+    """Raised from inside the decoder, like _DuplicateKey: an integer literal out of the int64 range."""
+
+    def __init__(self, literal: str):
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _int64(literal: str) -> int:
+    """The decoder's integer conversion, range-checked at every depth of the text.
+
+    Called by the C scanner for integer literals only, so the check costs a length test per
+    integer: a literal of 19 characters or fewer can be out of range only from 9223372036854775808
+    up, and the digits of a longer one are never converted (int() of thousands of digits is slow).
+    """
+    if len(literal) < 19:
+        return int(literal)
+    value = int(literal) if len(literal) <= _INT64_DIGITS else None
+    if value is None or not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+        raise _IntTooLarge(literal)
+    return value
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_int=_int64)
 
 
 def nesting_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -92,15 +119,39 @@ def decode_json(text: str, where: str = "") -> Any:
         value = _decode(text)
     except _DuplicateKey as err:
         raise _located(ContractError("duplicate_key", f"an object repeats the key {err.key[:100]!r}"), where) from None
+    except _IntTooLarge as err:
+        raise _located(_too_large(err.literal), where) from None
     except json.JSONDecodeError as err:
         raise _located(ContractError("invalid_json", str(err)), where) from err
     except RecursionError:  # far deeper than MAX_DEPTH: the decoder itself gives up
         raise _located(ContractError("too_deep", "arrays and objects nest too deep to decode"), where) from None
-    except ValueError as err:  # the decoder's only other ValueError: int() over its digit limit
-        raise _located(ContractError("number_too_large", str(err)), where) from err
     if _text_nests_deeper(text, value):
         raise _located(ContractError("too_deep", f"arrays and objects nest deeper than {MAX_DEPTH} levels"), where)
     return value
+
+
+def _too_large(literal: str, path: str = "") -> ContractError:
+    shown = literal if len(literal) <= 40 else f"{literal[:20]}...({len(literal)} digits)"
+    at = f"{path}=" if path else "the integer "
+    return ContractError("number_too_large", f"{at}{shown} does not fit a 64-bit integer")
+
+
+def check_int_range(value: Any) -> None:
+    """Raise number_too_large for an integer outside the int64 range at any depth of `value`.
+
+    For values that did not come through `decode_json` (whose decoder checks every integer as it
+    reads it): Parquet columns of unsigned 64-bit integers. Walks containers with an explicit stack.
+    """
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in item.items())
+        elif kind is list:
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(item))
+        elif kind is int and not INT64_RANGE[0] <= item <= INT64_RANGE[1]:
+            raise _too_large(str(item), path)
 
 
 def _located(err: ContractError, where: str) -> ContractError:

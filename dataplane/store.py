@@ -195,6 +195,14 @@ class PreparedRow:
     def content_hash(self) -> str:
         return self.values[_HASH_AT]
 
+    @property
+    def started_at(self) -> datetime:
+        return self.values[1]
+
+    @property
+    def ended_at(self) -> datetime:
+        return self.values[2]
+
 
 def prepare_row(record: dict, replayable: bool = True) -> PreparedRow:
     """Scrub a validated record and compute its stored JSON and content hash.
@@ -349,13 +357,23 @@ def insert_interactions(
     con.unregister("_incoming")
 
 
+def newest_ended_at(con: duckdb.DuckDBPyConnection) -> datetime | None:
+    """The latest `ended_at` stored (None for an empty store): what ingestion's age horizon counts from."""
+    # fetchall, not fetchone: DuckDB refuses a `register` while a result is left unfinished.
+    [(newest,)] = con.execute("SELECT max(ended_at) FROM interactions").fetchall()
+    return newest
+
+
 @dataclass
 class QuarantineRows:
-    """Quarantine rows of one file, written in the file's transaction."""
+    """Quarantine rows of one file, written in the file's transaction. `file_sha256`: the version
+    of the file they came from (None when the file was not read), so that a later, complete
+    version of it can mark them superseded (`supersede_quarantine`)."""
 
     source_file: str
     quarantined_at: datetime
     rows: list[tuple] = field(default_factory=list)
+    file_sha256: str | None = None
 
     def add(
         self,
@@ -379,10 +397,32 @@ class QuarantineRows:
                 None if interaction_id is None else storable_text(scrub_json_text(interaction_id)),
                 file_level,
                 self.quarantined_at,
+                self.file_sha256,
             )
         )
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         if self.rows:
-            con.executemany("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self.rows)
+            con.executemany(_INSERT_QUARANTINE, self.rows)
             self.rows = []
+
+
+# Columns named: a store migrated in place has the later columns last, as a new one does.
+_INSERT_QUARANTINE = (
+    "INSERT INTO quarantine (source_file, line_no, rule, detail, raw, interaction_id, file_level, "
+    "quarantined_at, file_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def supersede_quarantine(con: duckdb.DuckDBPyConnection, source_file: str, versions: list[str], by: str) -> int:
+    """Mark the standing quarantine rows of `source_file`'s earlier `versions` (sha256s) as
+    superseded by version `by`, which was read whole and holds each of them as its prefix; returns
+    how many. (Rows from before versions were recorded carry none and are left standing.)"""
+    if not versions:
+        return 0
+    [(count,)] = con.execute(
+        "UPDATE quarantine SET superseded_by = ? WHERE source_file = ? AND superseded_by IS NULL "
+        "AND file_sha256 IN (SELECT unnest(?))",
+        [by, storable_text(source_file), list(versions)],
+    ).fetchall()
+    return int(count)

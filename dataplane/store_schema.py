@@ -45,7 +45,9 @@ SCHEMA = (
         raw VARCHAR,
         interaction_id VARCHAR,
         file_level BOOLEAN NOT NULL,
-        quarantined_at TIMESTAMPTZ NOT NULL)""",
+        quarantined_at TIMESTAMPTZ NOT NULL,
+        file_sha256 VARCHAR,
+        superseded_by VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS ingested_files (
         path VARCHAR NOT NULL,
         size BIGINT NOT NULL,
@@ -105,6 +107,13 @@ SCHEMA = (
 
 _CREATE = {statement.split()[5]: statement for statement in SCHEMA}  # table name -> its CREATE
 KEYED_BY_DOMAIN = ("windows", "calibration_sets", "calibration_week", "shadow_sets")
+# Quarantine provenance, added later the same way: the version (sha256) of the file a row came
+# from, and the later version that read the file whole again and so superseded the row (a line
+# quarantined while the file was still being written); NULL while the row stands.
+_QUARANTINE_COLUMNS = (
+    ("file_sha256", "ALTER TABLE quarantine ADD COLUMN file_sha256 VARCHAR"),
+    ("superseded_by", "ALTER TABLE quarantine ADD COLUMN superseded_by VARCHAR"),
+)
 # The migration, statement by statement (constants: no SQL text is built from values). The new
 # `interactions` columns are added in place, the old rows filled by the default: every record
 # stored before domains is a native retail record, replayable by construction.
@@ -161,10 +170,19 @@ def table_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
     return out
 
 
+def _quarantine_behind(columns: dict[str, set[str]]) -> list[str]:
+    """The provenance statements an existing `quarantine` table still needs."""
+    have = columns.get("quarantine")
+    return [] if have is None else [statement for name, statement in _QUARANTINE_COLUMNS if name not in have]
+
+
 def needs_migration(columns: dict[str, set[str]], tables: tuple[str, ...] | None = None) -> bool:
-    """Whether any existing table of `tables` (all: None) predates domains."""
-    names = ("interactions", *KEYED_BY_DOMAIN) if tables is None else tables
-    return any(name in columns and "domain" not in columns[name] for name in names)
+    """Whether any existing table of `tables` (all: None) predates domains, or `quarantine` its
+    file versions."""
+    names = ("interactions", *KEYED_BY_DOMAIN, "quarantine") if tables is None else tables
+    if "quarantine" in names and _quarantine_behind(columns):
+        return True
+    return any(name in columns and "domain" not in columns[name] for name in names if name != "quarantine")
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, tables: tuple[str, ...] | None = None) -> None:
@@ -189,6 +207,9 @@ def _migrate(con: duckdb.DuckDBPyConnection, columns: dict[str, set[str]], table
             if name in tables and "domain" not in columns.get(name, {"domain"}):
                 for statement in _REKEY[name]:
                     con.execute(statement)
+        if "quarantine" in tables:
+            for statement in _quarantine_behind(columns):
+                con.execute(statement)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -7,6 +7,7 @@ exit non-zero (2 for bad input such as a missing path or a malformed week, 1 for
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from assets.partitions import WeekError
 from dataplane.domain_rules import DEFAULT_DOMAIN, domain_listing
 from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
+from dataplane.ingest_settings import IngestSettings
 from dataplane.readers import FORMATS
 from dataplane.record_schema import record_schema_text
 from domains.registry import DomainNotFoundError, load_domain
@@ -42,7 +44,13 @@ from training.traffic.tasks_import import import_tasks
 def _cmd_ingest(args: argparse.Namespace) -> int:
     home = Home.from_env().ensure()
     try:
-        summary = ingest_paths(str(home.duckdb_path), args.paths, fmt=args.format)
+        settings = IngestSettings(
+            **{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(IngestSettings)}
+        )
+    except ValueError as err:  # the settings' own check: a bad option value
+        raise CliError(str(err)) from err
+    try:
+        summary = ingest_paths(str(home.duckdb_path), args.paths, fmt=args.format, settings=settings)
     except InputPathError as err:
         raise CliError(str(err)) from err
     counts = summary.to_dict()
@@ -55,7 +63,24 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         )
         for rule, n in sorted(counts.get("quarantined_by_rule", {}).items()):
             print(f"  quarantined {rule}: {n}")
+        for item in summary.per_file:
+            if item.status == "quarantined":  # a whole file, or a path refused unread: name it
+                print(f"  file {item.path}: {', '.join(sorted(item.quarantined_by_rule))}")
+        if summary.superseded:
+            print(f"  superseded {summary.superseded} quarantine row(s) of earlier reads of files still being written")
     return 0
+
+
+def _settings_options(parser: argparse.ArgumentParser, source: type) -> None:
+    """One option per field of the settings dataclass `source`: its name, type, default and help."""
+    for spec in dataclasses.fields(source):
+        parser.add_argument(
+            f"--{spec.name.replace('_', '-')}",
+            dest=spec.name,
+            type=type(spec.default),
+            default=spec.default,
+            help=f"{spec.metadata['help']} (default {spec.default:g})",
+        )
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -208,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="native interaction records, or conversations in the OpenAI chat shape (one a line); "
         "auto (default): *.openai.jsonl[.gz] files are OpenAI, the rest native",
     )
+    _settings_options(p, IngestSettings)
     p.set_defaults(func=_cmd_ingest)
 
     p = sub.add_parser(
