@@ -23,13 +23,20 @@ def _check_fractions(fractions: tuple[float, float, float]) -> None:
         raise ValueError(f"fractions must be {len(SPLITS)} non-negative numbers summing to 1, got {fractions}")
 
 
+def stable_point(key: str, salt: str) -> float:
+    """A point in [0, 1) fixed by `key` and `salt` alone (a salted sha256): the same on every run and
+    machine, and unrelated between salts. The split places customers by it; other stable draws
+    (the calibration draw) use it with their own salt."""
+    digest = hashlib.sha256(f"{salt}\x00{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64  # uniform in [0, 1)
+
+
 def split_of(
     customer_id: str, fractions: tuple[float, float, float] = DEFAULT_FRACTIONS, salt: str = DEFAULT_SALT
 ) -> str:
     """ "train", "calibration" or "shadow" for this customer, stable across runs and machines."""
     _check_fractions(fractions)
-    digest = hashlib.sha256(f"{salt}\x00{customer_id}".encode()).digest()
-    point = int.from_bytes(digest[:8], "big") / 2**64  # uniform in [0, 1)
+    point = stable_point(customer_id, salt)
     edge = 0.0
     for name, share in zip(SPLITS, fractions):
         edge += share

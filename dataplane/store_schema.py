@@ -7,7 +7,8 @@ it: `windows` (domain, week), `calibration_sets` (domain, version), `calibration
 week) and `shadow_sets` (domain, week). `ensure_schema` creates what is missing and migrates a
 store from before: the new `interactions` columns are added in place (old rows become retail and
 replayable: they were native records), the keyed tables are rebuilt under their new key with their
-rows as retail's. A migrated store answers every retail question as before.
+rows as retail's. A migrated store answers every retail question as before. `labels` gained its
+provenance columns (`os_user`, `sample_id`) later; they are added in place the same way.
 """
 
 from __future__ import annotations
@@ -102,11 +103,28 @@ SCHEMA = (
         note VARCHAR,
         source_file VARCHAR NOT NULL,
         imported_at TIMESTAMPTZ NOT NULL,
+        os_user VARCHAR,
+        sample_id VARCHAR,
         PRIMARY KEY (interaction_id, rater))""",
+    # The review samples `retrain review export` drew (dataplane/review_sample.py): an import
+    # accepts labels only of the interactions its file's sample holds.
+    """CREATE TABLE IF NOT EXISTS review_samples (
+        sample_id VARCHAR PRIMARY KEY,
+        week VARCHAR NOT NULL,
+        interaction_ids VARCHAR[] NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        exported_by VARCHAR NOT NULL)""",
 )
 
 _CREATE = {statement.split()[5]: statement for statement in SCHEMA}  # table name -> its CREATE
 KEYED_BY_DOMAIN = ("windows", "calibration_sets", "calibration_week", "shadow_sets")
+# Label provenance, added after `labels` first shipped: the OS account that ran the import (two
+# names typed by one account are one rater) and the review sample the label answers. Added in
+# place, last, as the CREATE above lists them; rows imported before stay NULL (not recorded then).
+_LABEL_COLUMNS = (
+    ("os_user", "ALTER TABLE labels ADD COLUMN os_user VARCHAR"),
+    ("sample_id", "ALTER TABLE labels ADD COLUMN sample_id VARCHAR"),
+)
 # Quarantine provenance, added later the same way: the version (sha256) of the file a row came
 # from, and the later version that read the file whole again and so superseded the row (a line
 # quarantined while the file was still being written); NULL while the row stands.
@@ -170,6 +188,12 @@ def table_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
     return out
 
 
+def _labels_behind(columns: dict[str, set[str]]) -> list[str]:
+    """The provenance statements an existing `labels` table still needs."""
+    have = columns.get("labels")
+    return [] if have is None else [statement for name, statement in _LABEL_COLUMNS if name not in have]
+
+
 def _quarantine_behind(columns: dict[str, set[str]]) -> list[str]:
     """The provenance statements an existing `quarantine` table still needs."""
     have = columns.get("quarantine")
@@ -177,12 +201,16 @@ def _quarantine_behind(columns: dict[str, set[str]]) -> list[str]:
 
 
 def needs_migration(columns: dict[str, set[str]], tables: tuple[str, ...] | None = None) -> bool:
-    """Whether any existing table of `tables` (all: None) predates domains, or `quarantine` its
-    file versions."""
-    names = ("interactions", *KEYED_BY_DOMAIN, "quarantine") if tables is None else tables
+    """Whether any existing table of `tables` (all: None) predates domains, or `labels` predates
+    label provenance, or `quarantine` its file versions."""
+    names = ("interactions", *KEYED_BY_DOMAIN, "labels", "quarantine") if tables is None else tables
+    if "labels" in names and _labels_behind(columns):
+        return True
     if "quarantine" in names and _quarantine_behind(columns):
         return True
-    return any(name in columns and "domain" not in columns[name] for name in names if name != "quarantine")
+    return any(
+        name in columns and "domain" not in columns[name] for name in names if name not in ("labels", "quarantine")
+    )
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, tables: tuple[str, ...] | None = None) -> None:
@@ -207,6 +235,9 @@ def _migrate(con: duckdb.DuckDBPyConnection, columns: dict[str, set[str]], table
             if name in tables and "domain" not in columns.get(name, {"domain"}):
                 for statement in _REKEY[name]:
                     con.execute(statement)
+        if "labels" in tables:
+            for statement in _labels_behind(columns):
+                con.execute(statement)
         if "quarantine" in tables:
             for statement in _quarantine_behind(columns):
                 con.execute(statement)

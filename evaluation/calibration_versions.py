@@ -1,12 +1,15 @@
 """Calibration versions over time: when a new one is frozen, and which one each week is judged on.
 
-A version is frozen (`evaluation.eval_sets.freeze_calibration_set`, never rewritten) from the pool
-of eligible interactions: stored conversations of calibration-split customers that carry gold and
-an agreed human verdict (the record's own `human_label`, review labels, or both when the raters
-agree). Labels keep arriving each week, so the pool grows; a new version is frozen from the whole
-pool when at least `refresh_after` eligible interactions are not in the current version (the
-weekly run, `week_calibration`), or whenever someone asks (`refresh_calibration`, behind
-`retrain calibration refresh`).
+A version is frozen (`evaluation.eval_sets.freeze_calibration_set`, never rewritten) from a draw of
+the pool of eligible interactions: stored replayable conversations of calibration-split customers
+that carry gold (their success is verified against the gold, so no person's verdict is needed).
+The draw never looks at labels: it is the `size` interactions of the pool with the lowest stable
+hash of their id (`dataplane.splits.stable_point` with its own salt, as the split places
+customers), so which interactions somebody labelled, or left unlabelled, cannot choose the set.
+Traffic keeps arriving, so the pool grows; a new version is frozen from the draw when at least
+`refresh_after` drawn interactions are not in the current version (the weekly run,
+`week_calibration`), or whenever someone asks (`refresh_calibration`, behind `retrain calibration
+refresh`).
 
 Each week is pinned, in DuckDB `calibration_week`, to the version its first run used. A re-run of
 the week (a retry or a backfill) reads the pin and evaluates on that version again, never a newer
@@ -25,8 +28,9 @@ from datetime import UTC, datetime
 import duckdb
 
 from dataplane.domain_rules import DEFAULT_DOMAIN
-from dataplane.labels import labels_for, records_with_verdicts, tally
 from dataplane.splits import split_of as default_split_of
+from dataplane.splits import stable_point
+from dataplane.store import load_records
 from evaluation.eval_sets import (
     CalibrationSet,
     EvalSetError,
@@ -43,12 +47,19 @@ from evaluation.eval_sets import (
 # a new one: enough to move the set's success estimate, few enough to refresh every few weeks of a
 # 200-a-week review. The run config `calibration_report.calibration_refresh_after` overrides it.
 DEFAULT_REFRESH_AFTER = 50
+# The most interactions a version holds: five times the 200 tasks `calibration_report` evaluates by
+# default, so a curriculum level's filter still leaves enough, while a version of a busy log stays
+# bounded (the pool holds every calibration customer's gold conversation ever stored).
+DEFAULT_CALIBRATION_SIZE = 1_000
+# The draw's own salt: its hash is unrelated to the split's (which is of the customer, not the
+# interaction), and changing it would redraw every future version.
+DRAW_SALT = "agent-retrain/calibration-draw/v1"
 
 
 @dataclass(frozen=True)
 class WeekCalibration:
     """The version a week is judged on and how it was chosen: `pinned_before` when an earlier run of
-    the week had pinned it, `frozen_now` when this call froze it, `new_eligible` how many eligible
+    the week had pinned it, `frozen_now` when this call froze it, `new_eligible` how many drawn
     interactions are outside the version (None when the pin decided and the pool was not read)."""
 
     week: str
@@ -61,7 +72,7 @@ class WeekCalibration:
 @dataclass(frozen=True)
 class Refresh:
     """What `refresh_calibration` did: the version now current, whether it froze it, and how many
-    eligible interactions were outside the previous version."""
+    drawn interactions were outside the previous version."""
 
     version: CalibrationSet
     frozen_now: bool
@@ -74,53 +85,64 @@ def check_refresh_after(refresh_after: int) -> int:
     return refresh_after
 
 
-def eligible_verdicts(
+def check_size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"calibration size must be an integer >= 1, got {size!r}")
+    return size
+
+
+def eligible_pool(
     con: duckdb.DuckDBPyConnection,
     before: datetime | None = None,
     split_of: SplitFn = default_split_of,
     domain: str = DEFAULT_DOMAIN,
-) -> dict[str, bool]:
-    """`domain`'s calibration pool by interaction id, with each one's agreed verdict: calibration-split
-    customers' stored replayable interactions with gold that ended before `before` (None: any time).
-
-    Only labelled interactions are read (a record label, or a row in `labels`, which every writer's
-    `open_store` creates), so the cost follows the labels, not the size of the log.
-    """
+) -> list[str]:
+    """`domain`'s calibration pool, ids in order: calibration-split customers' stored replayable
+    interactions with gold that ended before `before` (None: any time). Labels play no part."""
     rows = con.execute(
         "SELECT interaction_id, customer_id FROM interactions WHERE has_gold AND replayable AND domain = $domain "
-        "AND (human_task_success IS NOT NULL OR interaction_id IN (SELECT interaction_id FROM labels)) "
-        "AND ($before IS NULL OR ended_at < $before)",
+        "AND ($before IS NULL OR ended_at < $before) ORDER BY interaction_id",
         {"before": before, "domain": domain},
     ).fetchall()
     splits: dict[str, str] = {}
     for _rid, customer in rows:
         if customer not in splits:
             splits[customer] = split_of(customer)
-    candidates = [rid for rid, customer in rows if splits[customer] == "calibration"]
-    return tally(labels_for(con, candidates)).agreed if candidates else {}
+    return [rid for rid, customer in rows if splits[customer] == "calibration"]
 
 
-def outside(version: CalibrationSet | None, pool: dict[str, bool]) -> int:
-    """How many of the pool's interactions are not in `version` (all of them before any version)."""
+def calibration_draw(pool: list[str], size: int = DEFAULT_CALIBRATION_SIZE) -> list[str]:
+    """The `size` ids of `pool` with the lowest stable hash (ties: by id), in that order.
+
+    A function of the ids alone: the same pool gives the same draw on any machine, an interaction
+    once drawn stays drawn until `size` lower-hashed ones have arrived, and nothing about labels
+    (who labelled what, or whether) can move an interaction in or out.
+    """
+    check_size(size)
+    return sorted(pool, key=lambda rid: (stable_point(rid, DRAW_SALT), rid))[:size]
+
+
+def outside(version: CalibrationSet | None, drawn: list[str]) -> int:
+    """How many of the drawn interactions are not in `version` (all of them before any version)."""
     members = set(version.interaction_ids) if version else set()
-    return sum(rid not in members for rid in pool)
+    return sum(rid not in members for rid in drawn)
 
 
-def _freeze_pool(
+def _freeze_draw(
     con: duckdb.DuckDBPyConnection,
-    pool: dict[str, bool],
+    drawn: list[str],
     current: CalibrationSet | None,
     split_of: SplitFn,
     now: datetime | None,
     domain: str,
 ) -> CalibrationSet:
-    if not pool:
+    if not drawn:
         raise EvalSetError(
             "empty_set",
-            f"no stored replayable {domain} interaction of a calibration-split customer has gold and an agreed "
-            "human label (label some: retrain review export / import, or human_label in the records)",
+            f"no stored replayable {domain} interaction of a calibration-split customer has gold "
+            "(calibration needs recorded conversations with gold actions to verify success against)",
         )
-    records = calibration_eligible(records_with_verdicts(con, pool), split_of, domain)
+    records = calibration_eligible(load_records(con, drawn), split_of, domain)
     return freeze_calibration_set(
         con, records, force_new=current is not None, split_of=split_of, now=now, domain=domain
     )
@@ -152,17 +174,20 @@ def week_calibration(
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
     domain: str = DEFAULT_DOMAIN,
+    size: int = DEFAULT_CALIBRATION_SIZE,
 ) -> WeekCalibration:
     """The calibration version `week` is judged on; see the module docstring.
 
     A week already pinned gets its pinned version. Otherwise the pool is read as of `before` (the
-    week's end: a backfill of an old week never freezes later interactions in), a new version is
-    frozen when none exists or at least `refresh_after` eligible interactions are outside the
-    current one, and the week is pinned to the result. All in one transaction: a failure pins
+    week's end: a backfill of an old week never freezes later interactions in) and drawn
+    (`calibration_draw`, `size`), a new version is frozen when none exists or at least
+    `refresh_after` drawn interactions are outside the current one, and the week is pinned to the
+    result. All in one transaction: a failure pins
     nothing and freezes nothing. Raises EvalSetError (`empty_set`) when no version exists and the
     pool is empty, `pinned_version_missing` when the pinned version is gone.
     """
     check_refresh_after(refresh_after)
+    check_size(size)
     ensure_tables(con)
     con.begin()
     try:
@@ -176,11 +201,11 @@ def week_calibration(
             con.commit()
             return WeekCalibration(week, stored, pinned_before=True, frozen_now=False, new_eligible=None)
         current = current_calibration_set(con, domain)
-        pool = eligible_verdicts(con, before, split_of, domain)
-        accrued = outside(current, pool)
+        drawn = calibration_draw(eligible_pool(con, before, split_of, domain), size)
+        accrued = outside(current, drawn)
         chosen = current
         if current is None or accrued >= refresh_after:
-            chosen = _freeze_pool(con, pool, current, split_of, now, domain)
+            chosen = _freeze_draw(con, drawn, current, split_of, now, domain)
         assert chosen is not None
         con.execute(
             "INSERT INTO calibration_week (domain, week, version, pinned_at) VALUES (?, ?, ?, ?)",
@@ -200,19 +225,22 @@ def refresh_calibration(
     split_of: SplitFn = default_split_of,
     now: datetime | None = None,
     domain: str = DEFAULT_DOMAIN,
+    size: int = DEFAULT_CALIBRATION_SIZE,
 ) -> Refresh:
-    """Freeze a new version from the whole pool now, whatever the weekly threshold, when at least one
-    eligible interaction is outside the current version; otherwise keep the current one.
+    """Freeze a new version from the pool's draw (`calibration_draw`, `size`) now, whatever the weekly
+    threshold, when at least one drawn interaction is outside the current version; otherwise keep
+    the current one.
 
     Weeks already pinned keep their versions; the next week not yet run picks the new one up.
     """
+    check_size(size)
     ensure_tables(con)
     con.begin()
     try:
         current = current_calibration_set(con, domain)
-        pool = eligible_verdicts(con, before, split_of, domain)
-        accrued = outside(current, pool)
-        chosen = _freeze_pool(con, pool, current, split_of, now, domain) if current is None or accrued else current
+        drawn = calibration_draw(eligible_pool(con, before, split_of, domain), size)
+        accrued = outside(current, drawn)
+        chosen = _freeze_draw(con, drawn, current, split_of, now, domain) if current is None or accrued else current
         con.commit()
     except BaseException:
         con.rollback()

@@ -1,7 +1,8 @@
 """The two held-out evaluation sets, stored in DuckDB.
 
 Calibration set: frozen and versioned. A version is frozen from calibration-split interactions that
-carry gold actions and a human label; a stored version is never rewritten, and a new version appears
+carry gold actions (success is verified against the gold; which interactions people labelled plays
+no part, see `evaluation.calibration_versions`); a stored version is never rewritten, and a new version appears
 only through an explicit `freeze_calibration_set(..., force_new=True)` (or a new explicit version
 name). When a new version is frozen, and which version each week is judged on (a week is pinned to
 the version its first run used), is `evaluation.calibration_versions`.
@@ -56,7 +57,7 @@ SplitFn = Callable[[str], str]
 class EvalSetError(ValueError):
     """A record cannot enter an evaluation set, or a set operation breaks a rule.
 
-    `.rule` is a short name (`not_calibration_split`, `no_gold`, `no_human_label`, `wrong_domain`,
+    `.rule` is a short name (`not_calibration_split`, `no_gold`, `wrong_domain`,
     `not_replayable`, `duplicate_record`, `not_in_store`, `empty_set`, `frozen_version_exists`,
     `new_version_needs_force`, `pinned_version_missing`); `.record_id` names the offending
     interaction when there is one.
@@ -174,11 +175,6 @@ def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
     ensure_schema(con, _TABLES)
 
 
-def _has_human_label(record: dict[str, Any]) -> bool:
-    label = record.get("human_label")
-    return isinstance(label, dict) and isinstance(label.get("task_success"), bool)
-
-
 def calibration_problem(
     record: dict[str, Any], split_of: SplitFn = default_split_of, domain: str = DEFAULT_DOMAIN
 ) -> str | None:
@@ -189,8 +185,6 @@ def calibration_problem(
         return "not_calibration_split"
     if not record.get("gold"):
         return "no_gold"
-    if not _has_human_label(record):
-        return "no_human_label"
     return None
 
 
@@ -279,7 +273,7 @@ def freeze_calibration_set(
     - `version` names a stored version: returned if its content matches, else
       `frozen_version_exists` (a frozen version is never rewritten).
     - A new version while one exists requires `force_new=True` (the explicit command).
-    Every record must be eligible (the domain's, calibration split, gold, human label) and a
+    Every record must be eligible (the domain's, calibration split, gold) and a
     replayable interaction in `interactions`. Versions are named per domain.
     """
     ensure_tables(con)

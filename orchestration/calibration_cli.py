@@ -2,8 +2,9 @@
 
 The weekly run freezes a new version by itself when enough eligible interactions have accrued
 (`evaluation.calibration_versions`); these commands show the versions and the weeks pinned to
-each, and freeze a new one at once (after a large labelling round, say). Both read the home's
-DuckDB store with the default customer split.
+each, and freeze a new one at once (after a batch of traffic with gold landed, say). Both read the
+home's DuckDB store with the default customer split. A version is drawn from the eligible pool by a
+stable hash of the interaction id: labels never choose it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 from dataplane.home import Home
 from dataplane.store import StoreLockedError, open_store
 from evaluation.calibration_versions import (
+    DEFAULT_CALIBRATION_SIZE,
     DEFAULT_REFRESH_AFTER,
-    eligible_verdicts,
+    calibration_draw,
+    eligible_pool,
     outside,
     refresh_calibration,
     version_listing,
@@ -34,20 +37,23 @@ def list_versions() -> dict[str, Any]:
         with open_store(home.duckdb_path) as con:
             versions = version_listing(con)
             current = current_calibration_set(con)
-            pool = eligible_verdicts(con)
+            pool = eligible_pool(con)
     except StoreLockedError as err:
         raise CliError(str(err), code=1) from err
+    drawn = calibration_draw(pool)
     return {
         "versions": versions,
         "current": None if current is None else current.version,
         "eligible": len(pool),
-        "outside_current": outside(current, pool),
+        "drawn": len(drawn),
+        "outside_current": outside(current, drawn),
         "weekly_refresh_after": DEFAULT_REFRESH_AFTER,
+        "size": DEFAULT_CALIBRATION_SIZE,
     }
 
 
 def refresh_versions() -> dict[str, Any]:
-    """Freeze a new version from every eligible interaction when any is outside the current one."""
+    """Freeze a new version from the pool's draw when any drawn interaction is outside the current one."""
     home = Home.from_env().ensure()
     try:
         with open_store(home.duckdb_path) as con:
@@ -83,7 +89,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         weeks = ", ".join(v["weeks"]) or "-"
         print(f"{v['version'] + mark:10s} {v['rows']:6d}  {v['digest'][:16]:16s}  {v['created_at'][:25]:25s}  {weeks}")
     print(
-        f"* current. {listing['eligible']} eligible interactions, {listing['outside_current']} outside "
+        f"* current. {listing['eligible']} eligible interactions, {listing['drawn']} drawn (at most "
+        f"{listing['size']}, by a stable hash of the id), {listing['outside_current']} of them outside "
         f"{listing['current']} (a weekly run freezes a new version at {listing['weekly_refresh_after']} by "
         "default; retrain calibration refresh freezes one now)"
     )
@@ -100,7 +107,7 @@ def _cmd_refresh(args: argparse.Namespace) -> int:
             f"{done['new_eligible']} of them new; weeks not yet run use it, pinned weeks keep their version"
         )
     else:
-        print(f"calibration {done['version']} is current: no eligible interaction outside it, nothing frozen")
+        print(f"calibration {done['version']} is current: no drawn interaction outside it, nothing frozen")
     return 0
 
 
@@ -114,18 +121,20 @@ def add_calibration_parser(sub: Any) -> None:
         description=(
             "Each version with its rows, digest (the set hash the week's MLflow run logs as its dataset "
             "digest), when it was frozen and the weeks evaluated on it; then how many eligible interactions "
-            "(calibration customer, gold, an agreed human label) the store holds and how many are outside "
-            "the current version."
+            "(calibration customer, gold, replayable) the store holds, how many the draw takes (at most "
+            f"{DEFAULT_CALIBRATION_SIZE}, by a stable hash of the interaction id, never by labels) and how many "
+            "of those are outside the current version."
         ),
     )
     p.add_argument("--json", action="store_true", help="print the listing as JSON")
     p.set_defaults(func=_cmd_list)
     p = commands.add_parser(
         "refresh",
-        help="freeze a new calibration version now from every eligible interaction",
+        help="freeze a new calibration version now from the eligible pool's draw",
         description=(
-            "Freezes a new version from every eligible interaction when at least one is outside the current "
-            "version (otherwise nothing changes). A version is never rewritten; weeks already run stay pinned "
+            "Draws from the eligible interactions by a stable hash of the interaction id (labels play no part) "
+            "and freezes a new version when at least one drawn interaction is outside the current version "
+            "(otherwise nothing changes). A version is never rewritten; weeks already run stay pinned "
             "to the version they used, weeks not yet run use the new one."
         ),
     )

@@ -3,8 +3,10 @@
 Export writes a stratified random sample of a week's interactions (`dataplane.review_sample`), one
 JSON object a line, each with what a reviewer needs to judge it: a readable transcript, the
 outcome, the proxy reward and its terms (`evaluation.replay`), the primary failure mode
-(`evaluation.failure_modes`), and `task_success: null` to fill. Import stores the filled file in
-the `labels` table by the rules of `dataplane.labels`. The file format is in docs/REVIEW.md.
+(`evaluation.failure_modes`), and `task_success: null` to fill. The sample is recorded in DuckDB
+`review_samples` and its id written on every line. Import stores the filled file in the `labels`
+table by the rules of `dataplane.labels`: only the sample's interactions, under the name given and
+the OS account running the import. The file format is in docs/REVIEW.md.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 
 from assets.partitions import WeekError, week_end, week_key
 from dataplane.home import Home
-from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, import_labels
-from dataplane.review_sample import stratified_sample, week_population
+from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, check_os_user, current_os_user, import_labels
+from dataplane.review_sample import record_sample, stratified_sample, week_population
 from dataplane.store import StoreLockedError, load_records, open_store
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.recorded import judge_record
@@ -81,11 +83,15 @@ def _judged(record: Mapping[str, Any], weights: Any) -> dict[str, Any]:
     }
 
 
-def review_line(record: Mapping[str, Any], week: str, weights: Any = None) -> dict[str, Any]:
-    """One line of the review file (fields: `dataplane.labels.EXPORT_FIELDS`)."""
+def review_line(
+    record: Mapping[str, Any], week: str, weights: Any = None, sample_id: str | None = None
+) -> dict[str, Any]:
+    """One line of the review file (fields: `dataplane.labels.EXPORT_FIELDS`) of the recorded
+    review sample `sample_id`."""
     scenario = record.get("user_scenario") or {}
     line = dict.fromkeys(EXPORT_FIELDS)
     line.update(
+        sample_id=sample_id,
         interaction_id=record["interaction_id"],
         week=week,
         started_at=record.get("started_at"),
@@ -103,7 +109,8 @@ def review_line(record: Mapping[str, Any], week: str, weights: Any = None) -> di
 def export_review(
     week: str, out: str | os.PathLike, n: int = DEFAULT_SAMPLE, seed: int = 0, force: bool = False
 ) -> dict[str, Any]:
-    """Write the review sample of the week holding `week` to `out`; returns a summary.
+    """Write the review sample of the week holding `week` to `out`, recording it (its id on every
+    line, in `review_samples`, exported by this OS account); returns a summary.
 
     Refuses to overwrite an existing file unless `force`: it may be one a reviewer is filling in.
     """
@@ -115,14 +122,20 @@ def export_review(
     target = Path(out)
     if target.exists() and not force:
         raise CliError(f"{target} exists (it may hold labels); pass --force to overwrite it")
+    try:
+        exported_by = check_os_user(current_os_user())
+    except ValueError as err:
+        raise CliError(str(err)) from err
     home = Home.from_env().ensure()
-    with open_store(home.duckdb_path, read_only=True) as con:
+    # A writer: the sample is recorded before the file exists, so an import can always find it.
+    with open_store(home.duckdb_path) as con:
         population = week_population(con, start, end)
         ids = stratified_sample(population, n, seed)
+        if not ids:
+            raise CliError(f"week {key} has no stored interactions (ended {start.date()} .. {end.date()} exclusive)")
         records = load_records(con, ids)
-    if not ids:
-        raise CliError(f"week {key} has no stored interactions (ended {start.date()} .. {end.date()} exclusive)")
-    lines = [review_line(record, key, None) for record in records]
+        sample = record_sample(con, key, ids, exported_by)
+    lines = [review_line(record, key, None, sample.sample_id) for record in records]
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     partial.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
@@ -133,6 +146,7 @@ def export_review(
         strata[name] = strata.get(name, 0) + 1
     return {
         "week": key,
+        "sample_id": sample.sample_id,
         "out": str(target),
         "population": len(population),
         "sampled": len(lines),
@@ -143,7 +157,8 @@ def export_review(
 
 
 def import_review(path: str | os.PathLike, rater: str) -> ImportSummary:
-    """Store a filled review file's labels by `rater` (all or nothing)."""
+    """Store a filled review file's labels by `rater` (all or nothing), recorded with this process's
+    OS account."""
     if not Path(path).is_file():
         raise CliError(f"{path}: no such file")
     home = Home.from_env().ensure()
@@ -180,8 +195,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
         print(json.dumps({**counts, "refused": False}, indent=2, sort_keys=True))
         return 0
     print(
-        f"{counts['file']}: {counts['labels']} labels by {counts['rater']}: stored {counts['inserted']}, "
-        f"already stored {counts['unchanged']}; raters disagree on {len(counts['disagreements'])}"
+        f"{counts['file']}: {counts['labels']} labels by {counts['rater']} (OS account {counts['os_user']}, "
+        f"review sample {counts['sample_id']}): stored {counts['inserted']}, already stored {counts['unchanged']}; "
+        f"raters disagree on {len(counts['disagreements'])}"
     )
     for item in counts["disagreements"]:
         verdicts = ", ".join(f"{rater}={value}" for rater, value in sorted(item["labels"].items()))
@@ -200,7 +216,8 @@ def add_review_parser(sub: Any) -> None:
             "A seeded random sample of the interactions that ended in the week, stratified by outcome and "
             "intent (every (outcome, intent) pair is represented when --n allows, the rest in proportion). "
             "Each line holds a readable transcript, the outcome, the proxy reward and its terms, the failure "
-            "mode, and task_success: null for the reviewer to fill (see docs/REVIEW.md)."
+            "mode, and task_success: null for the reviewer to fill (see docs/REVIEW.md). The sample is recorded "
+            "in the store and its id written on every line: an import accepts only the sample's interactions."
         ),
     )
     p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD); weeks start on Monday")
@@ -214,12 +231,18 @@ def add_review_parser(sub: Any) -> None:
         help="store a filled review file's labels in the labels table",
         description=(
             "All or nothing: a file with any bad line (bad JSON, task_success not true/false, an unknown "
-            "interaction id, a changed label, ...) is refused whole, every bad line named by number, and "
-            "nothing is stored. Importing the same file again changes nothing; a second rater's labels are "
-            "kept beside the first and disagreements are reported."
+            "interaction id, one the file's review sample did not draw, a changed label, ...) is refused whole, "
+            "every bad line named by number, and nothing is stored. Importing the same file again changes "
+            "nothing; a second rater's labels are kept beside the first and disagreements are reported. The "
+            "OS account running the import is stored with --by: two names typed from one account are one rater."
         ),
     )
     p.add_argument("file", help="the filled JSONL file")
-    p.add_argument("--by", required=True, help="the reviewer's name, stored as the rater")
+    p.add_argument(
+        "--by",
+        required=True,
+        help="the reviewer's name, stored as the rater (1-64 letters, digits, space, _.@+-; never a number the PII "
+        "scrub masks)",
+    )
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     p.set_defaults(func=_cmd_import)

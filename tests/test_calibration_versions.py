@@ -1,9 +1,11 @@
-"""Calibration refresh: versions frozen as eligible interactions accrue, each week pinned to the
-version its first run used, and `retrain calibration list / refresh`; on a real DuckDB store."""
+"""Calibration refresh: versions drawn by a stable hash from the eligible pool (never by labels) and
+frozen as it grows, each week pinned to the version its first run used, and `retrain calibration
+list / refresh`; on a real DuckDB store."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -13,10 +15,13 @@ import pytest
 from assets.partitions import week_end
 from dataplane.ingest import ingest_paths
 from dataplane.labels import import_labels
-from dataplane.splits import split_of
+from dataplane.review_sample import record_sample
+from dataplane.splits import split_of, stable_point
 from dataplane.store import open_store
 from evaluation.calibration_versions import (
-    eligible_verdicts,
+    DRAW_SALT,
+    calibration_draw,
+    eligible_pool,
     pinned_weeks,
     refresh_calibration,
     week_calibration,
@@ -73,6 +78,19 @@ def store(tmp_path) -> Store:
     return Store(tmp_path)
 
 
+def review(con, tmp_path: Path, rater: str, verdicts: dict[str, bool], os_user: str) -> None:
+    """`rater` labels `verdicts` through a recorded review sample of exactly those interactions."""
+    sample = record_sample(con, W1, sorted(verdicts), "exporter").sample_id
+    path = tmp_path / f"{rater}-{sample}.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"sample_id": sample, "interaction_id": k, "task_success": v}) + "\n"
+            for k, v in verdicts.items()
+        )
+    )
+    import_labels(con, path, rater, os_user=os_user)
+
+
 def test_a_week_is_pinned_and_a_rerun_never_uses_a_newer_version(store):
     store.add(week_records(W1, 0, 8))
     first = store.week(W1)
@@ -104,30 +122,67 @@ def test_too_few_new_eligible_keep_the_current_version(store):
     assert third.version.rows == 14
 
 
-def test_only_calibration_customers_with_gold_and_an_agreed_label_are_eligible(store, tmp_path):
-    unlabelled = week_records(W1, 0, 6, label=None)
+def test_the_pool_is_calibration_customers_with_gold_whatever_their_labels(store, tmp_path):
+    labelled, unlabelled = week_records(W1, 100, 4), week_records(W1, 0, 6, label=None)
     store.add(
         [
-            *week_records(W1, 100, 4),
+            *labelled,
             *unlabelled,
             *week_records(W1, 200, 4, split="train"),
             *[{**r, "gold": None} for r in week_records(W1, 300, 3)],
         ]
     )
+    expected = sorted(r["interaction_id"] for r in [*labelled, *unlabelled])
     with store.connect() as con:
-        assert len(eligible_verdicts(con)) == 4
-        # Review labels make an unlabelled interaction eligible; two raters who disagree do not.
+        assert eligible_pool(con) == expected
+        # Review labels, agreeing or not, neither add an interaction nor take one away.
         agree, split = unlabelled[0]["interaction_id"], unlabelled[1]["interaction_id"]
-        for rater, verdicts in (("ann", {agree: True, split: True}), ("bob", {agree: True, split: False})):
-            path = tmp_path / f"{rater}.jsonl"
-            path.write_text(
-                "".join(json.dumps({"interaction_id": k, "task_success": v}) + "\n" for k, v in verdicts.items())
-            )
-            import_labels(con, path, rater)
-        pool = eligible_verdicts(con)
-        assert len(pool) == 5 and pool[agree] is True and split not in pool
+        review(con, tmp_path, "ann", {agree: True, split: True}, "ann-account")
+        review(con, tmp_path, "bob", {agree: True, split: False}, "bob-account")
+        assert eligible_pool(con) == expected
         version = week_calibration(con, W1, before=week_end(W1)).version
-        assert agree in version.interaction_ids and split not in version.interaction_ids
+        assert sorted(version.interaction_ids) == expected
+
+
+def test_labelling_a_subset_does_not_change_what_refresh_picks(store, tmp_path):
+    """The reported case: one person labelled the calibration interactions of their choice and the
+    refresh froze exactly those. Now the refresh draws by the stable hash alone."""
+    records = week_records(W1, 0, 12, label=None)
+    store.add(records)
+    ids = sorted(r["interaction_id"] for r in records)
+    by_hash = sorted(ids, key=lambda rid: stable_point(rid, DRAW_SALT))
+    assert calibration_draw(ids, 5) == by_hash[:5] and calibration_draw(list(reversed(ids)), 5) == by_hash[:5]
+    chosen = by_hash[5:11]  # six interactions the draw of 5 leaves out: the labeller's pick
+    labelled = store.path.with_name("labelled.duckdb")
+    shutil.copy(store.path, labelled)
+    with open_store(labelled) as con:
+        review(con, tmp_path, "ann", dict.fromkeys(chosen, True), "ann-account")
+        assert eligible_pool(con) == ids
+        small_labelled = refresh_calibration(con, size=5).version
+        whole_labelled = refresh_calibration(con).version  # the default size holds all 12
+    with store.connect() as con:
+        small = refresh_calibration(con, size=5).version
+        whole = refresh_calibration(con).version
+    assert sorted(small.interaction_ids) == sorted(by_hash[:5]) and not set(chosen) & set(small.interaction_ids)
+    assert (small_labelled.interaction_ids, small_labelled.set_hash) == (small.interaction_ids, small.set_hash)
+    assert sorted(whole.interaction_ids) == ids  # every eligible one, not the 6 that were labelled
+    assert (whole_labelled.interaction_ids, whole_labelled.set_hash) == (whole.interaction_ids, whole.set_hash)
+
+
+def test_a_draw_keeps_what_it_drew_until_lower_hashes_arrive(store):
+    store.add(week_records(W1, 0, 8, label=None))
+    first = store.week(W1, refresh_after=1).version
+    store.add(week_records(W2, 100, 8, label=None))
+    with store.connect() as con:
+        pool = eligible_pool(con)
+        second = week_calibration(con, W2, before=week_end(W2), refresh_after=1, size=8).version
+    assert sorted(second.interaction_ids) == sorted(calibration_draw(pool, 8))
+    stay = [rid for rid in first.interaction_ids if rid in second.interaction_ids]
+    cut = max(stable_point(rid, DRAW_SALT) for rid in second.interaction_ids)
+    # Every first-version member at or below the new draw's highest hash stayed in it.
+    assert stay == [rid for rid in first.interaction_ids if stable_point(rid, DRAW_SALT) <= cut]
+    with pytest.raises(ValueError, match="calibration size must be an integer >= 1, got 0"):
+        calibration_draw(pool, 0)
 
 
 def test_a_first_run_of_an_old_week_freezes_nothing_that_ended_after_it(store):
@@ -138,10 +193,10 @@ def test_a_first_run_of_an_old_week_freezes_nothing_that_ended_after_it(store):
 
 
 def test_a_failed_freeze_pins_nothing_and_bad_settings_are_named(store):
-    store.add(week_records(W1, 0, 4, label=None))
+    store.add([{**r, "gold": None} for r in week_records(W1, 0, 4)])
     with pytest.raises(EvalSetError) as err:
         store.week(W1)
-    assert err.value.rule == "empty_set" and "agreed human label" in err.value.detail
+    assert err.value.rule == "empty_set" and "calibration-split customer has gold" in err.value.detail
     with store.connect() as con:
         assert pinned_weeks(con) == {} and calibration_versions(con) == []
     with pytest.raises(ValueError, match="calibration_refresh_after must be an integer >= 1, got 0"):
@@ -175,11 +230,12 @@ def test_calibration_commands(home, capsys):
     assert main(["calibration", "refresh"]) == 0
     assert "froze calibration v2: 6 rows" in capsys.readouterr().out
     assert main(["calibration", "refresh"]) == 0
-    assert "calibration v2 is current: no eligible interaction outside it" in capsys.readouterr().out
+    assert "calibration v2 is current: no drawn interaction outside it" in capsys.readouterr().out
     assert main(["calibration", "list", "--json"]) == 0
     listing = json.loads(capsys.readouterr().out)
     assert [(v["version"], v["rows"], v["weeks"]) for v in listing["versions"]] == [("v1", 4, [W1]), ("v2", 6, [])]
-    assert listing["current"] == "v2" and listing["eligible"] == 6 and listing["outside_current"] == 0
+    assert listing["current"] == "v2" and listing["eligible"] == listing["drawn"] == 6
+    assert listing["outside_current"] == 0
     assert listing["versions"][0]["digest"] == v1["digest"]
     assert main(["calibration", "list"]) == 0
     table = capsys.readouterr().out

@@ -21,7 +21,7 @@ from dataplane.labels import (
     import_labels,
     labels_for,
 )
-from dataplane.review_sample import allocate, stratified_sample
+from dataplane.review_sample import allocate, record_sample, stratified_sample
 from dataplane.store import open_store
 from orchestration.cli import main
 from orchestration.review import transcript
@@ -184,9 +184,12 @@ def test_a_bad_file_is_refused_whole_naming_every_bad_line(home_with_week, tmp_p
     assert _rows(home_with_week) == []
 
 
-def test_reimport_changes_nothing_and_a_second_rater_sits_beside_the_first(home_with_week, tmp_path, capsys):
+def test_reimport_changes_nothing_and_a_second_rater_sits_beside_the_first(
+    home_with_week, tmp_path, capsys, monkeypatch
+):
     _, lines = _export(tmp_path, n=40)
     capsys.readouterr()
+    monkeypatch.setenv("LOGNAME", "ann-account")  # getpass.getuser() reads it first: ann's OS account
     first = _fill(lines, tmp_path / "ann.jsonl")
     assert main(["review", "import", str(first), "--by", "ann", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -196,7 +199,8 @@ def test_reimport_changes_nothing_and_a_second_rater_sits_beside_the_first(home_
     assert main(["review", "import", str(first), "--by", "ann", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["inserted"] == 0
     assert _rows(home_with_week) == stored  # not a byte of it changed, imported_at included
-    # A second rater who disagrees on the first line.
+    # A second rater, at their own OS account, who disagrees on the first line.
+    monkeypatch.setenv("LOGNAME", "bob-account")
     flipped = {lines[0]["interaction_id"]}
     second = _fill(
         lines, tmp_path / "bob.jsonl", lambda x: (x["outcome"] == "completed") ^ (x["interaction_id"] in flipped)
@@ -230,20 +234,29 @@ def test_records_own_human_labels_count_and_notes_are_masked(home_with_week, tmp
             "WHERE human_task_success IS NOT NULL ORDER BY 1 LIMIT 1"
         ).fetchone()
         rid, verdict, rater = labelled
+        sample = record_sample(con, WEEK, [rid], "exporter").sample_id
         assert [(x.rater, x.task_success, x.source) for x in labels_for(con, [rid])[rid]] == [
             (rater, verdict, "record")
         ]
         # The record's rater re-stating the same verdict is "already stored"; a different one is a conflict.
         same = tmp_path / "same.jsonl"
         same.write_text(
-            json.dumps({"interaction_id": rid, "task_success": verdict, "note": "card 4111 1111 1111 1111"}) + "\n"
+            json.dumps(
+                {
+                    "sample_id": sample,
+                    "interaction_id": rid,
+                    "task_success": verdict,
+                    "note": "card 4111 1111 1111 1111",
+                }
+            )
+            + "\n"
         )
         assert import_labels(con, same, rater, now=NOW).unchanged == 1
         other = tmp_path / "other.jsonl"
-        other.write_text(json.dumps({"interaction_id": rid, "task_success": not verdict}) + "\n")
+        other.write_text(json.dumps({"sample_id": sample, "interaction_id": rid, "task_success": not verdict}) + "\n")
         with pytest.raises(LabelFileError, match="label_conflict"):
             import_labels(con, other, rater, now=NOW)
-        summary = import_labels(con, same, "carol", now=NOW)
+        summary = import_labels(con, same, "carol", now=NOW, os_user="carol-account")
         assert summary.inserted == 1
         (note,) = con.execute("SELECT note FROM labels WHERE rater = 'carol'").fetchone()
         assert "4111" not in note and "[CARD]" in note

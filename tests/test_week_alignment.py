@@ -12,6 +12,7 @@ import pytest
 
 from assets.partitions import week_end
 from dataplane.labels import import_labels
+from dataplane.review_sample import record_sample
 from dataplane.store import load_records, open_store
 from evaluation.gates import evaluate_gates
 from evaluation.replay import reward_alignment
@@ -76,8 +77,13 @@ def test_review_labels_join_the_week_they_were_served_in_and_disagreements_are_l
     before, other_week = _read(con, W2).tally, _read(con, W1).tally
     review = {rid: i % 2 == 0 for i, rid in enumerate(unlabelled)}
     review[labelled["interaction_id"]] = not labelled["human_label"]["task_success"]  # contradicts its rater
+    sample = record_sample(con, W2, sorted(review), "exporter").sample_id
     path = tmp_path / "review.jsonl"
-    path.write_text("".join(json.dumps({"interaction_id": k, "task_success": v}) + "\n" for k, v in review.items()))
+    path.write_text(
+        "".join(
+            json.dumps({"sample_id": sample, "interaction_id": k, "task_success": v}) + "\n" for k, v in review.items()
+        )
+    )
     import_labels(con, path, "ann", now=NOW)
 
     after = _read(con, W2)
