@@ -12,6 +12,9 @@ from evaluation.drift import distribution, total_variation
 from evaluation.stats import (
     PairingError,
     agreement_rate,
+    cluster_bootstrap_ci,
+    cluster_sign_test,
+    clustered_comparison,
     mcnemar_exact,
     paired_bootstrap_ci,
     roc_auc,
@@ -178,3 +181,93 @@ def test_roc_auc_pinned_to_the_hand_written_rank_sum():
     scores = np.round(rng.random(40), 1)  # rounded: many ties
     labels = rng.random(40) < 0.4
     assert roc_auc(list(scores), list(labels)) == pytest.approx(0.40773809523809523, rel=1e-12)
+
+
+# ---- customer-clustered statistics ---------------------------------------------------------------
+
+
+def _customers(kinds: list[str], trials: int) -> tuple[list[bool], list[bool], list[str]]:
+    """Paired trials of customers whose every trial goes one way: "won" (candidate succeeds, baseline
+    fails), "lost" (the reverse), "both" or "neither" succeed: trials of a customer agree entirely."""
+    outcome = {"won": (True, False), "lost": (False, True), "both": (True, True), "neither": (False, False)}
+    a, b, clusters = [], [], []
+    for i, kind in enumerate(kinds):
+        for _ in range(trials):
+            a.append(outcome[kind][0])
+            b.append(outcome[kind][1])
+            clusters.append(f"customer-{i}")
+    return a, b, clusters
+
+
+def test_cluster_bootstrap_is_wider_than_the_naive_one_when_a_customers_trials_agree():
+    # 25 customers x 6 trials: each customer's six trials are one outcome six times over, so there
+    # are 25 independent observations, not 150; the interval must be about sqrt(6) times wider.
+    kinds = np.random.default_rng(4).choice(["won", "lost", "both", "neither"], size=25, p=[0.3, 0.1, 0.3, 0.3])
+    a, b, clusters = _customers(list(kinds), trials=6)
+    naive = paired_bootstrap_ci(a, b, n_resamples=2000, seed=0)
+    clustered = cluster_bootstrap_ci(a, b, clusters, n_resamples=2000, seed=0)
+    assert clustered.difference == naive.difference == pytest.approx(np.mean(a) - np.mean(b))
+    assert (clustered.high - clustered.low) > 1.8 * (naive.high - naive.low)
+    assert clustered.low < naive.low and clustered.high > naive.high
+
+
+def test_cluster_bootstrap_is_as_wide_as_the_naive_one_when_trials_are_independent():
+    # 100 customers x 6 trials, every trial drawn on its own: grouping them by customer changes
+    # nothing real, so the widths agree up to resampling noise (0.88-1.11 over seeds 0-7).
+    rng = np.random.default_rng(3)
+    a, b = rng.random(600) < 0.6, rng.random(600) < 0.45
+    clusters = [f"customer-{i // 6}" for i in range(600)]
+    naive = paired_bootstrap_ci(a, b, n_resamples=2000, seed=0)
+    clustered = cluster_bootstrap_ci(a, b, clusters, n_resamples=2000, seed=0)
+    assert 0.8 < (clustered.high - clustered.low) / (naive.high - naive.low) < 1.25
+
+
+def test_one_trial_per_customer_is_exactly_the_per_conversation_statistics():
+    rng = np.random.default_rng(1)
+    for n in (3, 50, 317):
+        a, b = rng.random(n) < 0.6, rng.random(n) < 0.4
+        clusters = [f"c{i}" for i in range(n)]
+        assert cluster_bootstrap_ci(a, b, clusters, seed=3) == paired_bootstrap_ci(a, b, seed=3)
+        sign, naive = cluster_sign_test(a, b, clusters), mcnemar_exact(a, b)
+        assert (sign.won, sign.lost, sign.p_value) == (naive.only_a, naive.only_b, naive.p_value)
+
+
+def test_cluster_bootstrap_pinned_to_a_hand_written_customer_resampling():
+    """Customers of 1-6 trials: each resample draws as many customers as there are, with
+    replacement, and takes the success difference over all the trials it holds."""
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 7, 30)
+    clusters = [f"cust-{c}" for c in range(30) for _ in range(sizes[c])]
+    a, b = rng.random(len(clusters)) < 0.6, rng.random(len(clusters)) < 0.45
+    ci = cluster_bootstrap_ci(a, b, clusters, n_resamples=1000, seed=9)
+    diffs = np.array(
+        [sum(int(a[i]) - int(b[i]) for i, k in enumerate(clusters) if k == f"cust-{c}") for c in range(30)]
+    )
+    draws = np.random.default_rng(9).integers(0, 30, (1000, 30))
+    stats = diffs[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    assert ci.difference == pytest.approx(diffs.sum() / sizes.sum(), rel=1e-12)
+    assert (ci.low, ci.high) == pytest.approx(tuple(np.percentile(stats, [2.5, 97.5])), rel=1e-12)
+    assert cluster_bootstrap_ci(a, b, clusters, n_resamples=1000, seed=9) == ci
+
+
+def test_cluster_sign_test_counts_customers_not_trials():
+    a = [1, 1, 1] + [1, 0, 0] + [1, 1] + [1, 1, 0, 0]
+    b = [0, 0, 0] + [1, 1, 0] + [1, 1] + [1, 0, 0, 0]
+    clusters = ["A"] * 3 + ["B"] * 3 + ["C"] * 2 + ["D"] * 4
+    test = cluster_sign_test(a, b, clusters)
+    assert (test.won, test.lost, test.tied) == (2, 1, 1)  # A and D won, B lost, C tied
+    assert test.p_value == pytest.approx(binomtest(2, 3, 0.5).pvalue)
+    # 30 trials won on 5 customers and none lost: McNemar sees 30 discordant pairs, the sign test 5.
+    a, b, clusters = _customers(["won"] * 5 + ["both"] * 5, trials=6)
+    assert cluster_sign_test(a, b, clusters).p_value == pytest.approx(2 * 0.5**5)
+    assert mcnemar_exact(a, b).p_value == pytest.approx(2 * 0.5**30)
+
+
+def test_clustered_comparison_counts_the_evidence_and_refuses_bad_clusters():
+    a, b, clusters = _customers(["won", "lost", "both"], trials=4)
+    cmp = clustered_comparison(a, b, clusters, n_resamples=200, seed=0)
+    assert (cmp.trials, cmp.clusters, cmp.sign.won, cmp.sign.lost, cmp.sign.tied) == (12, 3, 1, 1, 1)
+    one = cluster_bootstrap_ci([1, 1, 0], [0, 1, 0], ["only"] * 3, n_resamples=10)
+    assert (one.difference, one.low, one.high) == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    with pytest.raises(PairingError, match="cluster keys"):
+        cluster_bootstrap_ci([1, 0], [0, 0], ["x"])
