@@ -3,6 +3,8 @@
 Modes, checked in this priority order, the first that applies being a failed
 trial's primary mode:
 
+- `errored`: the trial raised before it could be judged (`Trial.error`); its only mode, since
+  nothing else about it was observed;
 - `policy_violation`: a write attempted without the owner authenticated, without a successful read
   of the record it changes, or on a record whose status does not allow it (the domain's
   `StatusRules`: in retail, cancel / modify need `pending`, return / exchange need `delivered`);
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from evaluation.rollout import Trial
 
 MODES = (
+    "errored",
     "policy_violation",
     "unnecessary_escalation",
     "hallucinated_fact",
@@ -105,8 +108,9 @@ def _status_claim(rules: StatusRules | None) -> re.Pattern[str] | None:
 
 
 def policy_violations(trial: Trial) -> list[Violation]:
-    """Policy violations of a trial, successful or not (the violation gate counts these)."""
-    return episode_violations(trial.episode)
+    """Policy violations of a trial, successful or not (the violation gate counts these); none
+    for an errored trial, whose conversation was not observed to its end."""
+    return [] if trial.errored else episode_violations(trial.episode)
 
 
 def _known_text(trial: Trial) -> str:
@@ -147,6 +151,8 @@ def failure_modes(trial: Trial) -> list[str]:
     """All modes that apply to a failed trial, in priority order; [] for a successful trial."""
     if trial.success:
         return []
+    if trial.errored:
+        return ["errored"]
     episode = trial.episode
     gold_writes = _calls(episode, gold_actions(episode))
     writes = _calls(episode, [{"name": e.tool, "arguments": e.arguments} for e in episode.audit_log])

@@ -3,12 +3,17 @@
 Everything here is a pure function of `Trial`s (their episodes and flags), so the same numbers come
 out of a calibration run, a shadow replay or a test. `summarize` gives them stable flat names for
 MLflow, so weeks and candidate/champion compare side by side.
+
+An errored trial (`Trial.error`) is a failure in every rate, with an empty episode (no actions,
+calls or violations observed); its reward is undefined, so reward means are over the scored trials
+only. `errored_trials` counts them, by class in `errored_by_class`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -86,10 +91,17 @@ def tool_call_shift(candidate: Iterable[Trial], champion: Iterable[Trial]) -> fl
     return total_variation(tool_call_distribution(candidate), tool_call_distribution(champion))
 
 
+def errored_by_class(trials: Iterable[Trial]) -> dict[str, int]:
+    """How many trials raised, by the exception's class name (sorted by name)."""
+    return dict(sorted(Counter(t.error_class for t in trials if t.error_class is not None).items()))
+
+
 def reward_totals(trials: Sequence[Trial]) -> dict[str, float]:
-    """Mean total reward and the mean of each weighted reward term over the trials."""
+    """Mean total reward and the mean of each weighted reward term over the scored trials (an
+    errored trial has no reward to average)."""
+    trials = [t for t in trials if not t.errored]
     if not trials:
-        raise ValueError("reward totals of no trials are undefined")
+        raise ValueError("reward totals of no scored trials are undefined")
     sums: dict[str, float] = defaultdict(float)
     for t in trials:
         for name, value in t.reward_terms.items():
@@ -121,7 +133,8 @@ def summarize(trials: Sequence[Trial]) -> dict[str, Any]:
     """Every scalar metric under a stable flat name (`success_rate`, `pass_hat_2`, ...).
 
     Optional quantities that are undefined for these trials (recovery with no failed call,
-    pass^k beyond the trials run) are left out rather than reported as a misleading 0.
+    pass^k beyond the trials run, rewards when every trial errored) are left out rather than
+    reported as a misleading 0. `errored_trials` is always there; `errored_<Class>` per class.
     """
     out: dict[str, Any] = {
         "trials": len(trials),
@@ -136,7 +149,12 @@ def summarize(trials: Sequence[Trial]) -> dict[str, Any]:
     recovery = recovery_rate(trials)
     if recovery is not None:
         out["recovery_rate"] = recovery
-    out.update(reward_totals(trials))
+    errors = errored_by_class(trials)
+    out["errored_trials"] = sum(errors.values())
+    # Class names become metric names: anything outside MLflow's key alphabet is replaced.
+    out.update({f"errored_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}": n for name, n in errors.items()})
+    if out["errored_trials"] < len(trials):
+        out.update(reward_totals(trials))
     out.update({f"failure_share_{mode}": share for mode, share in failure_mode_shares(trials).items()})
     out.update({f"ended_by_{kind}": n / len(trials) for kind, n in _count(t.ended_by for t in trials).items()})
     return out

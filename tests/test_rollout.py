@@ -24,7 +24,7 @@ from tests.helpers_eval import (
 from training.curriculum import task_row
 from training.policies import HFPolicy, ScriptedPolicy, ScriptError, assistant_turns
 from training.rewards import verified_success
-from training.sandbox.rollout import Conversation, RolloutError, trial_seed
+from training.sandbox.rollout import Conversation, RolloutError, roll_out, start_conversation, trial_seed
 
 
 @pytest.fixture(scope="module")
@@ -153,12 +153,16 @@ def test_policy_breaking_the_batch_seam_is_an_error(records):
 
 
 def test_bad_records_are_refused(records):
+    # A set that cannot be paired (no id, one id twice) is refused as a whole.
     with pytest.raises(RolloutError, match="missing_record_id"):
         record_id_of({"intent": "other"})
     with pytest.raises(RolloutError, match="duplicate_record_id"):
         run_rollouts(escalator_policy(), [records[0], records[0]])
-    with pytest.raises(RolloutError, match="missing_initial_state"):
-        run_rollouts(escalator_policy(), [{**records[0], "initial_state": None}])
+    # A record that cannot start a conversation fails its own trials only.
+    broken, fine = run_rollouts(escalator_policy(), [{**records[0], "initial_state": None}, records[1]])
+    assert broken.ended_by == "error" and not broken.success and broken.error_class == "RolloutError"
+    assert broken.error.startswith("RolloutError: missing_initial_state")
+    assert fine.error is None and fine.ended_by == "done"
 
 
 def test_trial_seed_is_pinned_and_seeds_training_rows_too(records):
@@ -176,8 +180,14 @@ def test_a_tool_call_that_is_not_an_object_is_a_policy_error_naming_the_record(r
         def act(self, conversations):
             return [{"role": "assistant", "content": "", "tool_calls": ["cancel everything"]} for _ in conversations]
 
+    (trial,) = run_rollouts(Scrawler(), records[:1])
+    assert trial.ended_by == "error" and not trial.success
+    assert trial.error.startswith("RolloutError: bad_policy_message")
+    assert f"(record {records[0]['interaction_id']})" in trial.error
+    # The traffic loop, which does not contain, still raises it.
+    conversation = start_conversation(records[0], 0, task_id=records[0]["interaction_id"])
     with pytest.raises(RolloutError, match="bad_policy_message") as err:
-        run_rollouts(Scrawler(), records[:1])
+        roll_out(Scrawler(), [conversation])
     assert err.value.record_id == records[0]["interaction_id"]
 
 

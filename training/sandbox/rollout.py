@@ -12,6 +12,11 @@ conversation ends on a text answer without tool calls ("answer"), when the envir
 (a transfer to a human, or the customer left: "done"), when the policy's prompt outgrew its
 model ("context_full"), or at `max_turns` assistant turns ("max_turns").
 
+With `contain=True` (the evaluator's setting) an exception raised while running one conversation
+(the customer simulator, the environment, the policy on that conversation) ends that conversation
+only, with `ended_by="error"` and `error` naming the exception's class and message; the others
+run on. `contained_trial` is the one place that catches it (see there).
+
 Messages use the chat format of `training.sandbox.prompting`: `{"role": "assistant", "content":
 str, "tool_calls": [{"name": str, "arguments": dict}]}`.
 """
@@ -19,6 +24,7 @@ str, "tool_calls": [{"name": str, "arguments": dict}]}`.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -30,7 +36,11 @@ from training.sandbox.prompting import domain_of, initial_messages
 Message = dict[str, Any]
 
 DEFAULT_MAX_TURNS = 30
-ENDINGS = ("answer", "done", "max_turns", "context_full")
+ENDINGS = ("answer", "done", "max_turns", "context_full", "error")
+# How much of an exception's message a failed trial keeps (its class is always kept whole).
+_ERROR_CHARS = 500
+
+log = logging.getLogger(__name__)
 # What a transcript keeps of tool-call arguments that are not an object (the environment still
 # sees them as they were, and answers with an Error).
 _RAW_ARGUMENTS_CHARS = 500
@@ -62,7 +72,8 @@ class Conversation(list):
     Policies receive these; a model policy reads only the messages, a scripted one may read
     `task_id` and `trial` to find its script. After the loop, `turns`, `tool_calls`, `tool_errors`
     and `ended_by` say how it went and `episode` is what judges read. `mistakes` lists the
-    mistakes a scripted production agent drew for it.
+    mistakes a scripted production agent drew for it. `error` is "Class: message" of the
+    exception that ended it (`ended_by == "error"`), else None.
     """
 
     def __init__(
@@ -80,6 +91,12 @@ class Conversation(list):
         self.mistakes: list[str] = []
         self.turns = self.tool_calls = self.tool_errors = 0
         self.ended_by: str | None = None
+        self.error: str | None = None
+
+    def fail(self, exc: Exception) -> None:
+        """End this conversation as errored by `exc` (see `contained_trial`)."""
+        self.error = f"{type(exc).__name__}: {str(exc)[:_ERROR_CHARS]}"
+        self.ended_by = "error"
 
     @property
     def messages(self) -> list[Message]:
@@ -91,6 +108,27 @@ class Conversation(list):
         if self.env is None:
             raise RolloutError("no_environment", "a bare transcript has no episode", self.task_id)
         return self.env.episode
+
+
+def contained_trial(conversation: Conversation, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` for one trial; an exception fails that trial only and returns None.
+
+    The per-trial boundary, and the only place the evaluator catches a trial's exception: building
+    the conversation (environment reset, customer simulator), each of its turns (the policy's
+    message for it, the tool calls, the customer's reply) and scoring it (the reward) each run
+    through here. The trial is marked errored with the exception's class and message
+    (`Conversation.fail`), the traceback goes to the log, and nothing is scored for it: judges read
+    `error`, never a number made up for a conversation that did not finish. `Exception` only, so an
+    interrupt still stops the run.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        conversation.fail(exc)
+        log.warning(
+            "trial %s#%s failed: %s", conversation.task_id, conversation.trial, conversation.error, exc_info=exc
+        )
+        return None
 
 
 def trial_seed(seed: int, record_id: str, trial: int) -> int:
@@ -191,6 +229,7 @@ def roll_out(
     conversations: Sequence[Conversation],
     max_turns: int = DEFAULT_MAX_TURNS,
     max_live: int | None = None,
+    contain: bool = False,
 ) -> None:
     """Drive every conversation to its end, in place.
 
@@ -199,6 +238,12 @@ def roll_out(
     of every live conversation in one call, while a model keeps its batch full and the caches of
     only that many conversations in memory. Conversations are independent, so this changes the
     order work is done in, never a transcript.
+
+    `contain`: an exception in one conversation's turn fails that conversation only
+    (`contained_trial`). A batched `policy.act` that raises is asked again one conversation at a
+    time, so the failure lands on the conversation it came from and the rest of the batch goes on
+    (in that round only, a sampling policy then draws from a different random stream). A policy
+    returning the wrong number of messages breaks the seam itself and always raises.
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -208,16 +253,39 @@ def roll_out(
     while active or waiting:
         while waiting and len(active) < limit:
             active.append(waiting.popleft())
-        replies = policy.act(list(active))
-        if len(replies) != len(active):
-            raise RolloutError(
-                "bad_policy_batch",
-                f"policy {getattr(policy, 'name', policy)!r} returned {len(replies)} "
-                f"messages for {len(active)} conversations",
-            )
-        for conversation, message in zip(active, replies):
-            _step(conversation, message, max_turns)
+        for conversation, message in zip(active, _act(policy, active, contain)):
+            if conversation.ended_by is not None:  # the policy failed on it
+                continue
+            if contain:
+                contained_trial(conversation, _step, conversation, message, max_turns)
+            else:
+                _step(conversation, message, max_turns)
         active = [c for c in active if c.ended_by is None]
+
+
+def _act(policy: Policy, active: list[Conversation], contain: bool) -> list[Any]:
+    """The policy's next message for each live conversation (None where it failed on one)."""
+    try:
+        replies = policy.act(list(active))
+    except Exception:
+        if not contain:
+            raise
+        # Not caught here: retried per conversation, where `contained_trial` records the failure.
+        alone = [contained_trial(c, policy.act, [c]) for c in active]
+        for reply in alone:
+            if reply is not None:
+                _check_batch(policy, reply, 1)
+        return [None if reply is None else reply[0] for reply in alone]
+    _check_batch(policy, replies, len(active))
+    return replies
+
+
+def _check_batch(policy: Policy, replies: Sequence[Any], expected: int) -> None:
+    if len(replies) != expected:
+        raise RolloutError(
+            "bad_policy_batch",
+            f"policy {getattr(policy, 'name', policy)!r} returned {len(replies)} messages for {expected} conversations",
+        )
 
 
 def _live_limit(policy: Policy, max_live: int | None, waiting: int) -> int:
