@@ -18,6 +18,14 @@ from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.decision import PromotionDecision
 from evaluation.failure_modes import compare_weeks
+from evaluation.gate_floors import (
+    GateFloorsFileError,
+    LoosenedGateError,
+    apply_floors,
+    floors_summary,
+    resolve_floors,
+    run_config_gates,
+)
 from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
 from evaluation.pause import active_pause
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
@@ -26,8 +34,24 @@ from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 from evaluation.week_alignment import alignment_series
 from training.rewards import RewardWeights
 
-# The thresholds are declared once, on GateConfig; the Dagster config is built from its fields.
+# The thresholds are declared once, on GateConfig; the Dagster config is built from its fields. What a
+# run sets is bounded by the deployment's floors (evaluation.gate_floors): it may tighten, never loosen.
 GateSettings = config_from_dataclass(GateConfig, "GateSettings", module=__name__)
+
+
+def floored_gate_config(context: dg.AssetExecutionContext, config: dg.Config) -> tuple[GateConfig, dict]:
+    """The run's gate thresholds (the deployment's floors, tightened by what the run config names)
+    and the floors with their source; a run config that loosens a gate fails the step, naming the setting."""
+    try:
+        floors = resolve_floors(context.instance.root_directory)
+        # Only the settings the run config names: an unset one takes its floor, not the product default.
+        # Dagster leaves a value equal to the default out of `model_fields_set`, so the run's own
+        # config is read too: naming the product's default where the floor is stricter loosens the gate.
+        named = set(config.model_fields_set) | set(run_config_gates(context.run.run_config))
+        requested = {name: getattr(config, name) for name in named}
+        return apply_floors(requested, floors), floors_summary(floors)
+    except (LoosenedGateError, GateFloorsFileError) as err:
+        raise dg.Failure(str(err), allow_retries=False) from err
 
 
 def _dagster_run_url(run_id: str) -> str:
@@ -132,6 +156,7 @@ def promotion_gate(
     mlflow: MLflowTracking,
 ):
     """The promotion decision with every gate's value, threshold and verdict (logged to MLflow on every decision)."""
+    gate_config, floors = floored_gate_config(context, config)
     h, week, domain = home.home, context.partition_key, interaction_window.domain
     candidate, baseline = outcomes(calibration_report.pair, shadow_report.pair)
     report = evaluate_gates(
@@ -148,7 +173,7 @@ def promotion_gate(
             labels_week=calibration_report.alignment.get("labels_week", ""),
             watch_pause=active_pause(h),
         ),
-        GateConfig(**config.model_dump()),
+        gate_config,
     )
     previous = latest_decision(context.instance, previous_week(week), domain)
     modes = dict(calibration_report.pair.candidate.failure_modes)
@@ -234,6 +259,7 @@ def promotion_gate(
             "mlflow_run_id": run_id,
             "mlflow_run": dg.MetadataValue.url(mlflow.run_url(h, run_id)),
             "gates": dg.MetadataValue.md(_gate_table(report)),
+            "gate_floors": dg.MetadataValue.json(floors),
             **decision_metadata(decision),
         },
     )

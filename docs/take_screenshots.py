@@ -55,7 +55,7 @@ def prepare_home(root: Path) -> str:
     os.environ["RETRAIN_HOME"] = str(root)
     from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
-    from orchestration.demo import PERMISSIVE_GATES, demo_run_config
+    from orchestration.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
     from orchestration.runner import run_week
 
     home = Home.from_env().ensure()
@@ -69,7 +69,9 @@ def prepare_home(root: Path) -> str:
         n_users=80,
     )
     # CI-sized stages and permissive gates, so the screenshot shows a registered champion (the
-    # real policy lives in the asset configs' defaults).
+    # real policy lives in the asset configs' defaults); the gates are this deployment's floors
+    # too, since a run config may not loosen a gate below them.
+    permissive_floors(home.dagster_home)
     run = run_week(WEEK, run_config=demo_run_config("ci", PERMISSIVE_GATES), home=home)
     print(f"week {run.week}: run {run.run_id} success={run.success} materialized={run.materialized}")
     return run.run_id

@@ -271,6 +271,9 @@ def live_watch(inp: GateInputs) -> Gate:
         False,
         pause.summary,
         on_fail="hold",
+        lift=f"promotions paused by the live watch since {pause.since} ({pause.champion}): a person reads the served "
+        "traffic and runs `retrain resume --by NAME --reason TEXT`, then `retrain approve --week WEEK --by NAME` "
+        "registers this week (or re-run it)",
         action_drift_tv=pause.value,
         max_action_drift=pause.threshold,
         days_paused=len(pause.days),

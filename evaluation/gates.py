@@ -5,8 +5,10 @@ or the base model when there is none yet (so the first candidate must beat the b
 
 Verdicts: 'pass', 'fail' (the week's candidate is rejected) or 'hold' (a person must look).
 Decision: any fail -> 'reject'; else any hold -> 'hold'; else 'promote'. `approve` lifts the
-`tool_call_drift` and `live_watch` holds only (APPROVABLE_HOLDS): failures, and holds for missing
-evidence, stay. `live_watch` holds every week while the daily watch has paused promotions.
+`tool_call_drift` hold only (APPROVABLE_HOLDS): failures, and holds for missing evidence, stay.
+`live_watch` holds every week while the daily watch has paused promotions; only resuming
+promotions (`retrain resume`, which records who and why) lifts it, and `approve` then carries
+that record onto the week it registers.
 
 Each gate's definition is in `GATE_RULES`, its thresholds in `GateConfig`. Two need more words:
 reward_alignment is not measurable with too few human labels (or one class) and then follows
@@ -17,8 +19,9 @@ when it outruns the verified-success gain (`gate_rules.reward_hacking_alarm`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from evaluation import gate_rules
 from evaluation.gate_rules import reward_rise
@@ -113,30 +116,44 @@ def evaluate_gates(inputs: GateInputs, config: GateConfig | None = None) -> Gate
     return GateReport(gates, inputs.baseline_kind, cfg)
 
 
-def approve(report: GateReport, approver: str) -> GateReport:
+def approve(report: GateReport, approver: str, resumed: Mapping[str, Any] | None = None) -> GateReport:
     """A person's approval of a held report: the approvable holds (APPROVABLE_HOLDS) become 'pass'.
+
+    `resumed` is the record of the person who resumed promotions since the live watch paused them
+    (`evaluation.pause.last_resume`: None while a pause is in force). With it, a `live_watch` hold
+    becomes 'pass' naming who resumed and why; without it that hold stays, whatever the approver says.
 
     Raises ApprovalError, naming each gate in the way and what would lift it, when a gate failed
     (approval cannot overrule evidence), when any other hold remains (e.g. too few human labels:
-    only more labels lift it), or when nothing approvable is held.
+    only more labels lift it; the live watch's pause: only `retrain resume` lifts it), or when
+    nothing is held.
     """
     if not approver.strip():
         raise ApprovalError("an approval needs the approver's name")
     failed = [g for g in report.gates if g.verdict == "fail"]
     if failed:
         raise ApprovalError("cannot approve: gates failed: " + "; ".join(f"{g.name}: {g.detail}" for g in failed))
-    approvable = [g for g in report.gates if g.verdict == "hold" and g.name in APPROVABLE_HOLDS]
-    remaining = [g for g in report.gates if g.verdict == "hold" and g.name not in APPROVABLE_HOLDS]
+    held = [g for g in report.gates if g.verdict == "hold"]
+    lifted = {g.name: f"{g.detail}; approved by {approver}" for g in held if g.name in APPROVABLE_HOLDS}
+    if resumed is not None:
+        lifted.update(
+            {
+                g.name: f"{g.detail}; promotions resumed by {resumed['lifted_by']} at {resumed['lifted_at']} "
+                f"({resumed.get('reason', '')})"
+                for g in held
+                if g.name == "live_watch"
+            }
+        )
+    remaining = [g for g in held if g.name not in lifted]
     if remaining:
         raise ApprovalError(
             "cannot promote: "
             + "; ".join(f"{g.name} held: {g.lift or g.detail}" for g in remaining)
             + (f" (approval lifts only {', '.join(APPROVABLE_HOLDS)})")
         )
-    if not approvable:
+    if not lifted:
         raise ApprovalError(f"nothing to approve: decision is {report.decision!r}")
     gates = tuple(
-        replace(g, verdict="pass", detail=f"{g.detail}; approved by {approver}", lift="") if g in approvable else g
-        for g in report.gates
+        replace(g, verdict="pass", detail=lifted[g.name], lift="") if g.name in lifted else g for g in report.gates
     )
     return replace(report, gates=gates, approved_by=approver)

@@ -2,15 +2,16 @@
 
 When the daily watch finds the champion's served actions drifting from what was evaluated, it
 pauses promotions here; `promotion_gate` reads the pause as a `live_watch` hold, and only a person
-lifts it (`retrain approve`). The file holds the active pause (or null) and every lifted one with
-who lifted it and when, so the history survives restarts and is readable by people:
+lifts it, with its own command (`retrain resume --by NAME --reason TEXT`: approving a week's
+candidate does not). The file holds the active pause (or null) and every lifted one with who
+resumed promotions, when and why, so the history survives restarts and is readable by people:
 
     {"active": {"since": "2026-11-25", "champion": "retail-agent/2", ...} | null,
-     "lifted": [{..., "lifted_by": "alice", "lifted_at": "..."}]}
+     "lifted": [{..., "lifted_by": "alice", "lifted_at": "...", "reason": "..."}]}
 
 A drift found again on a day whose pause a person lifted (a re-run of that day) does not pause
 again: the person already judged that day's evidence. Updates hold an exclusive lock on
-`pause.lock` and replace the file atomically, so the watch and `retrain approve` never lose each
+`pause.lock` and replace the file atomically, so the watch and `retrain resume` never lose each
 other's writes.
 """
 
@@ -52,7 +53,7 @@ class Pause:
         """The line the `live_watch` gate shows."""
         return (
             f"live watch paused since {self.since}: action drift TV={self.value:.4f} > {self.threshold} "
-            f"({self.champion}); run `retrain approve`"
+            f"({self.champion}); a person resumes promotions with `retrain resume`"
         )
 
     @classmethod
@@ -105,8 +106,16 @@ def active_pause(home: Home) -> Pause | None:
 
 
 def lifted_pauses(home: Home) -> list[dict[str, Any]]:
-    """Every lifted pause, oldest first, each with `lifted_by` and `lifted_at`."""
+    """Every lifted pause, oldest first, each with `lifted_by`, `lifted_at` and `reason`."""
     return _read(home).lifted
+
+
+def last_resume(home: Home) -> dict[str, Any] | None:
+    """The latest lifted pause (who resumed promotions, when, why) when none is in force now, else None."""
+    state = _read(home)
+    if state.active is not None or not state.lifted:
+        return None
+    return state.lifted[-1]
 
 
 def acknowledged_by(home: Home, day: str, champion: str) -> str | None:
@@ -132,14 +141,25 @@ def pause_promotions(home: Home, day: str, champion: str, value: float, threshol
     return pause
 
 
-def lift_pause(home: Home, by: str) -> dict[str, Any] | None:
-    """Lift the pause in force, recording who lifted it and when; None when nothing was paused."""
+class ResumeError(ValueError):
+    """A resume without the person's name or reason; names what is missing."""
+
+
+def resume_promotions(home: Home, by: str, reason: str) -> dict[str, Any] | None:
+    """Lift the pause in force, recording who resumed promotions, when and why; None when nothing was paused."""
     if not by.strip():
-        raise ValueError("lifting the live-watch pause needs the name of the person who lifts it")
+        raise ResumeError("resuming promotions needs the name of the person who resumes them (--by)")
+    if not reason.strip():
+        raise ResumeError("resuming promotions needs the reason: what the person read and concluded (--reason)")
     with _locked(home) as state:
         if state.active is None:
             return None
-        lifted = {**asdict(state.active), "lifted_by": by, "lifted_at": datetime.now(UTC).isoformat()}
+        lifted = {
+            **asdict(state.active),
+            "lifted_by": by,
+            "lifted_at": datetime.now(UTC).isoformat(),
+            "reason": reason,
+        }
         state.active = None
         state.lifted.append(lifted)
         _write(home, state)

@@ -59,7 +59,7 @@ class WatchSettings:
         default=0.05,
         metadata={
             "help": "largest total variation between the served tool-call mix and the champion's evaluated "
-            "mix; above it promotions pause until a person runs `retrain approve`"
+            "mix; above it promotions pause until a person runs `retrain resume`"
         },
     )
     min_interactions: int = field(

@@ -62,7 +62,7 @@ def sound_alarms(home: Home, watch: DayWatch) -> AlarmOutcome:
                 ACTION_DRIFT_INCIDENT,
                 watch,
                 drift,
-                f"{watch.champion} on {watch.day}: {drift.detail}; promotions paused until `retrain approve`",
+                f"{watch.champion} on {watch.day}: {drift.detail}; promotions paused until `retrain resume`",
                 {"tool_mix": watch.tool_mix, "evaluated_mix": watch.evaluated_mix},
             )
             pause_promotions(home, watch.day, watch.champion, float(drift.value or 0.0), drift.threshold, path)

@@ -21,9 +21,10 @@ from dataplane.ingest_settings import IngestSettings
 from dataplane.readers import FORMATS
 from dataplane.record_schema import record_schema_text
 from domains.registry import DomainNotFoundError, load_domain
+from evaluation.gate_floors import GateFloorsFileError, LoosenedGateError
 from evaluation.gates import ApprovalError
-from evaluation.pause import PauseStateError
-from evaluation.registry import RegistryError
+from evaluation.pause import PauseStateError, ResumeError
+from evaluation.registry import ModelDirError, RegistryError
 from orchestration.calibration_cli import add_calibration_parser
 from orchestration.cli_errors import CliError
 from orchestration.demo import run_demo, serving_policy
@@ -33,7 +34,7 @@ from orchestration.runner import (
     NoDecisionError,
     RetrainBusyError,
     approve_week,
-    lift_watch_pause,
+    resume_watch,
     rollback_champion,
     run_week,
 )
@@ -167,7 +168,14 @@ def _cmd_import_tasks(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_week(args.week, config_file=args.config, domain=args.domain)
-    except (WeekError, FileNotFoundError, json.JSONDecodeError, RunConfigFileError) as err:
+    except (
+        WeekError,
+        FileNotFoundError,
+        json.JSONDecodeError,
+        RunConfigFileError,
+        LoosenedGateError,
+        GateFloorsFileError,
+    ) as err:
         raise CliError(str(err)) from err
     except RetrainBusyError as err:
         raise CliError(str(err), code=1) from err
@@ -186,15 +194,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     try:
-        if args.week is None:
-            done = lift_watch_pause(args.by)
-        else:
-            done = approve_week(args.week, approver=args.by)
-        print(json.dumps(done, indent=2, default=str))
+        print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
     except (WeekError, NoDecisionError, ApprovalError, DecisionRecordError, PauseStateError) as err:
         raise CliError(str(err)) from err
-    except RegistryError as err:
+    except (RegistryError, ModelDirError) as err:  # a changed model folder too: nothing registered
         raise CliError(str(err), code=1) from err
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    try:
+        print(json.dumps(resume_watch(args.by, args.reason), indent=2, default=str))
+    except (ResumeError, PauseStateError) as err:
+        raise CliError(str(err)) from err
     return 0
 
 
@@ -281,15 +293,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "approve",
-        help="after a person reviewed it: lift the live watch's pause, and register a week held only for drift",
-        description="Lift the live watch's promotion pause (recording who lifted it) and, with --week, register "
-        "that week's candidate if it was held only for tool-call drift or the pause.",
+        help="after a person reviewed it: register a week's candidate held for tool-call drift",
+        description="Register that week's candidate if it was held only for tool-call drift (and, once a person "
+        "resumed promotions with `retrain resume`, the live watch's pause), after checking the model folder "
+        "still has the digest the decision recorded. Approval never lifts the live watch's pause.",
     )
-    p.add_argument(
-        "--week", help="a week whose held candidate to register (any date in it); omit to lift the pause only"
-    )
-    p.add_argument("--by", default="cli", help="who approves (recorded on the pause and as a tag)")
+    p.add_argument("--week", required=True, help="the week whose held candidate to register (any date in it)")
+    p.add_argument("--by", default="cli", help="who approves (recorded on the version and the week's run)")
     p.set_defaults(func=_cmd_approve)
+
+    p = sub.add_parser(
+        "resume",
+        help="after a person read the served traffic: lift the live watch's promotion pause",
+        description="Lift the live watch's promotion pause, recording who resumed promotions and why in "
+        "$RETRAIN_HOME/watch/pause.json beside the pause.",
+    )
+    p.add_argument("--by", required=True, help="who resumes promotions")
+    p.add_argument("--reason", required=True, help="why: what the person read and concluded")
+    p.set_defaults(func=_cmd_resume)
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")
     p.set_defaults(func=_cmd_rollback)

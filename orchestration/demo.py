@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 from datetime import date, timedelta
+from pathlib import Path
 
 from assets.evaluation import EvalConfig
 from assets.partitions import week_key
@@ -22,6 +23,7 @@ from dataplane.home import Home
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN, load_domain
+from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
 from evaluation.registry import champion_info, find_base_version, find_week_version, local_champion
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
@@ -65,7 +67,9 @@ _SIZES = {
 }
 
 # Gate thresholds that let any candidate through, for runs that must show a registration (the UI
-# screenshots); never the product's policy, never the demo's or the end-to-end test's.
+# screenshots); never the product's policy, never the demo's or the end-to-end test's. A run config
+# cannot loosen a gate below the deployment's floors (evaluation.gate_floors), so such a deployment
+# also writes them as its floors (`permissive_floors`).
 PERMISSIVE_GATES = {
     "min_human_labels": 2,
     "calibration_min_margin": -1.0,
@@ -75,6 +79,13 @@ PERMISSIVE_GATES = {
     "violation_tolerance": 1.0,
     "hacking_excess_max": 1.0e6,
 }
+
+
+def permissive_floors(instance_dir: Path) -> Path:
+    """Write PERMISSIVE_GATES as the floors of the Dagster instance in `instance_dir`; the file's path."""
+    path = Path(instance_dir) / INSTANCE_FLOORS_FILE
+    write_floors(path, PERMISSIVE_GATES)
+    return path
 
 
 def demo_run_config(scale: str = "demo", gates: dict | None = None) -> dict:

@@ -18,8 +18,9 @@ from assets.weekdata import DOMAIN_TAG
 from dataplane.home import Home
 from domains.registry import DEFAULT_DOMAIN
 from evaluation.decision import PromotionDecision
-from evaluation.gates import ApprovalError, approve
-from evaluation.pause import lift_pause
+from evaluation.gate_floors import check_run_config, resolve_floors
+from evaluation.gates import approve
+from evaluation.pause import ResumeError, last_resume, resume_promotions
 from evaluation.registry import register_candidate, rollback
 from evaluation.run_log import record_approval
 from orchestration.definitions import defs
@@ -88,10 +89,13 @@ def run_week(
     log is still in the instance, so the UI shows everything)."""
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
-    prepare_dagster_home(home)
+    instance_dir = prepare_dagster_home(home)
     # No config given: the preset RETRAIN_RUN_CONFIG names, as the schedule's runs get it (the
     # progress logger added below would otherwise make the config non-empty and hide the preset).
     config = dict(run_config or load_run_config(config_file) or scheduled_run_config() or {})
+    # A config that loosens a gate is refused before anything runs (promotion_gate refuses it too,
+    # for runs launched elsewhere, but only after training and evaluation).
+    check_run_config(config, resolve_floors(instance_dir))
     if terse and "loggers" not in config:
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
@@ -133,16 +137,16 @@ def week_decision(week: str, home: Home | None = None) -> PromotionDecision:
 
 
 def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str, Any]:
-    """Register a week's held candidate after a person reviewed it, without retraining, and lift
-    the live watch's pause if one is in force (the person has seen why the week was held).
+    """Register a week's held candidate after a person reviewed it, without retraining.
 
-    Only the drift holds can be approved (the candidate's tool-call drift, the live watch's pause);
-    a failed gate, or any other hold (too few human labels), raises ApprovalError naming it and
-    what would lift it, and nothing is registered or lifted.
+    Only the candidate's tool-call drift can be approved. A `live_watch` hold is lifted only once a
+    person has resumed promotions (`resume_watch`); that record is carried onto the approved report.
+    A failed gate, or any other hold (too few human labels, a pause still in force), raises
+    ApprovalError naming it and what would lift it, and nothing is registered.
     """
     home = (home or Home.from_env()).ensure()
     decision = week_decision(week, home)
-    approved = decision.approved(approve(decision.report, approver))
+    approved = decision.approved(approve(decision.report, approver, resumed=last_resume(home)))
     uri, name = mlflow_target(home)
     record_approval(uri, approved.mlflow_run_id, decision.report, approved.report)
     version = register_candidate(
@@ -155,24 +159,19 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
         run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
     )
-    done: dict[str, Any] = {"week": approved.week, "version": version, "approved_by": approver}
-    lifted = lift_pause(home, approver)
-    return done if lifted is None else {**done, "lifted_pause": lifted}
+    return {"week": approved.week, "version": version, "approved_by": approver}
 
 
-def lift_watch_pause(approver: str, home: Home | None = None) -> dict[str, Any]:
-    """Lift the live watch's promotion pause after a person reviewed the served traffic; records who.
+def resume_watch(by: str, reason: str, home: Home | None = None) -> dict[str, Any]:
+    """Lift the live watch's promotion pause after a person reviewed the served traffic, recording
+    who resumed promotions and why (in `<home>/watch/pause.json`, beside the pause).
 
-    Raises ApprovalError when nothing is paused (and no week was named to approve)."""
-    if not approver.strip():
-        raise ApprovalError("an approval needs the approver's name")
+    Raises ResumeError without a name or a reason, and when nothing is paused."""
     home = (home or Home.from_env()).ensure()
-    lifted = lift_pause(home, approver)
+    lifted = resume_promotions(home, by, reason)
     if lifted is None:
-        raise ApprovalError(
-            "nothing to approve: promotions are not paused by the live watch (name a held week with --week)"
-        )
-    return {"lifted_pause": lifted}
+        raise ResumeError("nothing to resume: promotions are not paused by the live watch")
+    return {"resumed": lifted}
 
 
 def rollback_champion(home: Home | None = None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from orchestration.demo import PERMISSIVE_GATES, demo_run_config
+from orchestration.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
 from tests.helpers_webserver import REPO_ROOT, free_port, server_env
 
 PG_HOST, PG_PORT = "127.0.0.1", 5432
@@ -232,6 +232,9 @@ def deployment(tmp: Path, home_root: Path, extra_env: dict[str, str]) -> Iterato
         dagster_home = tmp / "dagster"
         dagster_home.mkdir(parents=True)
         shutil.copy(DEPLOY_DAGSTER_YAML, dagster_home / "dagster.yaml")
+        # ci_run_config's gates let both weeks through (these tests are about the services, not the
+        # decision); a run config cannot loosen a gate below the instance's floors, so they are the floors.
+        permissive_floors(dagster_home)
         log_dir = tmp / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         env = {**server_env(home_root, dagster_home), **dagster_pg_env(db), **extra_env, "OMP_NUM_THREADS": "1"}

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import dagster as dg
 import numpy as np
@@ -15,8 +16,9 @@ from safetensors.numpy import save_file
 from assets.decisions import PROMOTION_ASSET, decision_metadata
 from evaluation.decision import PromotionDecision
 from evaluation.gates import evaluate_gates
+from evaluation.pause import active_pause, lifted_pauses, pause_promotions
 from evaluation.registry import champion_info, find_week_version
-from evaluation.run_log import open_week_run
+from evaluation.run_log import load_gate_report, open_week_run
 from orchestration.instance import prepare_dagster_home
 from tests.helpers_gates import gate_inputs
 
@@ -37,13 +39,14 @@ def _retrain(home, *args) -> subprocess.CompletedProcess:
     )
 
 
-def _decision(home, tmp_path, week: str, policy: str, labels: int | None = None):
-    """Record a promotion decision for `week` in the home's Dagster instance, as promotion_gate does."""
+def _decision(home, tmp_path, week: str, policy: str, labels: int | None = None, pause=None):
+    """Record a promotion decision for `week` in the home's Dagster instance, as promotion_gate does
+    (`pause`: the live watch's pause in force when the week was gated)."""
     model = tmp_path / f"model-{week}"
     model.mkdir()
     save_file({"w": np.ones(4, dtype=np.float32)}, str(model / "model.safetensors"))
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
-    report = evaluate_gates(gate_inputs(policy, labels=labels))
+    report = evaluate_gates(replace(gate_inputs(policy, labels=labels), watch_pause=pause))
     lineage = {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8}
     decision = PromotionDecision(week, report, str(model), lineage, open_week_run(home.mlflow_uri, week, "dagster-run"))
     with dg.DagsterInstance.from_config(str(prepare_dagster_home(home))) as instance:
@@ -77,6 +80,43 @@ def test_approval_of_a_week_also_short_of_human_labels_registers_nothing(home, t
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "reward_alignment held: 12 human labels, 20 needed: label 8 more" in refused.stderr
     assert find_week_version(home.mlflow_uri, WEEK) is None and champion_info(home.mlflow_uri) is None
+
+
+@pytest.mark.slow
+def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_lifts(home, tmp_path):
+    pause = pause_promotions(home, "2026-11-12", "retail-agent/1", 0.2, 0.05, "incident.json")
+    report = _decision(home, tmp_path, WEEK, "drifter", pause=pause)
+    assert {g.name for g in report.gates if g.verdict == "hold"} == {"tool_call_drift", "live_watch"}
+
+    refused = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "live_watch held" in refused.stderr and "retrain resume --by NAME --reason TEXT" in refused.stderr
+    assert "tool_call_drift held" not in refused.stderr  # the approval covers the drift; the pause is left
+    assert active_pause(home) == pause and champion_info(home.mlflow_uri) is None
+
+    for args, missing in ((("--by", "bob"), "--reason"), (("--reason", "read it"), "--by")):
+        incomplete = _retrain(home, "resume", *args)
+        assert incomplete.returncode == 2 and missing in incomplete.stderr
+    assert active_pause(home) == pause
+    resumed = _retrain(home, "resume", "--by", "bob", "--reason", "transcripts read: a carrier outage")
+    assert resumed.returncode == 0, resumed.stderr
+    record = json.loads(resumed.stdout)["resumed"]
+    assert (record["lifted_by"], record["reason"], record["since"]) == (
+        "bob",
+        "transcripts read: a carrier outage",
+        "2026-11-12",
+    )
+    assert active_pause(home) is None and lifted_pauses(home) == [record]
+
+    done = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
+    assert done.returncode == 0, done.stderr
+    champion = champion_info(home.mlflow_uri)
+    assert champion.version == 1 and champion.tags["approved_by"] == "alice"
+    # The report the version was promoted on says who resumed promotions, and why.
+    live = load_gate_report(home.mlflow_uri, champion.run_id).gate("live_watch")
+    assert live.verdict == "pass" and "promotions resumed by bob" in live.detail and "carrier outage" in live.detail
+    nothing = _retrain(home, "resume", "--by", "bob", "--reason", "again")
+    assert nothing.returncode == 2 and "not paused" in nothing.stderr
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The live watch on real components: files landing in `<home>/landing`, the landing sensor
 ingesting them into DuckDB, the `daily_watch` job judging each day a registered champion served,
-the pause a drifting day puts on promotions, and `retrain approve` lifting it.
+the pause a drifting day puts on promotions, and `retrain resume` lifting it.
 
 The champion is the scripted production agent (the simulator's), registered in a sqlite MLflow
 store with the tool-call mix it showed on a separate sample of conversations as its evaluated
@@ -191,11 +191,22 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
     assert gate.metadata["detail"].value.startswith(f"live watch paused since {DAYS[2]}: action drift TV=")
     assert champion_info(home.mlflow_uri).version == 1
 
+    # Approving the week does not lift the pause: that is `retrain resume`'s, with who and why.
+    capsys.readouterr()
+    assert main(["approve", "--week", WEEK, "--by", "alice"]) == 2
+    refused = capsys.readouterr().err
+    assert "live_watch held" in refused and "retrain resume --by NAME --reason TEXT" in refused
+    assert active_pause(home) == pause and champion_info(home.mlflow_uri).version == 1
+
+    assert main(["resume", "--by", "bob", "--reason", "read the day: the queue was down, hand-overs were right"]) == 0
+    resumed = json.loads(capsys.readouterr().out)["resumed"]
+    assert resumed["lifted_by"] == "bob" and resumed["since"] == DAYS[2] and active_pause(home) is None
+    assert lifted_pauses(home)[-1]["reason"] == "read the day: the queue was down, hand-overs were right"
+
     assert main(["approve", "--week", WEEK, "--by", "alice"]) == 0
     approved = json.loads(capsys.readouterr().out)
-    assert approved["lifted_pause"]["lifted_by"] == "alice" and approved["version"] == 2
-    assert champion_info(home.mlflow_uri).version == 2 and active_pause(home) is None
-    assert lifted_pauses(home)[-1]["since"] == DAYS[2]
-    # Nothing is paused now: approving without a week has nothing to lift, and says so.
-    assert main(["approve", "--by", "alice"]) == 2
+    assert approved["version"] == 2 and approved["approved_by"] == "alice"
+    assert champion_info(home.mlflow_uri).version == 2
+    # Nothing is paused now: resuming has nothing to lift, and says so.
+    assert main(["resume", "--by", "bob", "--reason", "again"]) == 2
     assert "not paused" in capsys.readouterr().err

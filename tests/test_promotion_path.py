@@ -16,6 +16,7 @@ import pytest
 
 from assets.decisions import latest_decision, run_decision
 from dataplane.incidents import list_incidents
+from evaluation.gate_floors import FLOORS_ENV, INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import GATE_NAMES, GATE_RULES
 from evaluation.registry import champion_info, find_base_version, find_week_version, mlflow_client
 from orchestration.demo import _summary_rows
@@ -139,9 +140,52 @@ def test_a_failure_mode_rise_is_flagged_without_blocking(home, instance, tmp_pat
     assert first.passed  # no decision the week before: nothing to compare with
 
 
-def test_gate_thresholds_come_from_run_config(home, instance, tmp_path):
+def test_a_run_config_may_tighten_a_gate(home, instance, tmp_path, monkeypatch):
+    monkeypatch.delenv(FLOORS_ENV, raising=False)
+    result = run_promotion(home, instance, WEEK, "better", tmp_path, {"calibration_min_margin": 0.5})
+    assert result.success
+    gate = _checks(result)["gate_calibration_improvement"]
+    assert not gate.passed and gate.metadata["threshold"].value == 0.5
+    decision = latest_decision(instance, WEEK)
+    assert decision.decision == "reject" and decision.report.config.calibration_min_margin == 0.5
+    floors = next(
+        e.materialization.metadata["gate_floors"].value
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey("promotion_gate")
+    )
+    assert floors["source"] == "the product's defaults" and floors["floors"]["calibration_min_margin"] == 0.0
+
+
+def test_a_run_config_that_loosens_a_gate_fails_the_gate_before_any_decision(home, instance, tmp_path, monkeypatch):
+    monkeypatch.delenv(FLOORS_ENV, raising=False)
+    result = run_promotion(home, instance, WEEK, "identical", tmp_path, {"calibration_min_margin": -1.0})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "promotion_gate"
+    message = failure.event_specific_data.error.message
+    assert "calibration_min_margin=-1.0 is looser than its floor 0.0" in message
+    assert "a run may raise calibration_min_margin, never lower it" in message
+    assert latest_decision(instance, WEEK) is None and find_week_version(home.mlflow_uri, WEEK) is None
+    assert not _checks(result)  # no gate was evaluated
+
+
+@pytest.mark.parametrize("where", ["variable", "instance"])
+def test_the_deployments_floors_file_sets_what_a_run_may_ask_for(home, instance, tmp_path, monkeypatch, where):
+    monkeypatch.delenv(FLOORS_ENV, raising=False)
+    floors = {"calibration_min_margin": -1.0, "max_tool_drift": 0.01}
+    if where == "variable":
+        monkeypatch.setenv(FLOORS_ENV, str(write_floors(tmp_path / "floors.yaml", floors).source))
+    else:
+        write_floors(tmp_path / "unused.yaml", floors)
+        write_floors(Path(instance.root_directory) / INSTANCE_FLOORS_FILE, floors)
+    # What the floors allow goes through: an identical candidate passes calibration at margin -1.
     result = run_promotion(home, instance, WEEK, "identical", tmp_path, {"calibration_min_margin": -1.0})
     assert result.success and _checks(result)["gate_calibration_improvement"].passed
+    # A setting the run does not name takes its floor, stricter here than the product's default ...
+    assert latest_decision(instance, WEEK).report.config.max_tool_drift == 0.01
+    # ... and asking for the product's default is loosening this deployment's gate.
+    refused = run_promotion(home, instance, NEXT, "identical", tmp_path, {"max_tool_drift": 0.05})
+    assert not refused.success and latest_decision(instance, NEXT) is None
 
 
 def test_a_real_failure_still_fails_the_run_and_files_an_incident(home, instance, tmp_path):

@@ -16,10 +16,12 @@ from domains.retail.traffic.simulate import simulate
 from evaluation.gates import ApprovalError, approve, evaluate_gates
 from evaluation.pause import (
     PauseStateError,
+    ResumeError,
     active_pause,
-    lift_pause,
+    last_resume,
     lifted_pauses,
     pause_promotions,
+    resume_promotions,
 )
 from evaluation.watch import (
     EVALUATED_MIX_TAG,
@@ -168,7 +170,7 @@ def _drifted_watch(day: str = "2026-11-25"):
     return replace(watch, action_drift=alarm)
 
 
-def test_drift_pauses_promotions_once_and_a_lift_records_who(home):
+def test_drift_pauses_promotions_once_and_a_resume_records_who_and_why(home):
     outcome = sound_alarms(home, _drifted_watch())
     [incident] = list_incidents(home)
     assert incident["kind"] == ACTION_DRIFT_INCIDENT and incident["evidence"]["day"] == "2026-11-25"
@@ -179,13 +181,21 @@ def test_drift_pauses_promotions_once_and_a_lift_records_who(home):
     assert len(list_incidents(home)) == 2
     assert active_pause(home).since == "2026-11-25" and active_pause(home).days == ("2026-11-25", "2026-11-26")
 
-    lifted = lift_pause(home, "alice")
+    assert last_resume(home) is None  # paused: nobody has resumed promotions
+    for by, reason, missing in (("", "read them", "--by"), ("alice", " ", "--reason")):
+        with pytest.raises(ResumeError, match=missing):
+            resume_promotions(home, by, reason)
+    assert active_pause(home) is not None  # a refused resume lifts nothing
+    lifted = resume_promotions(home, "alice", "read 40 transcripts: hand-overs were a queue outage")
     assert lifted["lifted_by"] == "alice" and active_pause(home) is None
+    assert lifted["reason"] == "read 40 transcripts: hand-overs were a queue outage"
     assert [p["since"] for p in lifted_pauses(home)] == ["2026-11-25"]
+    stored = json.loads((home.watch / "pause.json").read_text())["lifted"][-1]  # kept beside the pause
+    assert last_resume(home) == stored and stored["lifted_by"] == "alice" and stored["reason"] == lifted["reason"]
     # The person judged those days: re-running one does not pause again.
     again = sound_alarms(home, _drifted_watch("2026-11-26"))
     assert again.pause is None and again.acknowledged_by == "alice" and len(list_incidents(home)) == 2
-    assert lift_pause(home, "bob") is None  # nothing paused any more
+    assert resume_promotions(home, "bob", "again") is None  # nothing paused any more
 
 
 def test_a_reward_alarm_files_an_incident_without_pausing(home):
@@ -205,13 +215,21 @@ def test_a_corrupt_pause_file_is_named(home):
         active_pause(home)
 
 
-def test_while_paused_every_week_holds_and_an_approval_lifts_the_hold(home):
+def test_while_paused_every_week_holds_and_only_a_resume_lifts_the_hold(home):
     pause = pause_promotions(home, "2026-11-25", "retail-agent/2", 0.12, 0.05, "incident.json")
     report = evaluate_gates(replace(gate_inputs("better"), watch_pause=pause))
     gate = report.gate("live_watch")
     assert report.decision == "hold" and gate.verdict == "hold"
-    assert gate.detail == pause.summary and "run `retrain approve`" in report.reason
-    assert approve(report, "alice").decision == "promote"
+    assert gate.detail == pause.summary and "retrain resume --by NAME --reason TEXT" in report.reason
+    # An approval alone does not lift the pause's hold: that is resume's, with its own who and why.
+    with pytest.raises(ApprovalError, match=r"live_watch held: .*retrain resume"):
+        approve(report, "alice")
+    resumed = resume_promotions(home, "bob", "the drift was a tool outage")
+    approved = approve(report, "alice", resumed=last_resume(home))
+    assert approved.decision == "promote" and approved.approved_by == "alice"
+    assert "promotions resumed by bob" in approved.gate("live_watch").detail
+    assert "the drift was a tool outage" in approved.gate("live_watch").detail
+    assert resumed["lifted_at"] in approved.gate("live_watch").detail
     assert evaluate_gates(gate_inputs("better")).gate("live_watch").verdict == "pass"
     with pytest.raises(ApprovalError, match="calibration_improvement"):  # a failure stays a failure
         approve(evaluate_gates(replace(gate_inputs("identical"), watch_pause=pause)), "alice")
