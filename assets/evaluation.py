@@ -1,20 +1,24 @@
 """Evaluation assets: held-out calibration and paired shadow replay, candidate against baseline."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
+from contextlib import nullcontext
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 
 import dagster as dg
 
+from assets.configs import setting_field
 from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import week_end, weekly_partitions
-from assets.resources import Curriculum, DuckDBStore, HomeResource
+from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from dataplane.window import window_ids
 from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER, WeekCalibration, week_calibration
 from evaluation.eval_sets import EvalSetError, build_shadow_set, shadow_counts
 from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
+from evaluation.traces import TraceSettings, TrialTraces, tracing_to, week_traces
 from evaluation.week_alignment import WeekAlignment, measure_alignment, read_week_labels
 from training.rewards import RewardWeights
 
@@ -29,6 +33,8 @@ class EvalConfig(dg.Config):
     max_turns: int = 12
     compact: bool = True  # short tool results, as the curriculum's first level trains with
     max_new_tokens: int = 128
+    log_traces: bool = setting_field(TraceSettings, "log_traces")
+    trace_successes: int = setting_field(TraceSettings, "trace_successes")
 
 
 class CalibrationConfig(EvalConfig):
@@ -76,6 +82,46 @@ def run_reward_weights(grpo_candidate: GRPOCandidate) -> dict[str, float]:
     return dict(grpo_candidate.reward_weights)
 
 
+def _week_traces(
+    config: EvalConfig,
+    split: str,
+    week: str,
+    uri: str,
+    model: str,
+    policy_base: PolicyBase,
+    grpo_candidate: GRPOCandidate,
+) -> TrialTraces | None:
+    """The set's trace log into the week's MLflow run (the one training opened), or None when off."""
+    if not config.log_traces:
+        return None
+    if policy_base.source == "champion" and policy_base.champion_version is not None:
+        baseline = f"{model}/{policy_base.champion_version}"
+    else:
+        baseline = f"{model}/base:{Path(policy_base.path).name}"
+    return week_traces(
+        uri,
+        grpo_candidate.mlflow_run_id,
+        week=week,
+        split=split,
+        policy_versions={"candidate": f"{model}/candidate-{week}", "baseline": baseline},
+        settings=TraceSettings(log_traces=config.log_traces, trace_successes=config.trace_successes),
+        seed=config.seed,
+    )
+
+
+def _trace_metadata(context: dg.AssetExecutionContext, traces: TrialTraces | None, uri: str) -> dict:
+    """What was traced: per policy the traces sent, and how many the store holds after the flush
+    (MLflow's export threads log a failed write and go on, so a shortfall is said here)."""
+    if traces is None:
+        return {"traces": dg.MetadataValue.json({"logged": False})}
+    stored = traces.stored(uri)
+    sent = sum(traces.logged.values())
+    if stored < sent:
+        context.log.warning(f"{traces.split}: {sent} traces sent to MLflow, {stored} stored")
+    summary = {"experiment_id": traces.experiment_id, "run_id": traces.run_id, "sent": traces.logged, "stored": stored}
+    return {"traces": dg.MetadataValue.json(summary)}
+
+
 def _report_metadata(report: PairReport) -> dict:
     cand, base = report.candidate.summary, report.baseline.summary
     ci = report.bootstrap_ci
@@ -120,6 +166,7 @@ def calibration_report(
     home: HomeResource,
     store: DuckDBStore,
     curriculum: Curriculum,
+    mlflow: MLflowTracking,
 ):
     """Candidate vs baseline on the week's calibration version, plus the week's reward alignment.
 
@@ -155,19 +202,24 @@ def calibration_report(
     context.log.info(
         f"calibration {chosen.version.version}: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline"
     )
-    # One call rolls both policies out on the same records of the one version.
-    pair = evaluate_pair(
-        grpo_candidate.path,
-        policy_base.path,
-        evaluated,
-        k=config.trials,
-        seed=config.seed,
-        max_turns=config.max_turns,
-        compact=config.compact,
-        max_new_tokens=config.max_new_tokens,
-        tools=curriculum.tools_for(domain),
-        reward_weights=weights,
-    )
+    uri = mlflow.uri(h)
+    traces = _week_traces(config, "calibration", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)
+    # One call rolls both policies out on the same records of the one version; each policy's
+    # conversations are traced as soon as they end, and written before the step ends.
+    with tracing_to(uri) if traces is not None else nullcontext():
+        pair = evaluate_pair(
+            grpo_candidate.path,
+            policy_base.path,
+            evaluated,
+            k=config.trials,
+            seed=config.seed,
+            max_turns=config.max_turns,
+            compact=config.compact,
+            max_new_tokens=config.max_new_tokens,
+            tools=curriculum.tools_for(domain),
+            reward_weights=weights,
+            on_trials=traces,
+        )
     alignment = measure_alignment(labels, weights)
     summary = alignment.summary()
     report = CalibrationReport(
@@ -188,6 +240,7 @@ def calibration_report(
             **_calibration_metadata(chosen),
             **_alignment_metadata(alignment),
             "reward_weights": dg.MetadataValue.json(RewardWeights.from_dict(weights).to_dict()),
+            **_trace_metadata(context, traces, uri),
         },
     )
 
@@ -236,6 +289,7 @@ def shadow_report(
     home: HomeResource,
     store: DuckDBStore,
     curriculum: Curriculum,
+    mlflow: MLflowTracking,
 ):
     """Candidate vs baseline replaying recorded held-out conversations, paired per conversation.
 
@@ -266,18 +320,22 @@ def shadow_report(
     records = at_level(records, curriculum.level_for(domain))
     if not records:
         raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level_for(domain)}")
-    pair = evaluate_pair(
-        grpo_candidate.path,
-        policy_base.path,
-        records,
-        k=1,
-        seed=config.seed,
-        max_turns=config.max_turns,
-        compact=config.compact,
-        max_new_tokens=config.max_new_tokens,
-        tools=curriculum.tools_for(domain),
-        reward_weights=run_reward_weights(grpo_candidate),
-    )
+    uri, week = mlflow.uri(h), context.partition_key
+    traces = _week_traces(config, "shadow", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)
+    with tracing_to(uri) if traces is not None else nullcontext():
+        pair = evaluate_pair(
+            grpo_candidate.path,
+            policy_base.path,
+            records,
+            k=1,
+            seed=config.seed,
+            max_turns=config.max_turns,
+            compact=config.compact,
+            max_new_tokens=config.max_new_tokens,
+            tools=curriculum.tools_for(domain),
+            reward_weights=run_reward_weights(grpo_candidate),
+            on_trials=traces,
+        )
     report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))
     yield dg.MaterializeResult(
         value=report,
@@ -285,5 +343,6 @@ def shadow_report(
             **_report_metadata(pair),
             "shadow_rows": len(records),
             **{f"shadow_{name}": count for name, count in found.items()},
+            **_trace_metadata(context, traces, uri),
         },
     )

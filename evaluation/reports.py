@@ -10,7 +10,7 @@ report hundreds of megabytes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,10 +167,14 @@ def evaluate_pair(
     batch_size: int | None = None,
     tools: tuple[str, ...] | None = None,
     reward_weights: Mapping[str, float] | None = None,
+    on_trials: Callable[[str, list[Trial]], None] | None = None,
 ) -> PairReport:
     """Roll both policies out on `records` with the same customers (seeds) and the same tool list
     (`tools`, None: all) and compare them; each trial's proxy reward is priced with
-    `reward_weights` (the run's overrides of the playbook; None: the playbook)."""
+    `reward_weights` (the run's overrides of the playbook; None: the playbook).
+
+    `on_trials(side, trials)` sees each policy's trials as soon as they are rolled out, before they
+    are reduced to the report (the week's traces, `evaluation.traces.TrialTraces`)."""
     if not records:
         raise ValueError("no records to evaluate on")
     trials = {}
@@ -186,4 +190,6 @@ def evaluate_pair(
             tools=tools,
             reward_weights=reward_weights,
         )
+        if on_trials is not None:
+            on_trials(side, trials[side])
     return compare(trials["candidate"], trials["baseline"], seed=seed)

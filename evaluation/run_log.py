@@ -185,6 +185,14 @@ def _refuse_pii(value: Any, row: int | None, column: str) -> None:
         raise PIILeakError(row, column, kinds)
 
 
+def masked(value: Any, where: str) -> Any:
+    """`value` scrubbed at any depth as the run's samples are; PIILeakError naming `where` if any PII
+    survives. Whatever else goes to MLflow (the conversations' traces, `evaluation.traces`) passes here."""
+    clean = _scrub_cell(value)
+    _refuse_pii(clean, None, where)
+    return clean
+
+
 def bar_figure(title: str, table: Mapping[str, Mapping[str, float]], ylabel: str) -> Figure:
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.subplots()

@@ -29,7 +29,8 @@ from tests.helpers_promotion import run_promotion
 from training.tiny.manifest import SHIPPED_AGENT_DIR
 
 W1, W2 = "2026-11-09", "2026-11-16"  # Mondays
-SMALL = {"trials": 1, "max_tasks": 2, "max_turns": 2, "max_new_tokens": 16}
+# The stand-in candidate has no MLflow run to link traces to (tests/test_traces.py traces a week).
+SMALL = {"trials": 1, "max_tasks": 2, "max_turns": 2, "max_new_tokens": 16, "log_traces": False}
 
 
 @dg.asset(name="policy_base", partitions_def=weekly_partitions)

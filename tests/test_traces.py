@@ -251,3 +251,14 @@ def test_a_weekly_evaluation_logs_its_trials_as_traces_of_the_weeks_run(home):
         assert feedback["verified_success"].source.source_type == "CODE"
         assert any(name.startswith("reward/") for name in feedback)
         assert any(s.span_type == "CHAT_MODEL" for s in trace.data.spans)
+
+
+def test_the_trace_settings_are_declared_once_and_reach_both_evaluation_assets():
+    import dataclasses
+
+    from assets.evaluation import CalibrationConfig, EvalConfig
+
+    for spec in dataclasses.fields(TraceSettings):
+        for config in (EvalConfig, CalibrationConfig):
+            declared = config.model_fields[spec.name]
+            assert (declared.default, declared.description) == (spec.default, spec.metadata["help"]), spec.name
