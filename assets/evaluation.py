@@ -123,8 +123,12 @@ def _trace_metadata(context: dg.AssetExecutionContext, traces: TrialTraces | Non
 
 
 def _report_metadata(report: PairReport) -> dict:
+    """The comparison's numbers: the customer-clustered interval and sign test (what the gates
+    read), the per-conversation ones beside them (which take trials as independent), and the
+    trials that raised, counted by class and listed, so a broken week is visible on the asset."""
     cand, base = report.candidate.summary, report.baseline.summary
-    ci = report.bootstrap_ci
+    ci, naive = report.clustered.ci, report.bootstrap_ci
+    sign = report.clustered.sign
     rows = "\n".join(
         f"| {name} | {cand.get(name, float('nan')):.3f} | {base.get(name, float('nan')):.3f} |"
         for name in (
@@ -145,8 +149,21 @@ def _report_metadata(report: PairReport) -> dict:
         "difference": ci.difference,
         "ci_low": ci.low,
         "ci_high": ci.high,
-        "mcnemar_p": report.mcnemar.p_value,
+        "customers": report.clustered.clusters,
+        "customers_won": sign.won,
+        "customers_lost": sign.lost,
+        "customer_sign_p": sign.p_value,
+        "per_trial_ci_low": naive.low,
+        "per_trial_ci_high": naive.high,
+        "per_trial_mcnemar_p": report.mcnemar.p_value,
         "tool_call_tv": report.tool_call_tv,
+        "errored_trials": cand["errored_trials"] + base["errored_trials"],
+        "errored_by_class": dg.MetadataValue.json(
+            {"candidate": report.candidate.errored_by_class, "baseline": report.baseline.errored_by_class}
+        ),
+        "errored_sample": dg.MetadataValue.json(
+            {"candidate": report.candidate.errored, "baseline": report.baseline.errored}
+        ),
         "candidate_vs_baseline": dg.MetadataValue.md("| metric | candidate | baseline |\n|---|---|---|\n" + rows),
     }
 

@@ -27,6 +27,7 @@ from evaluation.gate_floors import (
     run_config_gates,
 )
 from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 from evaluation.pause import active_pause
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.run_log import DatasetRef, WeekRun, log_week_run
@@ -118,6 +119,21 @@ def _gate_check(gate) -> dg.AssetCheckResult:
             **gate.extra,  # the statistic's parts (e.g. proxy_delta, success_delta)
         },
     )
+
+
+def _evidence_metadata(report: GateReport) -> dict:
+    """The customer-clustered intervals the calibration and shadow gates decided on, and the share
+    of trials that raised, as numbers of their own (the gate table shows only each gate's value)."""
+    out = {}
+    for name, prefix in (("calibration_improvement", "calibration"), ("shadow_non_inferiority", "shadow")):
+        extra = report.gate(name).extra
+        for bound in ("ci_low", "ci_high"):
+            if bound in extra:  # absent when the outcomes could not be paired (the gate says why)
+                out[f"{prefix}_{bound}"] = extra[bound]
+    errored = report.gate("errored_trials")
+    if errored.value is not None:
+        out["errored_trials_share"] = errored.value
+    return out
 
 
 def _failure_mode_check(decision: PromotionDecision, previous: PromotionDecision | None) -> dg.AssetCheckResult:
@@ -241,6 +257,9 @@ def promotion_gate(
         "shadow_success": shadow_report.pair.candidate.summary["success_rate"],
         "violation_rate": candidate.violation_rate,
         "base_model": policy_base.path,
+        # The weights the gates judged: registration (now, or at `retrain approve`) uploads only a
+        # copy of the folder with this digest, and refuses a folder changed since.
+        MODEL_DIGEST_KEY: model_digest(grpo_candidate.path),
         # What the live watch compares the served traffic with, should this candidate become champion.
         EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution, domain),
     }
@@ -260,6 +279,7 @@ def promotion_gate(
             "mlflow_run": dg.MetadataValue.url(mlflow.run_url(h, run_id)),
             "gates": dg.MetadataValue.md(_gate_table(report)),
             "gate_floors": dg.MetadataValue.json(floors),
+            **_evidence_metadata(report),
             **decision_metadata(decision),
         },
     )

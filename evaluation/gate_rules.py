@@ -6,13 +6,16 @@ Definitions (thresholds in `GateConfig`) are in `evaluation.gates`; each functio
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
 from evaluation.drift import largest_shifts, total_variation
-from evaluation.gate_types import Gate, GateConfig, GateInputs, Verdict
-from evaluation.stats import mcnemar_exact, paired_bootstrap_ci, roc_auc
+from evaluation.gate_types import Gate, GateConfig, GateInputs, PolicyOutcomes, Verdict
+from evaluation.rollout import TASK_CLUSTER_PREFIX
+from evaluation.stats import ClusteredComparison, clustered_comparison, mcnemar_exact, roc_auc
 
 
 def _gate(
@@ -54,66 +57,187 @@ def data_valid(inp: GateInputs) -> Gate:
     )
 
 
+def _clusters(inp: GateInputs, which: str) -> tuple[list[str] | None, str]:
+    """The cluster of each paired trial of set `which` ("calibration" or "shadow") and how they were
+    found; None when candidate and baseline disagree on them (the trials are not the same ones)."""
+    n = len(getattr(inp.candidate, f"{which}_success"))
+    cand, base = list(getattr(inp.candidate, f"{which}_clusters")), list(getattr(inp.baseline, f"{which}_clusters"))
+    if cand and base and cand != base:
+        return None, "candidate and baseline trials name different customers"
+    keys = cand or base
+    if not keys:
+        return [f"trial:{i}" for i in range(n)], "no customer ids given: every trial counted as its own cluster"
+    by_task = sum(k.startswith(TASK_CLUSTER_PREFIX) for k in keys)
+    how = f"{len(set(keys))} customers"
+    if by_task:
+        how += f"; {by_task} trials of records without a customer id clustered by task"
+    return keys, how
+
+
+def _clustered_extra(cmp: ClusteredComparison) -> dict[str, float]:
+    return {
+        "difference": cmp.ci.difference,
+        "ci_low": cmp.ci.low,
+        "ci_high": cmp.ci.high,
+        "p_value": cmp.sign.p_value,
+        "won": cmp.sign.won,
+        "lost": cmp.sign.lost,
+        "tied": cmp.sign.tied,
+        "clusters": cmp.clusters,
+        "n": cmp.trials,
+    }
+
+
+def _clustered_detail(cmp: ClusteredComparison, confidence: float, how: str) -> str:
+    return (
+        f"{confidence:.0%} CI over customers of the success difference [{cmp.ci.low:+.4f}, {cmp.ci.high:+.4f}] "
+        f"({cmp.trials} paired trials, {how}); customers won/lost/tied {cmp.sign.won}/{cmp.sign.lost}/"
+        f"{cmp.sign.tied}, sign test p={cmp.sign.p_value:.4g}"
+    )
+
+
 def shadow_non_inferiority(inp: GateInputs, cfg: GateConfig) -> Gate:
+    """Not worse on replayed conversations: the lower bound of the customer-clustered paired
+    bootstrap CI of candidate - baseline success clears `shadow_margin` (resampling customers, as a
+    customer's conversations are not independent of each other)."""
     cand, base = inp.candidate.shadow_success, inp.baseline.shadow_success
-    if len(cand) == 0 or len(cand) != len(base):
+    clusters, how = _clusters(inp, "shadow")
+    if len(cand) == 0 or len(cand) != len(base) or clusters is None:
         return _gate(
             "shadow_non_inferiority",
             None,
             cfg.shadow_margin,
             ">",
             False,
-            f"shadow outcomes cannot be paired ({len(cand)} candidate vs {len(base)} baseline)",
+            f"shadow outcomes cannot be paired ({len(cand)} candidate vs {len(base)} baseline; {how})",
         )
-    ci = paired_bootstrap_ci(
-        cand, base, n_resamples=cfg.bootstrap_resamples, confidence=cfg.shadow_confidence, seed=cfg.bootstrap_seed
+    cmp = clustered_comparison(
+        cand,
+        base,
+        clusters,
+        n_resamples=cfg.bootstrap_resamples,
+        confidence=cfg.shadow_confidence,
+        seed=cfg.bootstrap_seed,
     )
     return _gate(
         "shadow_non_inferiority",
-        ci.low,
+        cmp.ci.low,
         cfg.shadow_margin,
         ">",
-        ci.low > cfg.shadow_margin,
-        f"{cfg.shadow_confidence:.0%} CI of success difference [{ci.low:+.4f}, {ci.high:+.4f}] "
-        f"over {len(cand)} paired conversations",
-        difference=ci.difference,
-        ci_high=ci.high,
-        n=len(cand),
+        cmp.ci.low > cfg.shadow_margin,
+        _clustered_detail(cmp, cfg.shadow_confidence, how),
+        **_clustered_extra(cmp),
     )
 
 
 def calibration_improvement(inp: GateInputs, cfg: GateConfig) -> Gate:
+    """Strictly better on the calibration set, beyond what resampling customers explains.
+
+    The value is the lower bound of the customer-clustered paired bootstrap CI of candidate -
+    baseline success; it must exceed `calibration_min_margin`. With `calibration_max_p` the
+    customer-level sign test must also be significant. The per-trial McNemar test (trials taken as
+    independent, which they are not) is reported beside it for comparison, and decides nothing.
+    """
     cand, base = inp.candidate.calibration_success, inp.baseline.calibration_success
-    if len(cand) == 0 or len(cand) != len(base):
+    clusters, how = _clusters(inp, "calibration")
+    if len(cand) == 0 or len(cand) != len(base) or clusters is None:
         return _gate(
             "calibration_improvement",
             None,
             cfg.calibration_min_margin,
             ">",
             False,
-            f"calibration outcomes cannot be paired ({len(cand)} candidate vs {len(base)} baseline)",
+            f"calibration outcomes cannot be paired ({len(cand)} candidate vs {len(base)} baseline; {how})",
         )
-    delta = _rate(cand) - _rate(base)
-    test = mcnemar_exact(cand, base)
-    better = delta > cfg.calibration_min_margin
-    significant = cfg.calibration_max_p is None or test.p_value <= cfg.calibration_max_p
-    detail = (
-        f"success {_rate(cand):.4f} vs {inp.baseline_kind} {_rate(base):.4f} "
-        f"(McNemar p={test.p_value:.4g}, {test.only_a} won / {test.only_b} lost)"
+    cmp = clustered_comparison(
+        cand,
+        base,
+        clusters,
+        n_resamples=cfg.bootstrap_resamples,
+        confidence=cfg.calibration_confidence,
+        seed=cfg.bootstrap_seed,
     )
+    naive = mcnemar_exact(cand, base)
+    better = cmp.ci.low > cfg.calibration_min_margin
+    significant = cfg.calibration_max_p is None or cmp.sign.p_value <= cfg.calibration_max_p
+    detail = (
+        f"success {_rate(cand):.4f} vs {inp.baseline_kind} {_rate(base):.4f}, difference {cmp.ci.difference:+.4f}; "
+        + _clustered_detail(cmp, cfg.calibration_confidence, how)
+        + f" (per-trial McNemar, trials taken as independent: p={naive.p_value:.4g}, {naive.only_a} won / "
+        f"{naive.only_b} lost)"
+    )
+    if not better and cmp.ci.difference > cfg.calibration_min_margin:
+        detail += (
+            f"; the difference is not clear of the margin {cfg.calibration_min_margin} once customers are resampled"
+        )
     if better and not significant:
         detail += f"; not significant at p <= {cfg.calibration_max_p}"
     return _gate(
         "calibration_improvement",
-        delta,
+        cmp.ci.low,
         cfg.calibration_min_margin,
         ">",
         better and significant,
         detail,
         candidate=_rate(cand),
         baseline=_rate(base),
-        p_value=test.p_value,
-        n=len(cand),
+        naive_p_value=naive.p_value,
+        **_clustered_extra(cmp),
+    )
+
+
+def _errors(side: PolicyOutcomes) -> tuple[list[str], int]:
+    """The classes of what one policy's trials raised (one entry per errored trial), and its trials."""
+    errors = [e for e in (*side.calibration_errors, *side.shadow_errors) if e is not None]
+    return errors, len(side.calibration_success) + len(side.shadow_success)
+
+
+def errored_trials(inp: GateInputs, cfg: GateConfig) -> Gate:
+    """Enough of the evaluation ran for its numbers to mean something.
+
+    A trial that raised (simulator, environment, policy, reward) is a failure nobody judged. A few
+    are noise the other gates absorb; more than `max_errored_share` of either policy's calibration
+    and shadow trials means the evidence is a broken harness or a broken model, and the week holds
+    until what raised is fixed and the week is re-run. The larger of the two policies' shares
+    decides, so a candidate that breaks on its own is not averaged away by a clean baseline.
+    """
+    (cand, cand_n), (base, base_n) = _errors(inp.candidate), _errors(inp.baseline)
+    if cand_n == 0 or base_n == 0:
+        return _gate(
+            "errored_trials",
+            None,
+            cfg.max_errored_share,
+            "<=",
+            False,
+            f"no trials to count ({cand_n} candidate, {base_n} baseline)",
+            on_fail="hold",
+        )
+    share = max(len(cand) / cand_n, len(base) / base_n)
+    by_class = Counter([*cand, *base])
+    classes = ", ".join(f"{name} {n}" for name, n in sorted(by_class.items(), key=lambda kv: (-kv[1], kv[0])))
+    detail = (
+        f"candidate {len(cand)} of {cand_n} trials errored ({len(cand) / cand_n:.4f}), baseline {len(base)} of "
+        f"{base_n} ({len(base) / base_n:.4f})" + (f": {classes}" if classes else "")
+    )
+    passed = share <= cfg.max_errored_share
+    if not passed:
+        detail += f"; above {cfg.max_errored_share}: held"
+    return _gate(
+        "errored_trials",
+        share,
+        cfg.max_errored_share,
+        "<=",
+        passed,
+        detail,
+        on_fail="hold",
+        lift=f"fix what raised ({classes}; calibration_report and shadow_report list the errored trials) and re-run "
+        "the week",
+        candidate_errored=len(cand),
+        baseline_errored=len(base),
+        candidate_trials=cand_n,
+        baseline_trials=base_n,
+        # Class names become metric names (gate/errored_trials/errored_<Class>): keep MLflow's key alphabet.
+        **{f"errored_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}": n for name, n in by_class.items()},
     )
 
 
@@ -184,6 +308,26 @@ def _held_out(side) -> tuple[list[float], list[bool]]:
     )
 
 
+def _errored_pairs(inp: GateInputs) -> list[bool]:
+    """Per held-out trial (calibration then shadow): whether either policy's trial there raised."""
+
+    def flags(side: PolicyOutcomes) -> list[bool]:
+        out = []
+        for errors, success in (
+            (side.calibration_errors, side.calibration_success),
+            (side.shadow_errors, side.shadow_success),
+        ):
+            out += [e is not None for e in errors] if errors else [False] * len(success)
+        return out
+
+    cand, base = flags(inp.candidate), flags(inp.baseline)
+    return [a or b for a, b in zip(cand, base)] if len(cand) == len(base) else []
+
+
+def _keep(values: list, errored: list[bool]) -> list:
+    return [v for v, bad in zip(values, errored) if not bad] if len(values) == len(errored) else values
+
+
 def reward_hacking_alarm(inp: GateInputs, cfg: GateConfig) -> Gate:
     """Proxy reward gained on the held-out sets that verified success does not account for.
 
@@ -199,6 +343,12 @@ def reward_hacking_alarm(inp: GateInputs, cfg: GateConfig) -> Gate:
     curve = list(inp.training_rewards)
     cand_reward, cand_success = _held_out(inp.candidate)
     base_reward, base_success = _held_out(inp.baseline)
+    # An errored trial has no reward (NaN): its pair is left out of both sides, success included.
+    errored = _errored_pairs(inp)
+    left_out = sum(errored)
+    cand_reward, cand_success, base_reward, base_success = (
+        _keep(v, errored) for v in (cand_reward, cand_success, base_reward, base_success)
+    )
     unusable = []
     if len(curve) < 2 or not np.all(np.isfinite(curve)):
         unusable.append(f"training reward curve unusable ({len(curve)} points)")
@@ -219,7 +369,9 @@ def reward_hacking_alarm(inp: GateInputs, cfg: GateConfig) -> Gate:
     alarm = excess > cfg.hacking_excess_max
     detail = (
         f"held-out proxy reward moved {proxy_delta:+.3f} ({proxy_delta / inp.success_worth:+.4f} successes' worth) "
-        f"while verified success moved {success_delta:+.4f}: excess {excess:+.4f}" + (" -> alarm" if alarm else "")
+        f"while verified success moved {success_delta:+.4f}: excess {excess:+.4f}"
+        + (f" ({left_out} pairs with an errored trial left out)" if left_out else "")
+        + (" -> alarm" if alarm else "")
     )
     return _gate(
         "reward_hacking_alarm",
@@ -233,6 +385,7 @@ def reward_hacking_alarm(inp: GateInputs, cfg: GateConfig) -> Gate:
         success_worth=inp.success_worth,
         training_reward_rise=reward_rise(curve),
         n=len(cand_success),
+        errored_pairs_left_out=left_out,
     )
 
 

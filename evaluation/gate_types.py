@@ -20,9 +20,13 @@ Decision = Literal["promote", "reject", "hold"]
 # What each gate measures and when it passes (thresholds in GateConfig); shown with every verdict.
 GATE_RULES = {
     "data_valid": "the window's validation suite succeeded",
-    "shadow_non_inferiority": "lower bound of the paired bootstrap CI of candidate - baseline shadow success "
-    "> shadow_margin",
-    "calibration_improvement": "candidate - baseline calibration success > calibration_min_margin (and McNemar "
+    "errored_trials": "the larger of candidate's and baseline's shares of calibration and shadow trials that "
+    "raised (simulator, environment, policy or reward) <= max_errored_share, else hold until what raised is "
+    "fixed and the week re-run",
+    "shadow_non_inferiority": "lower bound of the customer-clustered paired bootstrap CI (shadow_confidence) of "
+    "candidate - baseline shadow success > shadow_margin",
+    "calibration_improvement": "lower bound of the customer-clustered paired bootstrap CI (calibration_confidence) "
+    "of candidate - baseline calibration success > calibration_min_margin (and the customer-level sign test's "
     "p <= calibration_max_p when set)",
     "policy_violations_not_up": "candidate - baseline policy-violation rate <= violation_tolerance",
     "reward_alignment": "ROC AUC of the proxy reward (the run's weights) against human task_success, over the "
@@ -63,14 +67,27 @@ class GateConfig:
         "shadow_non_inferiority passes when the CI's lower bound of the success difference exceeds this",
         "up",
     )
-    shadow_confidence: float = _setting(0.95, "confidence of the shadow paired bootstrap CI", "up")
-    bootstrap_resamples: int = _setting(2000, "resamples of the shadow paired bootstrap", "up")
-    bootstrap_seed: int = _setting(0, "seed of the shadow paired bootstrap", "never")
+    shadow_confidence: float = _setting(0.95, "confidence of the shadow customer-clustered bootstrap CI", "up")
+    bootstrap_resamples: int = _setting(
+        2000, "resamples of the customer-clustered bootstraps (shadow, calibration)", "up"
+    )
+    bootstrap_seed: int = _setting(0, "seed of the customer-clustered bootstraps (shadow, calibration)", "never")
     calibration_min_margin: float = _setting(
-        0.0, "calibration_improvement passes when candidate minus baseline success exceeds this (strictly)", "up"
+        0.0,
+        "calibration_improvement passes when the customer-clustered CI's lower bound of candidate minus baseline "
+        "success exceeds this (strictly)",
+        "up",
+    )
+    calibration_confidence: float = _setting(
+        0.95, "confidence of the calibration customer-clustered bootstrap CI", "up"
     )
     calibration_max_p: float | None = _setting(
-        None, "when set, calibration_improvement also needs McNemar's exact p-value at or below it", "down"
+        None,
+        "when set, calibration_improvement also needs the customer-level sign test's exact p-value at or below it",
+        "down",
+    )
+    max_errored_share: float = _setting(
+        0.05, "errored_trials holds when more than this share of either policy's trials raised", "down"
     )
     violation_tolerance: float = _setting(0.0, "largest allowed rise of the policy-violation rate", "down")
     min_reward_alignment: float = _setting(0.6, "smallest ROC AUC of the proxy reward against human task_success", "up")
@@ -91,6 +108,8 @@ class GateConfig:
             raise ValueError(f"on_insufficient_labels must be 'hold' or 'fail', got {self.on_insufficient_labels!r}")
         if self.min_human_labels < 2:
             raise ValueError(f"min_human_labels must be >= 2 (an AUC needs both classes), got {self.min_human_labels}")
+        if not 0.0 <= self.max_errored_share <= 1.0:
+            raise ValueError(f"max_errored_share must be in [0, 1], got {self.max_errored_share}")
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,12 @@ class PolicyOutcomes:
     baseline (same seeds), so they pair up; `calibration_reward` and `shadow_reward` are the proxy
     (training) reward of those same trials. `violation_rate` is the share of episodes with a policy
     violation; `tool_distribution` the share of each tool among all calls.
+
+    `calibration_clusters[i]` / `shadow_clusters[i]` name the independent unit trial i belongs to
+    (its customer, or `task:<id>` for a record without one): the gates' statistics resample and
+    test these, not trials. Empty: no cluster is known and each trial counts as its own (the
+    gate's detail says so). `calibration_errors[i]` / `shadow_errors[i]` are the class of what
+    trial i raised, None when it ran; an errored trial's success is False and its reward NaN.
     """
 
     calibration_success: Sequence[bool]
@@ -109,6 +134,18 @@ class PolicyOutcomes:
     tool_distribution: Mapping[str, float]
     calibration_reward: Sequence[float] = ()
     shadow_reward: Sequence[float] = ()
+    calibration_clusters: Sequence[str] = ()
+    shadow_clusters: Sequence[str] = ()
+    calibration_errors: Sequence[str | None] = ()
+    shadow_errors: Sequence[str | None] = ()
+
+    def __post_init__(self) -> None:
+        for which in ("calibration", "shadow"):
+            trials = len(getattr(self, f"{which}_success"))
+            for kind in ("clusters", "errors"):
+                given = len(getattr(self, f"{which}_{kind}"))
+                if given not in (0, trials):
+                    raise ValueError(f"{which}_{kind} has {given} entries for {trials} {which} trials")
 
 
 @dataclass(frozen=True)

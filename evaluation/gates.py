@@ -15,6 +15,10 @@ reward_alignment is not measurable with too few human labels (or one class) and 
 `on_insufficient_labels` ('hold' by default), never a silent pass, saying how many labels would lift
 it; reward_hacking_alarm puts the held-out proxy-reward gain in verified successes' worth and fires
 when it outruns the verified-success gain (`gate_rules.reward_hacking_alarm`).
+
+The calibration and shadow comparisons resample customers, not trials (`evaluation.stats`): a
+customer's several tasks and trials are not independent evidence. `errored_trials` holds a week in
+which too many trials raised to trust the rest (`gate_rules.errored_trials`).
 """
 
 from __future__ import annotations
@@ -81,7 +85,8 @@ def outcomes_from_trials(
 ) -> tuple[PolicyOutcomes, PolicyOutcomes]:
     """(candidate, baseline) outcomes from rollouts, success flags and rewards paired by (record, trial).
 
-    Violation rates and tool mixes cover calibration and shadow trials together.
+    Violation rates and tool mixes cover calibration and shadow trials together; each trial's
+    cluster (customer) and error class ride along for the clustered statistics and `errored_trials`.
     """
     cal_c, cal_b = _paired(candidate_calibration, baseline_calibration)
     sha_c, sha_b = _paired(candidate_shadow, baseline_shadow)
@@ -95,6 +100,10 @@ def outcomes_from_trials(
             tool_call_distribution(every),
             [t.reward for t in cal],
             [t.reward for t in sha],
+            [t.cluster for t in cal],
+            [t.cluster for t in sha],
+            [t.error_class for t in cal],
+            [t.error_class for t in sha],
         )
 
     return one(cal_c, sha_c), one(cal_b, sha_b)
@@ -105,6 +114,7 @@ def evaluate_gates(inputs: GateInputs, config: GateConfig | None = None) -> Gate
     cfg = config or GateConfig()
     gates = (
         gate_rules.data_valid(inputs),
+        gate_rules.errored_trials(inputs, cfg),
         gate_rules.shadow_non_inferiority(inputs, cfg),
         gate_rules.calibration_improvement(inputs, cfg),
         gate_rules.policy_violations_not_up(inputs, cfg),

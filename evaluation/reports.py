@@ -19,16 +19,27 @@ from evaluation.failure_modes import failure_mode_shares, policy_violations, pri
 from evaluation.gates import PolicyOutcomes
 from evaluation.metrics import summarize
 from evaluation.rollout import Trial, run_rollouts
-from evaluation.stats import BootstrapCI, McNemarResult, mcnemar_exact, paired_bootstrap_ci
+from evaluation.stats import (
+    BootstrapCI,
+    ClusteredComparison,
+    McNemarResult,
+    clustered_comparison,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+)
 from training.policies import HFPolicy
 
 SAMPLES_PER_POLICY = 3
+# Errored trials named in a report (record, trial, error), so the first ones can be looked up.
+ERRORED_LISTED = 20
 
 
 @dataclass(frozen=True)
 class PolicyReport:
     """One policy's trials on one set, in (record, trial) order: `success[i]` and `rewards[i]`
-    (the proxy reward) belong to `keys[i]`."""
+    (the proxy reward; NaN for an errored trial) belong to `keys[i]`, as do `clusters[i]` (the
+    customer, or `task:<id>`) and `errors[i]` (the class of what the trial raised, None when it
+    ran). `errored` lists the first errored trials with their messages."""
 
     keys: list[str]
     success: list[bool]
@@ -39,17 +50,29 @@ class PolicyReport:
     summary: dict[str, Any]
     failure_modes: dict[str, float]
     samples: list[dict[str, Any]]
+    clusters: list[str] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
+    errored: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def errored_by_class(self) -> dict[str, int]:
+        return dict(sorted(Counter(e for e in self.errors if e is not None).items()))
 
 
 @dataclass(frozen=True)
 class PairReport:
-    """Candidate and baseline on the same conversations, and the paired statistics of their success."""
+    """Candidate and baseline on the same conversations, and the paired statistics of their success.
+
+    `clustered` resamples and tests customers (what the gates use); `mcnemar` and `bootstrap_ci`
+    take every conversation as independent, and are kept to show how much that overstates.
+    """
 
     candidate: PolicyReport
     baseline: PolicyReport
     mcnemar: McNemarResult
     bootstrap_ci: BootstrapCI
     tool_call_tv: float
+    clustered: ClusteredComparison | None = None
 
     @property
     def pairs(self) -> int:
@@ -100,6 +123,11 @@ def policy_report(trials: Sequence[Trial]) -> PolicyReport:
         summary=summarize(ordered),
         failure_modes=failure_mode_shares(ordered),
         samples=[_sample(t) for t in ordered[:SAMPLES_PER_POLICY]],
+        clusters=[t.cluster for t in ordered],
+        errors=[t.error_class for t in ordered],
+        errored=[{"record_id": t.record_id, "trial": t.trial, "error": t.error} for t in ordered if t.errored][
+            :ERRORED_LISTED
+        ],
     )
 
 
@@ -124,16 +152,20 @@ def _shares(counts: Mapping[str, int]) -> dict[str, float]:
 
 
 def compare(candidate: Sequence[Trial], baseline: Sequence[Trial], seed: int = 0) -> PairReport:
-    """Both policies' reports plus the paired statistics of their success difference."""
+    """Both policies' reports plus the paired statistics of their success difference (clustered by
+    customer, and per conversation)."""
     cand, base = policy_report(candidate), policy_report(baseline)
     if cand.keys != base.keys:
         raise ValueError("candidate and baseline trials do not pair up by (record, trial)")
+    if cand.clusters != base.clusters:
+        raise ValueError("candidate and baseline trials of one (record, trial) name different customers")
     return PairReport(
         cand,
         base,
         mcnemar_exact(cand.success, base.success),
         paired_bootstrap_ci(cand.success, base.success, seed=seed),
         total_variation(_shares(cand.tool_counts), _shares(base.tool_counts)),
+        clustered_comparison(cand.success, base.success, cand.clusters, seed=seed),
     )
 
 
@@ -149,6 +181,10 @@ def outcomes(calibration: PairReport, shadow: PairReport) -> tuple[PolicyOutcome
             _shares(counts),
             cal.rewards,
             sha.rewards,
+            cal.clusters,
+            sha.clusters,
+            cal.errors,
+            sha.errors,
         )
 
     return one(calibration.candidate, shadow.candidate), one(calibration.baseline, shadow.baseline)

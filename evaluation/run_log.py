@@ -2,8 +2,11 @@
 
 Metric names are stable so weeks compare side by side in the MLflow UI:
 `{eval_set}/{policy}/{metric}` (e.g. `calibration/candidate/success`, `shadow/champion/pass_hat_2`),
-`failure_modes/{policy}/{mode}`, `tools/{policy}/{tool}`, `gate/{gate}/value` and
-`gate/{gate}/passed`, and `train/reward` stepped over the training curve. The baseline is always
+`failure_modes/{policy}/{mode}`, `tools/{policy}/{tool}`, `gate/{gate}/value`,
+`gate/{gate}/passed` and each part of a gate's statistic as `gate/{gate}/{part}` (e.g.
+`gate/calibration_improvement/ci_low`, `gate/errored_trials/errored_ValueError`), and
+`train/reward` stepped over the training curve. Errored trials are also in each set's summary
+(`calibration/candidate/errored_trials`, `calibration/candidate/errored_<Class>`). The baseline is always
 called `champion` (the tag `baseline_kind` says when it was the base model). `WeekRun.weekly`
 metrics (the week's reward alignment, `alignment/auc`, ...) are logged at step `week_step(week)`,
 stamped with the week's end, so MLflow's charts over runs lay them out week by week.
@@ -132,6 +135,9 @@ def flatten_metrics(run: WeekRun) -> dict[str, float]:
         if gate.value is not None:
             out[metric_key("gate", gate.name, "value")] = gate.value
         out[metric_key("gate", gate.name, "passed")] = 1.0 if gate.verdict == "pass" else 0.0
+        # The statistic's parts: the clustered CI's bounds, won/lost customers, errored trials by class.
+        for name, value in gate.extra.items():
+            out[metric_key("gate", gate.name, name)] = float(value)
     return out
 
 

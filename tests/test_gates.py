@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -32,7 +33,10 @@ def test_genuinely_better_policy_is_promoted_with_every_gate_measured():
     assert [g.name for g in report.gates] == list(GATE_NAMES)
     assert all(g.passed and g.verdict == "pass" for g in report.gates)
     cal = report.gate("calibration_improvement")
-    assert cal.value == pytest.approx(cal.extra["candidate"] - cal.extra["baseline"]) and cal.value > 0
+    assert cal.extra["difference"] == pytest.approx(cal.extra["candidate"] - cal.extra["baseline"])
+    # The verdict rests on the lower bound of the clustered CI, which the extra carries with its top.
+    assert cal.value == cal.extra["ci_low"] and 0 < cal.extra["ci_low"] < cal.extra["difference"] < cal.extra["ci_high"]
+    assert report.gate("errored_trials").value == 0.0
     assert report.gate("shadow_non_inferiority").value > -0.02
     assert report.gate("reward_alignment").value >= 0.6
 
@@ -232,7 +236,7 @@ def test_config_rejects_unknown_insufficient_label_rule():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["pass", "fail", "hold"]), min_size=7, max_size=7))
+@given(st.lists(st.sampled_from(["pass", "fail", "hold"]), min_size=len(GATE_NAMES), max_size=len(GATE_NAMES)))
 def test_decision_is_promote_only_when_every_gate_passes(verdict_list):
     from evaluation.gates import Gate
 
@@ -273,3 +277,123 @@ def test_outcomes_from_trials_pairs_by_record_whatever_the_order():
             scripted_trials(better, sha),
             scripted_trials(champion, sha),
         )
+
+
+# ---- customer-clustered inference and errored trials ---------------------------------------------
+
+
+def _by_customer(kinds: list[str], trials: int) -> tuple[list[bool], list[bool], list[str]]:
+    """Paired trials whose every trial of a customer goes one way ("won": only the candidate
+    succeeds, "lost": only the baseline, "both", "neither"), as a customer's tasks tend to."""
+    ways = {"won": (True, False), "lost": (False, True), "both": (True, True), "neither": (False, False)}
+    cand = [ways[k][0] for k in kinds for _ in range(trials)]
+    base = [ways[k][1] for k in kinds for _ in range(trials)]
+    return cand, base, [f"customer-{i}" for i in range(len(kinds)) for _ in range(trials)]
+
+
+def _with(inputs: GateInputs, which: str, cand, base, clusters) -> GateInputs:
+    """`inputs` with set `which` replaced by these paired outcomes (rewards follow success)."""
+
+    def side(outcomes: PolicyOutcomes, success) -> PolicyOutcomes:
+        return replace(
+            outcomes,
+            **{
+                f"{which}_success": success,
+                f"{which}_reward": [10.0 if ok else -5.0 for ok in success],
+                f"{which}_clusters": clusters,
+            },
+        )
+
+    return replace(inputs, candidate=side(inputs.candidate, cand), baseline=side(inputs.baseline, base))
+
+
+def test_calibration_fails_when_the_clustered_ci_reaches_the_margin_though_naive_mcnemar_passes():
+    """120 trials of 20 customers, six alike per customer: 5 customers won, 2 lost. Per trial that
+    is 30 won / 12 lost (McNemar p < 0.01); per customer it is 5 / 2, which chance explains."""
+    cand, base, clusters = _by_customer(["won"] * 5 + ["lost"] * 2 + ["both"] * 6 + ["neither"] * 7, trials=6)
+    clustered = evaluate_gates(_with(gate_inputs("better"), "calibration", cand, base, clusters))
+    gate = clustered.gate("calibration_improvement")
+    assert gate.verdict == "fail" and clustered.decision == "reject"
+    assert gate.value == gate.extra["ci_low"] <= 0.0 < gate.extra["difference"] == pytest.approx(0.15)
+    assert gate.extra["ci_high"] > gate.extra["difference"]
+    assert (gate.extra["won"], gate.extra["lost"], gate.extra["tied"], gate.extra["clusters"]) == (5, 2, 13, 20)
+    assert gate.extra["p_value"] > 0.4 and gate.extra["naive_p_value"] < 0.01
+    assert "not clear of the margin" in gate.detail and "20 customers" in gate.detail
+    # The same trials taken as independent (no customer ids): the old reading would have passed.
+    naive = evaluate_gates(_with(gate_inputs("better"), "calibration", cand, base, [])).gate("calibration_improvement")
+    assert naive.verdict == "pass" and naive.value > 0 and "every trial counted as its own cluster" in naive.detail
+    assert naive.extra["ci_high"] - naive.extra["ci_low"] < (gate.extra["ci_high"] - gate.extra["ci_low"]) / 2
+
+
+def test_trials_without_a_customer_are_clustered_by_task_and_the_detail_says_so():
+    cand, base, clusters = _by_customer(["won"] * 12 + ["both"] * 8, trials=2)
+    clusters = [c if i < 20 else f"task:rec-{i // 2}" for i, c in enumerate(clusters)]
+    gate = evaluate_gates(_with(gate_inputs("better"), "calibration", cand, base, clusters)).gate(
+        "calibration_improvement"
+    )
+    assert gate.verdict == "pass" and gate.extra["clusters"] == 20
+    assert "20 trials of records without a customer id clustered by task" in gate.detail
+
+
+def test_shadow_non_inferiority_resamples_customers():
+    """150 replayed conversations of 30 customers: +0.13 on average, but decided by 10 customers."""
+    cand, base, clusters = _by_customer(["won"] * 7 + ["lost"] * 3 + ["both"] * 10 + ["neither"] * 10, trials=5)
+    gate = evaluate_gates(_with(gate_inputs("better"), "shadow", cand, base, clusters)).gate("shadow_non_inferiority")
+    assert gate.verdict == "fail" and gate.value == gate.extra["ci_low"] < -0.02
+    assert gate.extra["clusters"] == 30 and (gate.extra["won"], gate.extra["lost"]) == (7, 3)
+    naive = evaluate_gates(_with(gate_inputs("better"), "shadow", cand, base, [])).gate("shadow_non_inferiority")
+    assert naive.verdict == "pass" and naive.value > -0.02
+
+
+def _errored(inputs: GateInputs, side: str, classes: list[str]) -> GateInputs:
+    """`side`'s first shadow trials raised (`classes`, one each): failures with a NaN reward."""
+    outcomes = getattr(inputs, side)
+    n = len(outcomes.shadow_success)
+    errors = [*classes, *[None] * (n - len(classes))]
+    changed = replace(
+        outcomes,
+        shadow_success=[ok and e is None for ok, e in zip(outcomes.shadow_success, errors)],
+        shadow_reward=[float("nan") if e else r for r, e in zip(outcomes.shadow_reward, errors)],
+        shadow_errors=errors,
+    )
+    return replace(inputs, **{side: changed})
+
+
+def test_errored_trials_above_the_share_hold_the_week_naming_the_classes():
+    inputs = gate_inputs("better")  # 200 calibration + 400 shadow trials per policy
+    held = evaluate_gates(_errored(inputs, "candidate", ["ValueError"] * 20 + ["KeyError"] * 11))
+    gate = held.gate("errored_trials")
+    assert gate.verdict == "hold" and gate.value == pytest.approx(31 / 600) and gate.value > 0.05
+    assert held.decision == "hold" and "ValueError 20, KeyError 11" in held.reason
+    assert (gate.extra["candidate_errored"], gate.extra["baseline_errored"]) == (31, 0)
+    assert (gate.extra["errored_ValueError"], gate.extra["errored_KeyError"]) == (20, 11)
+    assert "re-run the week" in gate.lift
+    with pytest.raises(ApprovalError, match="errored_trials held"):
+        approve(held, "ops-lead")  # only fixing what raised lifts it
+    # At the threshold (30 of 600 = 0.05) the week goes on, the errors on record.
+    at = evaluate_gates(_errored(inputs, "candidate", ["ValueError"] * 30)).gate("errored_trials")
+    assert at.verdict == "pass" and "ValueError 30" in at.detail
+    # The larger policy's share decides: a clean candidate does not average away a broken baseline.
+    base = evaluate_gates(_errored(inputs, "baseline", ["RuntimeError"] * 40)).gate("errored_trials")
+    assert base.verdict == "hold" and base.value == pytest.approx(40 / 600)
+    stricter = evaluate_gates(_errored(inputs, "candidate", ["ValueError"]), GateConfig(max_errored_share=0.0))
+    assert stricter.gate("errored_trials").verdict == "hold"
+    with pytest.raises(ValueError, match="max_errored_share"):
+        GateConfig(max_errored_share=1.5)
+
+
+def test_reward_hacking_alarm_leaves_errored_pairs_out_instead_of_scoring_them():
+    inputs = _errored(gate_inputs("better"), "candidate", ["ValueError"] * 5)
+    alarm = evaluate_gates(inputs).gate("reward_hacking_alarm")
+    assert alarm.value is not None and alarm.extra["errored_pairs_left_out"] == 5
+    assert alarm.extra["n"] == 600 - 5 and "5 pairs with an errored trial left out" in alarm.detail
+    # A NaN reward on a trial that did not raise is still a broken measurement.
+    broken = replace(inputs.candidate, calibration_reward=[float("nan"), *inputs.candidate.calibration_reward[1:]])
+    assert evaluate_gates(replace(inputs, candidate=broken)).gate("reward_hacking_alarm").value is None
+
+
+def test_outcomes_refuse_cluster_or_error_lists_that_do_not_match_the_trials():
+    with pytest.raises(ValueError, match="calibration_clusters has 1 entries for 2"):
+        PolicyOutcomes([True, False], [], 0.0, {}, calibration_clusters=["a"])
+    with pytest.raises(ValueError, match="shadow_errors has 2 entries for 1"):
+        PolicyOutcomes([], [True], 0.0, {}, shadow_errors=[None, None])
