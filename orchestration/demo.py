@@ -78,6 +78,7 @@ PERMISSIVE_GATES = {
     "min_reward_alignment": 0.0,
     "violation_tolerance": 1.0,
     "hacking_excess_max": 1.0e6,
+    "max_errored_share": 1.0,
 }
 
 
