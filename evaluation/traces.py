@@ -207,7 +207,9 @@ def trial_trace(trial: Trial, *, week: str, split: str, policy: str, policy_vers
         },
         spans=conversation_spans(trial.messages),
         tags=tags,
-        feedback=judged_feedback(trial.success, trial.reward, trial.reward_terms),
+        # An errored trial has no proxy reward (NaN, `evaluation.rollout.Trial`): none is logged; its
+        # failure_mode tag is "errored" and ended_by "error".
+        feedback=judged_feedback(trial.success, None if trial.errored else trial.reward, trial.reward_terms),
     )
 
 

@@ -198,3 +198,14 @@ def test_report_metadata_and_the_week_run_show_errored_trials_and_the_clustered_
     assert metrics["gate/calibration_improvement/ci_low"] == cal.extra["ci_low"] == cal.value
     assert metrics["gate/calibration_improvement/ci_high"] == cal.extra["ci_high"]
     assert metrics["gate/errored_trials/errored_RolloutError"] == 8  # both sets, both policies
+
+
+def test_an_errored_trial_is_traced_as_errored_without_a_made_up_reward(records):
+    from evaluation.traces import trial_trace
+
+    poisoned = copy.deepcopy(records[:1])
+    poisoned[0]["initial_state"]["users"] = "not a table"
+    (trial,) = run_rollouts(expert_policy(records), poisoned, k=1, seed=0)
+    trace = trial_trace(trial, week="2026-11-09", split="calibration", policy="candidate", policy_version="m/1")
+    assert (trace.tags["failure_mode"], trace.tags["ended_by"]) == ("errored", "error")
+    assert trace.feedback == {"verified_success": False}  # no NaN proxy reward, no reward terms
