@@ -41,6 +41,9 @@ class PolicyBase:
     path: str
     source: Literal["champion", "base_model"]
     champion_version: int | None = None
+    # False only for a domain with no agent yet whose tiny model does not call tools (policy_base's
+    # check warned): GRPO has nothing to follow, so the update is skipped and the gates reject.
+    acts: bool = True
 
 
 @dataclass(frozen=True)

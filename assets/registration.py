@@ -50,6 +50,9 @@ def first_champion(
     model = mlflow.model_for(domain)
     if policy_base.source == "champion":
         version, reason = None, f"a champion exists (v{policy_base.champion_version})"
+    elif not policy_base.acts:
+        # A domain's first tiny model that does not call tools would serve nobody: no champion yet.
+        version, reason = None, "the base model does not call tools: not registered, no champion yet"
     else:
         _, base = outcomes(calibration_report.pair, shadow_report.pair)
         lineage = {

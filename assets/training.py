@@ -95,12 +95,36 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
 SCRATCH_BASE = "scratch"  # `base_model` value: build the tiny model here instead of the shipped agent
 
 
+def _no_agent(config: _PolicyKnobs, domain: str) -> bool:
+    """No agent of this domain exists yet: no base model is configured and none is shipped for it."""
+    return not config.base_model and domain != DEFAULT_DOMAIN
+
+
+def _acts_check(rate: float, threshold: float, path: str, no_agent: bool) -> dg.AssetCheckResult:
+    """Does the week's starting policy call tools? A configured, shipped or champion model that
+    does not is broken (ERROR: the week stops before any compute). A domain with no agent yet is
+    not broken, it is new: the tiny model built for it cannot act, and that is a WARN, so the
+    week goes on and its gates record an honest reject instead of leaving the week undecided
+    (the GRPO update finds no signal and the candidate equals its base)."""
+    metadata = {"tool_call_rate": rate, "threshold": threshold, "model_path": path}
+    if rate >= threshold or not no_agent:
+        return dg.AssetCheckResult(check_name="policy_emits_tool_calls", passed=rate >= threshold, metadata=metadata)
+    return dg.AssetCheckResult(
+        check_name="policy_emits_tool_calls",
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="no agent of this domain yet: the tiny model built here does not call tools, so the "
+        "week will be rejected; set policy_base.base_model to an instruct model, or sft_warm_start to true",
+        metadata=metadata,
+    )
+
+
 def _base_model_path(config: _PolicyKnobs, models: Path, train: list[dict], domain: str = DEFAULT_DOMAIN) -> Path:
     """The folder of the configured base model; the shipped agent only once it matches its manifest.
 
     The shipped agent serves the default domain; another domain with no base model configured
     starts from a tiny model built here on its own tools (there is no shipped agent of it)."""
-    if config.base_model == SCRATCH_BASE or (not config.base_model and domain != DEFAULT_DOMAIN):
+    if config.base_model == SCRATCH_BASE or _no_agent(config, domain):
         return ensure_base_policy(models, train, copy_steps=config.copy_pretrain_steps)
     if not config.base_model:
         try:
@@ -152,9 +176,7 @@ def policy_base(
     else:
         path = _base_model_path(config, h.models, train, domain)
         source, sft = "base_model", None
-        # A tiny model built here for a domain without a shipped agent cannot act before it
-        # imitates the window's verified conversations (the legacy agent's): always warm-start it.
-        if config.sft_warm_start or (not config.base_model and domain != DEFAULT_DOMAIN):
+        if config.sft_warm_start:
             settings = SFTSettings(tools=tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
             # Named after what it warm-starts and how (another base folder, other SFT settings,
             # another level or trajectory format get their own folder), so a cached warm start is
@@ -170,12 +192,13 @@ def policy_base(
                 sft = warm_start(path, demos, warm, settings)
             path = warm
     rate = _probe_tool_calls(str(path), at_level(train, level), config.probe_prompts, tools)
-    yield dg.AssetCheckResult(
-        check_name="policy_emits_tool_calls",
-        passed=rate >= config.min_tool_call_rate,
-        metadata={"tool_call_rate": rate, "threshold": config.min_tool_call_rate, "model_path": str(path)},
+    acts = rate >= config.min_tool_call_rate
+    yield _acts_check(
+        rate, config.min_tool_call_rate, str(path), no_agent=champion is None and _no_agent(config, domain)
     )
-    value = PolicyBase(path=str(path), source=source, champion_version=champion.version if champion else None)
+    value = PolicyBase(
+        path=str(path), source=source, champion_version=champion.version if champion else None, acts=acts
+    )
     metadata = {"source": source, "model_path": dg.MetadataValue.path(str(path)), "tool_call_rate": rate}
     if champion is not None:
         metadata["champion_version"] = champion.version
@@ -214,6 +237,27 @@ def weights_changed_check(
         severity=dg.AssetCheckSeverity.WARN,
         description="no learning signal: every group's rollouts scored alike, so the update moved no weight",
         metadata=metadata,
+    )
+
+
+def _untrained(policy_base: PolicyBase, run_id: str, run_config: GRPORunConfig):
+    """The week's candidate when its base cannot call a tool (a domain with no agent yet): every
+    rollout would score alike, so the update is skipped, not run for nothing. The candidate is the
+    base, the checks warn and say why, and the gates judge it as not better: an honest reject."""
+    why = "not trained: the base policy does not call tools (policy_emits_tool_calls), so GRPO has no signal"
+    metadata = {"skipped": why, "model_path": policy_base.path}
+    for name in ("finite_loss", "weights_changed", "reward_curve_logged"):
+        yield dg.AssetCheckResult(
+            check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN, description=why, metadata=metadata
+        )
+    yield dg.MaterializeResult(
+        value=GRPOCandidate(
+            path=policy_base.path,
+            mlflow_run_id=run_id,
+            final_step=0,
+            reward_weights=dict(run_config.reward_weights),
+        ),
+        metadata={**metadata, "final_step": 0, "mlflow_run_id": run_id},
     )
 
 
@@ -275,6 +319,9 @@ def grpo_candidate(
         artifact_location=h.mlflow_artifacts.as_uri(),
         experiment_name=mlflow.experiment_for(domain),
     )
+    if not policy_base.acts:
+        yield from _untrained(policy_base, run_id, run_config)
+        return
     run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
     config_path = out / "grpo_config.json"
     config_path.write_text(json.dumps(asdict(run_config), indent=2, sort_keys=True))
