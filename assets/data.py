@@ -11,9 +11,9 @@ from assets.resources import DuckDBStore, HomeResource
 from assets.weekdata import run_domain
 from dataplane.ingest import ingest_paths
 from dataplane.landing import ingested_since
-from dataplane.splits import customers_in_several_splits, split_counts, split_window
+from dataplane.splits import DEFAULT_FRACTIONS, customers_in_several_splits, split_counts, split_window
 from dataplane.validation import validate_window
-from dataplane.window import cut_window, window_frame, window_records
+from dataplane.window import DEFAULT_SIZE, cut_window, window_frame, window_records
 from domains.registry import DEFAULT_DOMAIN
 
 DATA_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
@@ -29,16 +29,17 @@ class IngestConfig(dg.Config):
 
 
 class WindowConfig(dg.Config):
-    size: int = 10_000
+    size: int = DEFAULT_SIZE  # dataplane.window's default: one declaration of the window's size
     min_rows: int = 20
     min_gold_share: float = 0.2
     max_quarantine_rate: float = 0.05
 
 
 class SplitConfig(dg.Config):
-    train: float = 0.8
-    calibration: float = 0.1
-    shadow: float = 0.1
+    # dataplane.splits' defaults, declared there once (the CLI and the demo split with them too).
+    train: float = DEFAULT_FRACTIONS[0]
+    calibration: float = DEFAULT_FRACTIONS[1]
+    shadow: float = DEFAULT_FRACTIONS[2]
 
 
 @dg.asset(
