@@ -53,7 +53,6 @@ def test_build_dataset_columns_mix_and_determinism(world):
         ({"7": 1.0}, "unknown_level"),
         ({"1": -1}, "bad_level_share"),
         ({"1": 0}, "empty_level_mix"),
-        ({"3": 1.0}, "empty_level"),
     ],
 )
 def test_bad_level_mix(world, mix, rule):
@@ -62,6 +61,28 @@ def test_bad_level_mix(world, mix, rule):
     with pytest.raises(CurriculumError) as err:
         build_dataset(level1_records(world, 5), mix)
     assert err.value.rule == rule
+
+
+def test_the_adversarial_level_is_generated_when_no_customer_was_adversarial(world):
+    from training.curriculum import ADVERSARIAL_PERSONAS, CurriculumError, select_rows
+
+    records = level1_records(world, 6)
+    assert not {json.loads(json.dumps(r["user_scenario"])).get("persona") for r in records} & ADVERSARIAL_PERSONAS
+    rows, report = select_rows(records, {"3": 1.0}, seed=0, size=12)
+    assert len(rows) == 12 and report.generated_per_level == {3: 6}
+    personas = [json.loads(row["user_scenario"])["persona"] for row in rows]
+    assert set(personas) <= ADVERSARIAL_PERSONAS - {"adversarial"}
+    assert all(row["inject_tool_errors"] and row["level"] == 3 for row in rows)
+    by_id = {r["interaction_id"]: r for r in records}
+    assert all(json.loads(row["gold"]) == by_id[row["interaction_id"]]["gold"] for row in rows)  # same task
+    again, _ = select_rows(records, {"3": 1.0}, seed=5, size=12)  # the persona is the record's, not the seed's
+    assert {r["interaction_id"]: r["user_scenario"] for r in again} == {
+        r["interaction_id"]: r["user_scenario"] for r in rows
+    }
+    # With no short verified task to harden, the level is still empty, and says so.
+    with pytest.raises(CurriculumError) as err:
+        select_rows([], {"3": 1.0}, size=4)
+    assert err.value.rule == "empty_level"
 
 
 # ---------- config validation ----------

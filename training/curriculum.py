@@ -3,7 +3,8 @@
 Level 1: one intent, few gold actions, an opening message that already states every identifier
 the gold actions need (order id, email, reason), compact tool results. This is the level the demo
 model must learn. Level 2: the other verified tasks with more steps. Level 3: adversarial personas
-and injected tool errors, so recovery is rewarded. Level 4: the raw window records as recorded.
+and injected tool errors, so recovery is rewarded (when no recorded customer was adversarial, the
+short tasks replayed with an adversarial persona). Level 4: the raw window records as recorded.
 
 Arrow cannot hold the heterogeneous world dicts, so `initial_state`, `user_scenario` and `gold`
 travel as JSON strings; the environment's `reset` accepts either form.
@@ -11,6 +12,7 @@ travel as JSON strings; the environment's `reset` accepts either form.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections import Counter
@@ -58,6 +60,8 @@ class CurriculumReport:
     rows_per_level: dict[int, int]
     eligible_per_level: dict[int, int]
     intents: dict[str, int] = field(default_factory=dict)
+    # Levels whose pool was generated rather than recorded (level 3 with no adversarial record).
+    generated_per_level: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +69,7 @@ class CurriculumReport:
             "rows_per_level": {str(k): v for k, v in self.rows_per_level.items()},
             "eligible_per_level": {str(k): v for k, v in self.eligible_per_level.items()},
             "intents": dict(self.intents),
+            "generated_per_level": {str(k): v for k, v in self.generated_per_level.items()},
         }
 
 
@@ -109,6 +114,22 @@ def level_of(record: Mapping[str, Any], rules: LevelRules = LevelRules()) -> int
     if n_actions <= rules.level2_max_actions:
         return 2
     return 4
+
+
+# The personas a generated adversarial task draws from: the simulator's own, so every one is a
+# customer the simulator can play (the generic "adversarial" label has no behaviour of its own).
+_GENERATED_PERSONAS = tuple(sorted(frozenset(PERSONAS) - {COOPERATIVE_PERSONA}))
+
+
+def adversarial_variant(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A verified task replayed with a hostile customer: the same world, gold and request, told by
+    an adversarial persona picked by a stable hash of the interaction id (the same every week).
+    Level 3 draws from these when no recorded customer was adversarial, so a curriculum that asks
+    for recovery training never finds the level empty just because this week's customers were kind."""
+    scenario = dict(as_dict(record.get("user_scenario")) or {})
+    digest = hashlib.sha256(str(record.get("interaction_id", "")).encode()).digest()
+    scenario["persona"] = _GENERATED_PERSONAS[digest[0] % len(_GENERATED_PERSONAS)]
+    return {**record, "user_scenario": scenario}
 
 
 def is_training_task(record: Mapping[str, Any]) -> bool:
@@ -188,11 +209,14 @@ def select_rows(
     """Rows drawn per level share (seeded; a level is cycled when it has fewer records than asked)."""
     shares = parse_mix(mix)
     by_level: dict[int, list[Mapping[str, Any]]] = {level: [] for level in LEVELS}
+    short: list[Mapping[str, Any]] = []  # recorded level-1 and level-2 tasks: what level 3 can harden
     for record in records:
         if not is_training_task(record):
             continue
         level = level_of(record, rules)
         by_level[level].append(record)
+        if level in (1, 2):
+            short.append(record)
         if level < 4:
             by_level[4].append(record)  # the raw window holds every verified record
         if level != 1:
@@ -202,6 +226,10 @@ def select_rows(
             simplified = domain.as_level1(record, rules.level1_intents, rules.level1_max_actions)
             if simplified is not None:
                 by_level[1].append(simplified)
+    generated: dict[int, int] = {}
+    if 3 in shares and not by_level[3] and short:
+        by_level[3] = [adversarial_variant(r) for r in short]
+        generated[3] = len(by_level[3])
     missing = [level for level in shares if not by_level[level]]
     if missing:
         counts = {level: len(by_level[level]) for level in LEVELS}
@@ -222,7 +250,11 @@ def select_rows(
         counts[level] = max(wanted, 0)
     rng.shuffle(rows)
     report = CurriculumReport(
-        shares, counts, {level: len(by_level[level]) for level in LEVELS}, dict(Counter(row["intent"] for row in rows))
+        shares,
+        counts,
+        {level: len(by_level[level]) for level in LEVELS},
+        dict(Counter(row["intent"] for row in rows)),
+        generated,
     )
     return rows, report
 
