@@ -95,8 +95,14 @@ class MLflowTracking(dg.ConfigurableResource):
     def run_url(self, home: Home, run_id: str) -> str:
         """Where a person opens this MLflow run (`mlflow ui` on the embedded store by default)."""
         experiment = mlflow_client(self.uri(home)).get_run(run_id).info.experiment_id
-        base = (_resolved(self.ui_url) or "http://127.0.0.1:5000").rstrip("/")
-        return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+        return f"{self._ui_base()}/#/experiments/{experiment}/runs/{run_id}"
+
+    def traces_url(self, experiment_id: str) -> str:
+        """Where a person opens an experiment's traces (the review queue's conversations)."""
+        return f"{self._ui_base()}/#/experiments/{experiment_id}/traces"
+
+    def _ui_base(self) -> str:
+        return (_resolved(self.ui_url) or "http://127.0.0.1:5000").rstrip("/")
 
 
 class Curriculum(dg.ConfigurableResource):

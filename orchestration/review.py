@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from assets.partitions import WeekError, week_end, week_key
 from dataplane.home import Home
 from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, check_os_user, current_os_user, import_labels
-from dataplane.review_sample import record_sample, stratified_sample, week_population
+from dataplane.review_sample import ReviewSample, record_sample, stratified_sample, week_population
 from dataplane.store import StoreLockedError, load_records, open_store
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.recorded import judge_record
@@ -106,22 +107,33 @@ def review_line(
     return line
 
 
-def export_review(
-    week: str, out: str | os.PathLike, n: int = DEFAULT_SAMPLE, seed: int = 0, force: bool = False
-) -> dict[str, Any]:
-    """Write the review sample of the week holding `week` to `out`, recording it (its id on every
-    line, in `review_samples`, exported by this OS account); returns a summary.
+@dataclass(frozen=True)
+class DrawnSample:
+    """A week's review sample as every export draws it: the week's key, how many interactions the
+    week holds, the sampled records (in the sample's order) and the sample as recorded."""
 
-    Refuses to overwrite an existing file unless `force`: it may be one a reviewer is filling in.
-    """
+    week: str
+    population: int
+    records: list[dict[str, Any]]
+    sample: ReviewSample
+
+    def strata(self) -> dict[str, int]:
+        """How many records of each `outcome/intent` the sample holds."""
+        found: dict[str, int] = {}
+        for record in self.records:
+            name = f"{record.get('outcome')}/{record.get('intent')}"
+            found[name] = found.get(name, 0) + 1
+        return dict(sorted(found.items()))
+
+
+def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0) -> DrawnSample:
+    """The stratified, seeded sample of the week holding `week`, recorded in `review_samples`
+    (exported by this OS account): the JSONL file and the MLflow traces are drawn here alike."""
     if n < 1:
         raise CliError(f"--n must be >= 1, got {n}")
     key = week_key(week)
     end = week_end(key)
     start = datetime.combine(date.fromisoformat(key), datetime.min.time(), tzinfo=UTC)
-    target = Path(out)
-    if target.exists() and not force:
-        raise CliError(f"{target} exists (it may hold labels); pass --force to overwrite it")
     try:
         exported_by = check_os_user(current_os_user())
     except ValueError as err:
@@ -135,24 +147,36 @@ def export_review(
             raise CliError(f"week {key} has no stored interactions (ended {start.date()} .. {end.date()} exclusive)")
         records = load_records(con, ids)
         sample = record_sample(con, key, ids, exported_by)
-    lines = [review_line(record, key, None, sample.sample_id) for record in records]
+    return DrawnSample(key, len(population), records, sample)
+
+
+def export_review(
+    week: str, out: str | os.PathLike, n: int = DEFAULT_SAMPLE, seed: int = 0, force: bool = False
+) -> dict[str, Any]:
+    """Write the review sample of the week holding `week` to `out`, recording it (its id on every
+    line, in `review_samples`, exported by this OS account); returns a summary.
+
+    Refuses to overwrite an existing file unless `force`: it may be one a reviewer is filling in.
+    """
+    target = Path(out)
+    if target.exists() and not force:
+        raise CliError(f"{target} exists (it may hold labels); pass --force to overwrite it")
+    drawn = draw_review_sample(week, n, seed)
+    key, sample = drawn.week, drawn.sample
+    lines = [review_line(record, key, None, sample.sample_id) for record in drawn.records]
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     partial.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
     partial.replace(target)  # a reader never sees half a file
-    strata: dict[str, int] = {}
-    for line in lines:
-        name = f"{line['outcome']}/{line['intent']}"
-        strata[name] = strata.get(name, 0) + 1
     return {
         "week": key,
         "sample_id": sample.sample_id,
         "out": str(target),
-        "population": len(population),
+        "population": drawn.population,
         "sampled": len(lines),
         "seed": seed,
         "replay_errors": sum(line["replay_error"] is not None for line in lines),
-        "strata": dict(sorted(strata.items())),
+        "strata": drawn.strata(),
     }
 
 
@@ -170,6 +194,12 @@ def import_review(path: str | os.PathLike, rater: str) -> ImportSummary:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    if args.to == "mlflow":
+        from orchestration import review_mlflow  # it builds on this module
+
+        return _week_errors(review_mlflow.cmd_export, args)
+    if args.out is None:
+        raise CliError("--out is required with --to file (the JSONL file to write)")
     try:
         summary = export_review(args.week, args.out, n=args.n, seed=args.seed, force=args.force)
     except WeekError as err:
@@ -180,7 +210,23 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _week_errors(command: Any, args: argparse.Namespace) -> int:
+    """`command(args)` with a bad week or a locked store said as a user error."""
+    try:
+        return command(args)
+    except WeekError as err:
+        raise CliError(str(err)) from err
+    except StoreLockedError as err:
+        raise CliError(str(err), code=1) from err
+
+
 def _cmd_import(args: argparse.Namespace) -> int:
+    if args.from_mlflow:
+        from orchestration import review_mlflow  # it builds on this module
+
+        return _week_errors(review_mlflow.cmd_import, args)
+    if args.file is None or args.by is None or args.week is not None:
+        raise CliError("give FILE and --by (or --from-mlflow --week W to read the verdicts from MLflow)")
     try:
         summary = import_review(args.file, args.by)
     except LabelFileError as err:
@@ -223,8 +269,15 @@ def add_review_parser(sub: Any) -> None:
     p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD); weeks start on Monday")
     p.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"sample size (default {DEFAULT_SAMPLE})")
     p.add_argument("--seed", type=int, default=0, help="sampling seed; the same seed gives the same sample")
-    p.add_argument("--out", required=True, help="the JSONL file to write")
+    p.add_argument("--out", help="the JSONL file to write (with --to file)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument(
+        "--to",
+        choices=("file", "mlflow"),
+        default="file",
+        help="file: a JSONL file (--out); mlflow: one trace per interaction in the MLflow experiment "
+        "'weekly-review', to label in the browser (docs/REVIEW.md)",
+    )
     p.set_defaults(func=_cmd_export)
     p = commands.add_parser(
         "import",
@@ -237,10 +290,16 @@ def add_review_parser(sub: Any) -> None:
             "OS account running the import is stored with --by: two names typed from one account are one rater."
         ),
     )
-    p.add_argument("file", help="the filled JSONL file")
+    p.add_argument("file", nargs="?", help="the filled JSONL file")
+    p.add_argument(
+        "--from-mlflow",
+        action="store_true",
+        help="read the task_success feedback reviewers gave the week's review traces in MLflow (the rater is "
+        "each feedback's source id) instead of a file",
+    )
+    p.add_argument("--week", help="with --from-mlflow: any date in the week whose review traces to read")
     p.add_argument(
         "--by",
-        required=True,
         help="the reviewer's name, stored as the rater (1-64 letters, digits, space, _.@+-; never a number the PII "
         "scrub masks)",
     )
