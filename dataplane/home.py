@@ -7,14 +7,26 @@ configuration are resolved inside the home and may not escape it.
 from __future__ import annotations
 
 import os
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The key e-mail pseudonyms are made with (`dataplane.scrub`): this variable, else a file in the
+# home created on first use. One key per deployment keeps a customer's pseudonym stable across
+# weeks; whoever holds it can test a guessed address, so it is kept like a password.
+PII_KEY_ENV = "RETRAIN_PII_KEY"
+PII_KEY_FILE = "pii.key"
+_MIN_KEY_CHARS = 16
 
 
 class HomePathError(ValueError):
     """A configured path points outside the home folder."""
+
+
+class PiiKeyError(ValueError):
+    """The pseudonymisation key is too short, or its file is readable by others."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,44 @@ class Home:
     def watch(self) -> Path:
         """The live watch's state: whether promotions are paused, and who lifted past pauses."""
         return self.root / "watch"
+
+    @property
+    def pii_key_path(self) -> Path:
+        return self.root / PII_KEY_FILE
+
+    def pii_key(self) -> bytes:
+        """The key of e-mail pseudonyms: `RETRAIN_PII_KEY`, else `<home>/pii.key`.
+
+        The file is created on first use with 256 random bits, mode 0600, by a link from a
+        private temporary file, so two processes starting at once agree on one key and neither
+        reads a half-written file. A key file that group or others may read is refused.
+        """
+        env = os.environ.get(PII_KEY_ENV)
+        if env is not None:
+            if len(env) < _MIN_KEY_CHARS:
+                raise PiiKeyError(f"{PII_KEY_ENV} must hold at least {_MIN_KEY_CHARS} characters")
+            return env.encode("utf-8")
+        path = self.pii_key_path
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{PII_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(secrets.token_hex(32) + "\n")
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # another process created it first: its key is the one
+            finally:
+                tmp.unlink()
+        mode = path.stat().st_mode
+        if stat.S_IMODE(mode) & 0o077:
+            raise PiiKeyError(f"{path} is readable by group or others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        key = path.read_text(encoding="utf-8").strip()
+        if len(key) < _MIN_KEY_CHARS:
+            raise PiiKeyError(f"{path} must hold at least {_MIN_KEY_CHARS} characters")
+        return key.encode("utf-8")
 
     def ensure(self) -> Home:
         for path in (

@@ -173,8 +173,11 @@ def _message(msg: dict, i: int) -> dict:
 
 # An identifier's shape (its pattern allows only [A-Za-z0-9_.:-]): digits "d", '.' and '-' "s",
 # capitals "L", the rest "_". Within those characters a PII pattern needs 13 digits in a row, three
-# digits, a separator and a digit (grouped card, national id, phone), or a UK id's two capitals
-# and six digits; an id with none of them skips `find_pii`, which costs more than the id's other
+# digits, a separator and a digit (grouped card, national id, phone), a UK id's two capitals and
+# six digits, or an IBAN's two letters and two digits at the start of 15 or more letters and
+# digits; a bare run of digits (an SSN, a national phone number) or one in groups of two is read
+# as PII only at the start or after ':' (after a letter, digit, '_', '.' or '-' it is part of an
+# identifier). An id with none of them skips `find_pii`, which costs more than the id's other
 # checks together.
 _ID_SHAPE = str.maketrans(
     {
@@ -182,11 +185,16 @@ _ID_SHAPE = str.maketrans(
         for c in range(128)
     }
 )
+_ID_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}[A-Za-z0-9]{11}")
 
 
 def _id_may_hold_pii(value: str) -> bool:
+    if value[:1].isdigit() or ":" in value:
+        return True
     shape = value.translate(_ID_SHAPE)
-    return "d" * 13 in shape or "dddsd" in shape or "LLdddddd" in shape
+    if "d" * 13 in shape or "dddsd" in shape or "LLdddddd" in shape:
+        return True
+    return len(value) >= 15 and _ID_IBAN.search(value) is not None
 
 
 def _rule(rule: str, detail: str) -> PydanticCustomError:

@@ -1,43 +1,104 @@
-"""PII scrubbing of free text before anything is stored.
+"""PII in one text: normalised, found, masked or pseudonymised, before anything is stored.
 
-Masks card numbers, phone numbers and national ids with [CARD], [PHONE], [NATIONAL_ID]. The
-patterns are deliberately shaped so the retail world's own identifiers survive: the agent must
-still copy them. Order ids (#W1234567) and payment ids (credit_card_4190576) are 7 digits behind
-a non-digit prefix; item and product ids are 10 contiguous digits; tracking ids 12 contiguous
-digits; zip codes 5; prices carry a two-digit decimal part. So: a card is 13-19 contiguous digits
-or 4-digit groups with one consistent separator (Amex 4-6-5), and must pass Luhn; a phone number
-always has separators between its groups; a national id has its own group shape.
+What is found (README, "PII"): payment card numbers ([CARD]), IBANs ([IBAN]), US social security
+and UK National Insurance numbers ([NATIONAL_ID]), phone numbers ([PHONE]) and e-mail addresses.
+E-mail addresses are pseudonymised rather than masked: a customer is identified by one (the
+retail world's `find_user_id_by_email`), so each becomes `user_<16 hex>@masked.invalid`, a keyed
+HMAC of the lower-cased address (`dataplane.home.Home.pii_key`): the same in the customer's
+message, the tool call's argument, `initial_state` and gold, so a stored conversation replays.
+
+Detection reads the text normalised: every character NFKC-normalised, format characters (Unicode
+category Cf: zero-width spaces and joiners, soft hyphens, the BOM) removed, every space and line
+or paragraph separator made a plain space, every dash (Pd) a hyphen, every decimal digit of any
+script its ASCII digit. A separator hidden behind a zero-width or non-breaking character is then
+seen. Only the spans found are replaced, in the text as given: a text without PII comes back
+exactly as it was, so a clean record hashes as it always did.
+
+The shapes are chosen so the worlds' own identifiers survive (the agent must copy them): digits
+glued to a letter, '#', '_' or '-' belong to an identifier (#W1234567, credit_card_4190576,
+int-123456789); a card is 13-19 digits with one separator or none, a known network's first digit
+and a valid Luhn sum; a bare digit run is a phone number only after a '+' (E.164) or as a
+0-prefixed national number of 10-11 digits; national numbers with separators are matched by
+their grouping; 10-digit item ids, 12-digit tracking ids, zip codes, prices, dates and times
+match none of them. A domain's `world_key_patterns` (`domains.api.Domain`) name what must survive
+besides: a found span that is wholly one of its world keys is kept (`PiiScanner.keep`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import re
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-# Digits glued to a letter, '#' or '_' belong to an identifier, never to a number we mask.
-_LEFT = r"(?<![\w#])"
-_RIGHT = r"(?![\w])"
+CARD, PHONE, NATIONAL_ID, IBAN = "[CARD]", "[PHONE]", "[NATIONAL_ID]", "[IBAN]"
+PSEUDONYM_DOMAIN = "masked.invalid"  # RFC 2606's reserved `.invalid`: no mail can ever reach it
+KINDS = ("email", "iban", "card", "national_id", "phone")
 
-# The fraction digits of an unrounded amount (20.44999999999999) are not a card number.
-_CARD_RE = re.compile(
-    _LEFT + r"(?<!\d\.)(?:"
-    r"\d{13,19}"
-    r"|\d{4}(?P<s1>[ -])\d{4}(?P=s1)\d{4}(?P=s1)\d{1,7}"
-    r"|\d{4}(?P<s2>[ -])\d{6}(?P=s2)\d{4,5}"
-    r")" + _RIGHT
-)
-_NATIONAL_ID_RES = (
-    re.compile(_LEFT + r"\d{3}(?P<s>[ -])\d{2}(?P=s)\d{4}" + _RIGHT),  # US SSN
-    re.compile(r"\b[A-CEGHJ-PR-TW-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"),  # UK National Insurance
-)
-_PHONE_RES = (
-    # North American: optional +1, then (415) 555-0100 / 415-555-0100 / 415.555.0100 / 415 555 0100
-    re.compile(r"(?<![\w#+])(?:\+?1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}" + _RIGHT),
-    # International with an explicit +country code and separated groups: +44 20 7946 0958
-    re.compile(r"(?<![\w#])\+\d{1,3}(?:[ -]\(?\d{1,5}\)?){2,5}" + _RIGHT),
-)
+# ---- normalisation -------------------------------------------------------------------------
 
-CARD, PHONE, NATIONAL_ID = "[CARD]", "[PHONE]", "[NATIONAL_ID]"
-_DIGIT = re.compile(r"\d")  # every PII pattern holds a digit; text without one skips all regexes
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+_CHAR_MAP: dict[str, str] = {}  # non-ASCII character -> its normalised text; the alphabet is small
+
+
+def _map_char(char: str) -> str:
+    category = unicodedata.category(char)
+    if category == "Cf":
+        return ""
+    if category in ("Zs", "Zl", "Zp"):
+        return " "
+    if category == "Pd":
+        return "-"
+    if category == "Nd":
+        return str(unicodedata.decimal(char))
+    folded = unicodedata.normalize("NFKC", char)
+    if folded == char or folded.isascii():
+        return folded
+    # NFKC can yield characters the rules above map in turn (a compatibility space, a dash).
+    return "".join(c if c.isascii() or c == char else _map_char(c) for c in folded)
+
+
+def _char(char: str) -> str:
+    mapped = _CHAR_MAP.get(char)
+    if mapped is None:
+        mapped = _map_char(char)
+        if len(_CHAR_MAP) < 65_536:  # a hostile text cannot grow the map without bound
+            _CHAR_MAP[char] = mapped
+    return mapped
+
+
+def normalise(text: str) -> str:
+    """`text` as PII is detected in (see the module docstring); ASCII text is returned as is."""
+    return text if text.isascii() else _normalised(text)[0]
+
+
+def _normalised(text: str) -> tuple[str, list[int] | None]:
+    """(normalised text, origin) where origin[i] is the index in `text` of normalised character
+    i, with len(text) appended; origin is None when normalising changed nothing."""
+    runs = _NON_ASCII_RUN.findall(text)
+    if all(_char(c) == c for run in runs for c in run):
+        return text, None
+    parts: list[str] = []
+    origin: list[int] = []
+    pos = 0
+    for match in _NON_ASCII_RUN.finditer(text):
+        start, end = match.span()
+        parts.append(text[pos:start])
+        origin.extend(range(pos, start))
+        for i in range(start, end):
+            mapped = _char(text[i])
+            parts.append(mapped)
+            origin.extend([i] * len(mapped))
+        pos = end
+    parts.append(text[pos:])
+    origin.extend(range(pos, len(text) + 1))
+    return "".join(parts), origin
+
+
+# ---- checksums -----------------------------------------------------------------------------
 
 
 def luhn_ok(digits: str) -> bool:
@@ -51,96 +112,473 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _card_sub(match: re.Match) -> str:
-    digits = _NON_DIGIT.sub("", match.group(0))
-    return CARD if 13 <= len(digits) <= 19 and luhn_ok(digits) else match.group(0)
+# IBAN length by country, from the ISO 13616 registry: a country outside it is no IBAN (a check
+# over every length from 15 to 34 would pass one text in five by chance).
+_IBAN_LENGTHS = {
+    **dict.fromkeys(("NO",), 15),
+    **dict.fromkeys(("BE",), 16),
+    **dict.fromkeys(("DK", "FI", "FK", "FO", "GL", "NL", "SD"), 18),
+    **dict.fromkeys(("MK", "SI"), 19),
+    **dict.fromkeys(("AT", "BA", "EE", "KZ", "LT", "LU", "MN", "XK"), 20),
+    **dict.fromkeys(("CH", "CR", "HR", "LI", "LV"), 21),
+    **dict.fromkeys(("BG", "BH", "DE", "GB", "GE", "IE", "ME", "RS", "VA"), 22),
+    **dict.fromkeys(("AE", "GI", "IL", "IQ", "OM", "SO", "TL"), 23),
+    **dict.fromkeys(("AD", "CZ", "ES", "MD", "PK", "RO", "SA", "SE", "SK", "TN", "VG"), 24),
+    **dict.fromkeys(("LY", "PT", "ST"), 25),
+    **dict.fromkeys(("IS", "TR"), 26),
+    **dict.fromkeys(("BI", "DJ", "FR", "GR", "IT", "MC", "MR", "SM"), 27),
+    **dict.fromkeys(("AL", "AZ", "BY", "CY", "DO", "GT", "HN", "HU", "LB", "NI", "PL", "SV"), 28),
+    **dict.fromkeys(("BR", "EG", "PS", "QA", "UA"), 29),
+    **dict.fromkeys(("JO", "KW", "MU", "YE"), 30),
+    **dict.fromkeys(("MT", "SC"), 31),
+    **dict.fromkeys(("LC",), 32),
+    **dict.fromkeys(("RU",), 33),
+}
 
 
-def _phone_sub(match: re.Match) -> str:
-    digits = len(_DIGIT.findall(match.group(0)))
-    return PHONE if 8 <= digits <= 15 else match.group(0)
+def iban_ok(iban: str) -> bool:
+    """ISO 13616's check: the country and check digits moved to the end, letters as 10-35, mod 97 is 1."""
+    text = iban.upper()
+    rearranged = text[4:] + text[:4]
+    number = "".join(str(int(c, 36)) for c in rearranged)
+    return int(number) % 97 == 1
 
 
-def _national_sub(match: re.Match) -> str:
+# ---- the patterns, on normalised text ------------------------------------------------------
+# Each pass: a regex, a judge of its matches (the replacement, or None to keep the span), the
+# fewest digits any span it replaces holds, and a necessary shape (see `_SHAPE`).
+
+_A = re.ASCII
+_RIGHT = r"(?![\w])"
+_NUMBER_END = r"(?![\w])(?!\.\d)"  # not followed by a decimal fraction either
+
+_EMAIL_RE = re.compile(
+    r"(?<![\w.%+-])[\w.%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])", _A
+)
+_IBAN_RE = re.compile(r"\b[A-Za-z]{2}\d{2}(?: ?[A-Za-z0-9]){11,30}\b", _A)
+_CARD_RE = re.compile(
+    r"(?<![\w#])(?<!\d\.)(?:"
+    r"\d{13,19}"
+    r"|\d{4}(?P<s1>[ .-])\d{4}(?P=s1)\d{4}(?P=s1)\d{1,7}"
+    r"|\d{4}(?P<s2>[ .-])\d{6}(?P=s2)\d{4,5}"
+    r")" + _NUMBER_END,
+    _A,
+)
+# US SSN: 3-2-4 digits with one separator or none. A bare run must not be glued to '-', '.',
+# '/' or '+' either (int-123456789, a decimal, a path, a phone number).
+_SSN_RE = re.compile(
+    r"(?<![\w#])(?:\d{3}(?P<s>[ -])\d{2}(?P=s)\d{4}|(?<![-./+])\d{9})" + _NUMBER_END,
+    _A,
+)
+# UK National Insurance: two prefix letters (D, F, I, Q, U, V never; O never second; BG, GB,
+# KN, NK, NT, TN, ZZ unallocated), six digits, a suffix A-D; spaces between pairs optional.
+_NINO_RE = re.compile(
+    r"\b(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b",
+    _A,
+)
+# North American: optional 1, then (415) 555-0100 / 415-555-0100 / 415.555.0100 / 415 555 0100.
+_NANP_RE = re.compile(r"(?<![\w#+])(?:1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}" + _RIGHT, _A)
+# International: '+', a country code, then digits with single separators, a trunk "(0)" or an
+# area code in brackets between them: +14155550100, +44 (0)20 7946 0958, +49 30/1234-5678.
+_INTL_RE = re.compile(r"(?<![\w+])\+[1-9](?:[ .\-/]?(?:\(0\)|\(\d{1,4}\)|\d)){6,20}" + _RIGHT, _A)
+# The same after an international prefix 00 and a country code followed by a separator.
+_INTL00_RE = re.compile(r"(?<![\w#+.\-/])00[1-9]\d{0,2}[ .\-/](?:[ .\-/]?(?:\(0\)|\d)){6,17}" + _RIGHT, _A)
+# National numbers behind a trunk 0 (UK, DE, FR and most of Europe), in groups: one separator
+# throughout (020 7946 0958, 01 23 45 67 89, 030-1234-5678), or an area code in brackets or
+# before a slash ((020) 7946 0958, 030/1234 5678); or one run of 10-11 digits (07700900123).
+_TRUNK_RE = re.compile(
+    r"(?<![\w#+.\-/])(?:"
+    r"0[1-9]\d{0,4}(?P<s>[ .-])\d{2,8}(?:(?P=s)\d{2,8}){0,4}"
+    r"|(?:\(0[1-9]\d{0,4}\) ?|0[1-9]\d{0,4}/ ?)\d{2,8}(?:(?P<t>[ .-])\d{2,8}(?:(?P=t)\d{2,8}){0,3})?"
+    r"|0[1-9]\d{8,9}"
+    r")" + _NUMBER_END,
+    _A,
+)
+_NON_DIGIT = re.compile(r"\D", _A)
+
+
+def _digits(text: str) -> str:
+    return _NON_DIGIT.sub("", text)
+
+
+# A judge reads a match of its pass (in normalised text) and returns the replacement, or None to
+# leave it; it sees the scanner for the pseudonym key.
+
+
+def _judge_card(span: str, _scanner: PiiScanner) -> str | None:
+    digits = _digits(span)
+    size = len(digits)
+    # A network's first digit: 13 digits only for old Visa (4), 15 also for UATP (1); never 0,
+    # 7-9. So millisecond and nanosecond timestamps (1...) are no card whatever their Luhn sum.
+    first = digits[0]
+    if size == 13:
+        network = first == "4"
+    elif size == 15:
+        network = "1" <= first <= "6"
+    else:
+        network = "2" <= first <= "6"
+    return CARD if network and luhn_ok(digits) else None
+
+
+def _judge_ssn(span: str, _scanner: PiiScanner) -> str | None:
+    digits = _digits(span)
+    area, group, serial = digits[:3], digits[3:5], digits[5:]
+    if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        return None  # never issued: an order number, not an SSN
     return NATIONAL_ID
 
 
-_NON_DIGIT = re.compile(r"\D")
-# Each pass with the fewest digits any masked span of it holds, and a character the span must
-# contain: a text with fewer digits than that (counted before any pass, so never an undercount of
-# what a later pass sees) cannot be changed by the pass, which is then skipped. Most free text has
-# a few digits (an order id, a price) and so skips the card and id regexes outright.
-_PASSES = (
-    (_CARD_RE, _card_sub, 13, ""),
-    (_NATIONAL_ID_RES[0], _national_sub, 9, ""),
-    (_NATIONAL_ID_RES[1], _national_sub, 6, ""),
-    (_PHONE_RES[0], _phone_sub, 10, ""),
-    (_PHONE_RES[1], _phone_sub, 8, "+"),  # _phone_sub keeps spans of under 8 digits
-)
-# Each pass's replacement where every span it matches is masked (a national id always; a North
-# American phone number always has 10 or 11 digits, which `_phone_sub` masks): a string
-# replacement runs in C, a function is called per match.
-_FIXED = (None, NATIONAL_ID, NATIONAL_ID, PHONE, None)
-_KINDS = {CARD: "card", NATIONAL_ID: "national_id", PHONE: "phone"}
-# Each pass's span also has a shape, in an ASCII text mapped digit -> "d", space/'.'/'-' -> "s",
-# capital -> "L", '+' -> "+": a card has 13 digits in a row or 4, a separator and 4; a US id
-# "dddsddsdddd"; a UK id two capitals then (a space and) a digit; a North American phone number
-# ends "dddsdddd"; an international one starts "+d". A pass whose shapes are all absent is skipped
-# (a mask brings no digit, separator or capital next to a digit, so skipping stays sound after
-# earlier passes). Most texts that pass the digit count, say one holding a phone number, then run
-# one regex instead of five.
-# bytes.translate with a 256-byte table is one C loop; str.translate with a mapping looks every
-# character up in a dict, which cost more than the passes it lets a text skip.
-_TEXT_SHAPE = bytes(
-    ord("d") if 48 <= b <= 57 else ord("s") if b in b" .-" else ord("L") if 65 <= b <= 90 else b if b == 43 else 95
+def _judge_national(_span: str, _scanner: PiiScanner) -> str | None:
+    return NATIONAL_ID
+
+
+def _judge_nanp(_span: str, _scanner: PiiScanner) -> str | None:
+    return PHONE  # 10 or 11 digits by its shape
+
+
+def _judge_intl(span: str, _scanner: PiiScanner) -> str | None:
+    # E.164 holds at most 15 digits; a longer run is masked too (a number followed by another).
+    return PHONE if len(_digits(span.replace("(0)", ""))) >= 8 else None
+
+
+def _judge_trunk(span: str, _scanner: PiiScanner) -> str | None:
+    return PHONE if 10 <= len(_digits(span)) <= 12 else None
+
+
+def iban_prefix(span: str) -> int:
+    """How many non-space characters at the start of `span` (an IBAN's shape, perhaps followed by
+    more words its pattern took in) form a valid IBAN; 0 for none."""
+    compact = span.replace(" ", "").upper()
+    size = _IBAN_LENGTHS.get(compact[:2], 0)
+    return size if size and size <= len(compact) and iban_ok(compact[:size]) else 0
+
+
+def _judge_email(span: str, scanner: PiiScanner) -> str | None:
+    if span.rpartition("@")[2].lower() == PSEUDONYM_DOMAIN:
+        return None  # already a pseudonym
+    return scanner.pseudonym(span)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    kind: str
+    pattern: re.Pattern
+    judge: Callable[[str, PiiScanner], str | None] | None  # None: the IBAN pass (`iban_prefix`)
+    min_digits: int  # the fewest digits of any span it replaces
+
+
+EMAIL_PASS = _Pass("email", _EMAIL_RE, _judge_email, 0)
+IBAN_PASS = _Pass("iban", _IBAN_RE, None, 2)
+CARD_PASS = _Pass("card", _CARD_RE, _judge_card, 13)
+SSN_PASS = _Pass("national_id", _SSN_RE, _judge_ssn, 9)
+NINO_PASS = _Pass("national_id", _NINO_RE, _judge_national, 6)
+NANP_PASS = _Pass("phone", _NANP_RE, _judge_nanp, 10)
+INTL_PASS = _Pass("phone", _INTL_RE, _judge_intl, 8)
+INTL00_PASS = _Pass("phone", _INTL00_RE, _judge_intl, 8)
+TRUNK_PASS = _Pass("phone", _TRUNK_RE, _judge_trunk, 10)
+# In this order: e-mail addresses and IBANs (letters and digits) before the digit-only kinds,
+# cards before national ids before phone numbers (a span replaced by one is not read by the next).
+_PASSES = (EMAIL_PASS, IBAN_PASS, CARD_PASS, SSN_PASS, NINO_PASS, NANP_PASS, INTL_PASS, INTL00_PASS, TRUNK_PASS)
+_FILL = "\x00"  # what a replaced span becomes for the later passes: no pattern reads across it
+
+_AT_PSEUDONYM = "@" + PSEUDONYM_DOMAIN
+_PSEUDONYM_RE = re.compile(r"user_[0-9a-f]{16}" + re.escape(_AT_PSEUDONYM))
+# An '@' that does not start a pseudonym's domain: only then can the e-mail pass replace anything
+# (stored records hold pseudonyms, and are scanned again by every no-PII check).
+_REAL_AT = re.compile(r"@(?!" + re.escape(PSEUDONYM_DOMAIN) + r"(?![\w-]|\.[A-Za-z0-9]))")
+
+# The shape of ASCII text, one byte a character: '0' -> '0', other digits -> 'd', a space -> 's',
+# '.' and '-' -> 'S', capitals -> 'U', small letters -> 'l', '+', '(', ')' and '/' as themselves,
+# anything else '_'; a second shape has every digit 'd'. `_shape_passes` searches them for a
+# necessary condition of each pass replacing anything. Every search starts with a literal, which
+# Python's regex engine finds with a fast scan (one that starts with a class or a lookbehind tries
+# every position, ten times slower on a record's text); bytes.translate is one C loop.
+_SHAPE = bytes(
+    ord("0")
+    if b == 48
+    else ord("d")
+    if 49 <= b <= 57
+    else ord("s")
+    if b == 32
+    else ord("S")
+    if b in b".-"
+    else ord("U")
+    if 65 <= b <= 90
+    else ord("l")
+    if 97 <= b <= 122
+    else b
+    if b in b"+()/"
+    else ord("_")
     for b in range(256)
 )
-_PASS_SHAPES = tuple(
-    re.compile(shape) for shape in (rb"d{13}|ddddsdddd", rb"dddsddsdddd", rb"LLs?d", rb"dddsdddd", rb"\+d")
-)
+_IBAN_SHAPE = re.compile(rb"dd(?<=[Ul][Ul]dd)")
+_CARD_SHAPE = re.compile(rb"dddd(?:ddddddddd|[sS]dddd)")
+_SSN_SHAPE = re.compile(rb"ddd(?:[sS]dd[sS]dddd|dddddd+)")  # grouped, or a run of 9 or more, each whole
+_NINO_SHAPE = re.compile(rb"UUs?dds?dds?dds?U")  # spaces only
+_NANP_SHAPE = re.compile(rb"ddd[sS]dddd")
+# A trunk number: "0d", up to 4 more digits, a separator, then 10-12 digits in all: a first group
+# of at most 6 leaves 4 or more after its separator, in one group or in two. Or 10 in a row.
+# Its "0" must not follow a digit, letter, '+', '/', '.' or '-' (checked on each match, see
+# `_unglued`).
+_TRUNK_SHAPE = re.compile(rb"0d(?:[0d]{0,4}(?:[sS]|\)s?|/s?)(?:[0d]{4}|[0d]{2,3}[sS][0d]{2})|[0d]{8})")
+# The international prefix 00 and a country code of 1-3 digits, then a separator.
+_INTL00_SHAPE = re.compile(rb"00d[0d]{0,2}[sS/]")
+_GLUED = frozenset(b"0dUl+/S")
 
 
-def _scrub(text: str, found: list[str] | None) -> str:
-    if text.isascii():
-        shape = text.encode("ascii").translate(_TEXT_SHAPE)
-        digits = shape.count(b"d")
-    else:
-        shape, digits = None, len(_DIGIT.findall(text))
-    if not digits:
-        return text
-    for (pattern, sub, min_digits, needs), fixed, shapes in zip(_PASSES, _FIXED, _PASS_SHAPES):
-        if digits < min_digits or needs not in text:
-            continue
-        if shape is not None and shapes.search(shape) is None:
-            continue
-        if found is None:
-            text = pattern.sub(fixed or sub, text)
-            continue
+def _ssn_shape(shape: bytes) -> bool:
+    return any(len(m.group(0)) in (9, 11) for m in _SSN_SHAPE.finditer(shape))
 
-        def counting(match: re.Match, sub=sub) -> str:
-            token = sub(match)
-            if token in _KINDS:
-                found.append(_KINDS[token])
-            return token
 
-        text = pattern.sub(counting, text)
-    return text
+def _unglued(pattern: re.Pattern, zeros: bytes) -> bool:
+    """Whether `pattern` matches somewhere not right after a digit, letter, '+', '/', '.' or '-'."""
+    match = pattern.search(zeros)
+    while match is not None:
+        start = match.start()
+        if start == 0 or zeros[start - 1] not in _GLUED:
+            return True
+        match = pattern.search(zeros, start + 1)
+    return False
+
+
+def _shape_passes(text: str) -> tuple[_Pass, ...]:
+    """The passes that may replace something in normalised `text` (cheap tests only)."""
+    out: list[_Pass] = []
+    if "@" in text:
+        if _REAL_AT.search(text) is not None:
+            out.append(EMAIL_PASS)
+        if _AT_PSEUDONYM in text:
+            # A pseudonym's hex reads as letters and digits to the shape tests ("bb64" as an IBAN's
+            # start), never to the patterns (glued to its own letters): leave it out of the shape.
+            text = _PSEUDONYM_RE.sub("_", text)
+    # Normalised text is ASCII but for letters and symbols outside it, which no pattern reads as a
+    # letter, digit or separator (their \w and \d are ASCII): each shapes as '?', then '_'.
+    zeros = text.encode("ascii", "replace").translate(_SHAPE)
+    shape = zeros.replace(b"0", b"d")
+    digits = shape.count(b"d")
+    if digits < 2:  # every pass but the e-mail one needs two digits or more
+        return tuple(out)
+    if _IBAN_SHAPE.search(shape):
+        out.append(IBAN_PASS)
+    if digits < 6:
+        return tuple(out)
+    if digits >= 13 and _CARD_SHAPE.search(shape):
+        out.append(CARD_PASS)
+    if digits >= 9 and _ssn_shape(shape):
+        out.append(SSN_PASS)
+    if _NINO_SHAPE.search(shape):
+        out.append(NINO_PASS)
+    if digits >= 8:
+        if digits >= 10 and _NANP_SHAPE.search(shape):
+            out.append(NANP_PASS)
+        if b"+d" in zeros:
+            out.append(INTL_PASS)
+        if b"00d" in zeros and _unglued(_INTL00_SHAPE, zeros):
+            out.append(INTL00_PASS)
+        if digits >= 10 and _unglued(_TRUNK_SHAPE, zeros):
+            out.append(TRUNK_PASS)
+    return tuple(out)
+
+
+# ---- the scanner ---------------------------------------------------------------------------
+
+
+@dataclass
+class PiiScanner:
+    """Finds, masks and pseudonymises PII; `keep` (a domain's world keys) names spans to leave.
+
+    One per set of world keys (`scanner_for`); its memory of e-mail pseudonyms is bounded.
+    """
+
+    keep: re.Pattern | None = None
+    _tokens: dict[tuple[bytes, str], str] = field(default_factory=dict, repr=False)
+
+    def pseudonym(self, email: str) -> str:
+        """`user_<16 hex>@masked.invalid`: a keyed HMAC of the lower-cased address."""
+        key = _pii_key()
+        address = email.lower()
+        token = self._tokens.get((key, address))
+        if token is None:
+            digest = hmac.new(key, address.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
+            token = f"user_{digest}@{PSEUDONYM_DOMAIN}"
+            if len(self._tokens) >= 65_536:
+                self._tokens.clear()
+            self._tokens[(key, address)] = token
+        return token
+
+    def _spans(self, norm: str, passes: Iterable[_Pass]) -> list[tuple[int, int, str, str]]:
+        """(start, end, replacement, kind) of every PII span in normalised text, in order.
+
+        Passes run in turn over a working copy in which each span already replaced is filled
+        with _FILL (same length, so positions stay those of `norm`), as if masked. A match its
+        judge refuses is searched again one character on, so a refused candidate (a long digit
+        run failing Luhn, words an IBAN's pattern took in) cannot hide one that starts inside it.
+        """
+        spans: list[tuple[int, int, str, str]] = []
+        work = norm
+        keep = self.keep
+        for p in passes:
+            found: list[tuple[int, int, str, str]] = []
+            search = p.pattern.search
+            match = search(work)
+            while match is not None:
+                start, end = match.span()
+                text = match.group(0)
+                token = None
+                if keep is None or keep.fullmatch(text) is None:
+                    if p.judge is None:
+                        size = iban_prefix(text)
+                        if size:
+                            token, end = IBAN, _end_of_prefix(norm, start, size)
+                    else:
+                        token = p.judge(text, self)
+                if token is None:
+                    match = search(work, start + 1)
+                    continue
+                found.append((start, end, token, p.kind))
+                match = search(work, end)
+            if found:
+                pieces, pos = [], 0
+                for start, end, _token, _kind in found:
+                    pieces += (work[pos:start], _FILL * (end - start))
+                    pos = end
+                pieces.append(work[pos:])
+                work = "".join(pieces)
+                spans += found
+        spans.sort()
+        return spans
+
+    def scan(self, text: str) -> tuple[str, list[str]]:
+        """(`text` with every PII span replaced, the kinds replaced in order)."""
+        if text.isascii():
+            norm, origin = text, None
+        else:
+            norm, origin = _normalised(text)
+        passes = _shape_passes(norm)
+        if not passes:
+            return text, []
+        spans = self._spans(norm, passes)
+        if not spans:
+            return text, []
+        out: list[str] = []
+        pos = 0
+        for start, end, token, _kind in spans:
+            if origin is not None:  # back to the text as given: only the span itself changes
+                start, end = origin[start], origin[end - 1] + 1
+            out.append(text[pos:start])
+            out.append(token)
+            pos = end
+        out.append(text[pos:])
+        return "".join(out), [span[3] for span in spans]
+
+    def scrub(self, text: str) -> str:
+        return self.scan(text)[0]
+
+    def find(self, text: str) -> list[str]:
+        return self.scan(text)[1]
+
+
+def may_hold_pii(text: str) -> bool:
+    """False only when no pass of any scanner could replace anything in `text`."""
+    return bool(_shape_passes(text if text.isascii() else _normalised(text)[0]))
+
+
+# JSON escapes: a backslash and a character other than 'u' (an escaped backslash included, so
+# runs of them pair up), then the \uXXXX ones.
+_JSON_SHORT_ESCAPE = re.compile(r"\\[^u]", re.DOTALL)
+_JSON_U_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
+def _u_escape(match: re.Match) -> str:
+    code = int(match.group(1), 16)
+    return chr(code) if code >= 32 else " "
+
+
+def may_hold_pii_json(text: str) -> bool:
+    """`may_hold_pii` for JSON text: False only when no string in it could have anything replaced.
+
+    Some tests read what precedes a number (a digit, letter or '-' glues it to an identifier),
+    and in JSON text an escape stands before it instead of the character it encodes ("\\n0612..."
+    is a new line, then a phone number). So every escape of a quote, a backslash or a control
+    character is read as a space first (a space parts what it stands between as that character
+    does, and may join digit groups that it does not, which only makes the condition looser), and
+    any other \\uXXXX as its character.
+    """
+    if "\\" in text:
+        text = _JSON_SHORT_ESCAPE.sub(" ", text)
+        if "\\u" in text:
+            text = _JSON_U_ESCAPE.sub(_u_escape, text)
+    return may_hold_pii(text)
+
+
+def _end_of_prefix(text: str, start: int, size: int) -> int:
+    """The end of the first `size` non-space characters of `text` from `start`."""
+    seen = 0
+    for i in range(start, len(text)):
+        if text[i] != " ":
+            seen += 1
+            if seen == size:
+                return i + 1
+    return len(text)
+
+
+# ---- the key -------------------------------------------------------------------------------
+
+_KEYS: dict[tuple[str | None, str | None], bytes] = {}
+
+
+def _pii_key() -> bytes:
+    """The pseudonymisation key of the current home (`Home.pii_key`), read once per setting."""
+    from dataplane.home import PII_KEY_ENV, Home
+
+    setting = (os.environ.get(PII_KEY_ENV), os.environ.get("RETRAIN_HOME"))
+    key = _KEYS.get(setting)
+    if key is None:
+        key = _KEYS[setting] = Home.from_env().pii_key()
+    return key
+
+
+# ---- world keys ----------------------------------------------------------------------------
+
+_SCANNERS: dict[tuple[str, ...], PiiScanner] = {}
+
+
+def scanner_for(world_key_patterns: Iterable[str] = ()) -> PiiScanner:
+    """The scanner that keeps spans wholly matching one of `world_key_patterns` (one per set)."""
+    patterns = tuple(world_key_patterns)
+    scanner = _SCANNERS.get(patterns)
+    if scanner is None:
+        keep = re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+        scanner = _SCANNERS[patterns] = PiiScanner(keep)
+    return scanner
+
+
+STRICT = scanner_for(())  # no world keys: where the domain is unknown (quarantine, run logs)
 
 
 def scrub_text(text: str) -> str:
-    """Return `text` with card numbers, national ids and phone numbers masked (in that order)."""
-    return _scrub(text, None)
+    """`text` with PII masked and e-mail addresses pseudonymised, keeping no world key.
+
+    The function for any free text outside a record (a rater's name, a note, a logged sample).
+    """
+    return STRICT.scan(text)[0]
 
 
 def find_pii(text: str) -> list[str]:
-    """Kinds of PII in `text` ("card", "national_id", "phone"), one entry per masked span.
+    """Kinds of PII in `text` ("email", "iban", "card", "national_id", "phone"), one per span.
 
-    Returns kinds rather than the matches so that reports and logs never echo the PII itself.
+    Returns kinds rather than the matches so that reports and logs never echo the PII itself. A
+    pseudonymised address is not PII.
     """
-    found: list[str] = []
-    _scrub(text, found)
-    return found
+    return STRICT.scan(text)[1]
 
+
+def check_free_text(text: str) -> tuple[str, list[str]]:
+    """(`text` scrubbed, the kinds of PII it held): for free text such as a rater's name."""
+    return STRICT.scan(text)
+
+
+# ---- JSON text -----------------------------------------------------------------------------
 
 # Escapes of characters that cannot be part of PII (quotes, backslashes, control characters, lone
 # surrogates); the text between two of them is searched on its own, as a string boundary would be.

@@ -5,8 +5,9 @@ Docs HTML there. Each expectation carries `meta["name"]`, the stable name the Da
 report. The escalation rule (the outcome reward pays "escalated +2 if necessary else -1") reads
 `escalation_was_necessary` only for escalated outcomes, so a flag on any other outcome is
 inconsistent data: the flag must be null unless the outcome is `escalated`.
-The PII rule counts with `scrub.find_pii`, the very detector ingestion masks with (a plain regex
-could not apply the Luhn check), so results never echo the PII itself, over the frame's `text`:
+The PII rule counts with the window's domain's scanner (`pii_records.domain_scanner`), the very
+detector ingestion masks with, on normalised text and keeping the domain's world keys (a plain
+regex could not apply the Luhn or IBAN checks), so results never echo the PII itself, over the frame's `text`:
 every place of the whole stored record (`window.records_frame`), not only the fields the
 scrubber cleans, so a record that reached the store any other way is caught too. A window is one
 domain's, and its intents are checked against that domain's set.
@@ -27,7 +28,7 @@ import pandas as pd
 from dataplane.contract import OUTCOMES, RFC3339_RE
 from dataplane.domain_rules import DEFAULT_DOMAIN, domain_rules
 from dataplane.home import Home
-from dataplane.scrub import find_pii
+from dataplane.pii_records import domain_scanner
 
 if TYPE_CHECKING:
     import great_expectations as gx
@@ -175,7 +176,8 @@ def validate_window(
         raise ValueError(f"validation name {name!r} must be 1-64 of [A-Za-z0-9_.-]")
     gx = _gx()
     data = frame.drop(columns=["text"]).copy()
-    data["pii_matches"] = [len(find_pii(text)) for text in frame["text"]]
+    scanner = domain_scanner(domain)
+    data["pii_matches"] = [len(scanner.find(text)) for text in frame["text"]]
     context = _context(home)
     suite = context.suites.add_or_update(build_suite(min_gold_share, min_rows, intents))
     definition = context.validation_definitions.add_or_update(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from datetime import timedelta
 
 import pytest
@@ -153,9 +154,11 @@ def test_world_ids_survive(text):
 
 
 def test_whole_reference_world_survives_scrubbing(world_dir, reference_tasks):
+    # Nothing but the e-mail addresses changes, and those become their pseudonyms.
     texts = [(world_dir / f"{n}.json").read_text() for n in ("users", "orders", "products")]
     texts += [t["instruction"] for t in reference_tasks]
-    assert [t for t in texts if scrub_text(t) != t] == []
+    email = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+    assert [t for t in texts if scrub_text(t) != email.sub(lambda m: scrub_text(m.group(0)), t)] == []
 
 
 def test_scrub_record_masks_content_and_instruction(good):
