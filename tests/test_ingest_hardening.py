@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from dataplane import parquet_rows
 from dataplane.ingest import ingest_file, ingest_paths, landing_entries
 from dataplane.ingest_settings import IngestSettings
 from dataplane.landing import ingest_landed, ingested_since
@@ -298,10 +299,13 @@ def _inflating(record: dict, size: int) -> dict:
     return {**record, "messages": json.dumps(messages)}
 
 
-@pytest.mark.parametrize("own_row_group", [True, False], ids=["refused-on-metadata", "measured-in-arrow"])
-def test_a_parquet_row_that_inflates_is_refused_before_it_is_python(tmp_path, records, own_row_group):
+@pytest.mark.parametrize("layout", ["refused-on-metadata", "measured-in-arrow", "measured-through-duckdb"])
+def test_a_parquet_row_that_inflates_is_refused_before_it_is_python(tmp_path, records, layout, monkeypatch):
     big = _inflating(records[1], 48 * MIB)
+    own_row_group = layout == "refused-on-metadata"
     groups = [[records[0]], [big], [records[2]]] if own_row_group else [[records[0], big, records[2]]]
+    if layout == "measured-through-duckdb":  # a row group over the Arrow batch budget
+        monkeypatch.setattr(parquet_rows, "PARQUET_BATCH_BYTES", 16 * MIB)
     path = _parquet(tmp_path / "a.parquet", groups)
     assert path.stat().st_size < MIB  # small on disk
     db = tmp_path / "db.duckdb"
@@ -320,6 +324,24 @@ def test_a_parquet_row_that_inflates_is_refused_before_it_is_python(tmp_path, re
     assert json.loads(raw)["interaction_id"] == records[1]["interaction_id"] and len(raw) < 8192
     assert "over the cap" in detail
     assert _stored_ids(db) == {records[0]["interaction_id"], records[2]["interaction_id"]}
+
+
+def test_a_large_row_group_read_through_duckdb_stores_what_pyarrow_would(tmp_path, records, monkeypatch):
+    # The two readers of a row group must agree on every value, aware timestamps included.
+    rows = [dict(r) for r in records[:6]]
+    path = _parquet(tmp_path / "a.parquet", [rows[:3], rows[3:]])
+    table = pq.read_table(path)
+    for key in ("started_at", "ended_at"):
+        instants = [datetime.fromisoformat(v.replace("Z", "+00:00")) for v in table.column(key).to_pylist()]
+        index = table.schema.get_field_index(key)
+        table = table.set_column(index, key, pa.array(instants, pa.timestamp("us", "UTC")))
+    pq.write_table(table, path, row_group_size=3)
+    plain = ingest_paths(tmp_path / "plain.duckdb", [path], now=NOW)
+    monkeypatch.setattr(parquet_rows, "PARQUET_BATCH_BYTES", 1024)  # every row group is "large"
+    through = ingest_paths(tmp_path / "duck.duckdb", [path], now=NOW)
+    assert plain.accepted == through.accepted == 6
+    hashes = "SELECT interaction_id, content_hash, started_at FROM interactions ORDER BY interaction_id"
+    assert _query(tmp_path / "plain.duckdb", hashes) == _query(tmp_path / "duck.duckdb", hashes)
 
 
 def test_a_dictionary_value_shared_by_many_rows_is_not_expanded_per_row(tmp_path, records):
