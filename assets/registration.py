@@ -9,6 +9,7 @@ from assets.resources import HomeResource, MLflowTracking
 from assets.weekdata import run_domain
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
 from evaluation.registry import (
+    ModelDigestError,
     ModelDirError,
     NotPromotableError,
     champion_info,
@@ -122,8 +123,9 @@ def registered_model(
             run_id=promotion_gate.mlflow_run_id,
             artifact_location=h.mlflow_artifacts.as_uri(),
         )
-    except (ModelDirError, NotPromotableError) as err:
-        # Not transient: retrying cannot help, so fail at once (MLflow outages still retry).
+    except (ModelDirError, NotPromotableError, ModelDigestError) as err:
+        # Not transient: retrying cannot help, so fail at once (MLflow outages still retry). A folder
+        # changed since the decision is one of these: what was judged is not what would be uploaded.
         raise dg.Failure(str(err), allow_retries=False) from err
     champion = champion_info(mlflow.uri(h), model)
     yield dg.MaterializeResult(

@@ -23,7 +23,10 @@ CLI and every Dagster code-location load import this module for its names and er
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ import requests
 import sqlalchemy.exc
 
 from evaluation.gates import GateReport
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -82,6 +86,10 @@ class _Refusal(RegistryError):
 
 class NotPromotableError(_Refusal):
     """The gate report does not say 'promote'."""
+
+
+class ModelDigestError(_Refusal):
+    """The model folder is not the one the decision evaluated (its digest differs, or none was recorded)."""
 
 
 class StaleCandidateError(_Refusal):
@@ -208,6 +216,54 @@ def check_model_dir(model_dir: str | Path) -> Path:
     return path
 
 
+@contextmanager
+def staged_model(path: Path, expected: str | None, uri: str) -> Iterator[tuple[Path, str]]:
+    """A copy of the model folder and its digest, for upload: the bytes digested are the bytes uploaded,
+    whatever happens to `path` meanwhile. With `expected`, a copy of another digest is a
+    ModelDigestError and nothing is uploaded. The copy sits beside the folder where that is
+    writable (same volume, so a multi-gigabyte model does not fill a small /tmp; a read-only
+    checkpoint mount gets the system's temporary folder) and is removed afterwards."""
+    beside = path.parent if os.access(path.parent, os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}-staged-", dir=beside) as tmp:
+        copy = Path(tmp) / path.name
+        shutil.copytree(path, copy)
+        actual = model_digest(copy)
+        if expected is not None and actual != expected:
+            raise _changed(uri, path, actual, expected)
+        yield copy, actual
+
+
+def _changed(uri: str, model_dir: str | Path, actual: str, expected: str) -> ModelDigestError:
+    return ModelDigestError(
+        "model folder changed since the decision",
+        uri,
+        f"{model_dir} has {MODEL_DIGEST_KEY} {actual}, the decision evaluated {expected}; nothing registered "
+        "(re-run the week to evaluate the folder as it is now)",
+    )
+
+
+def _recorded_digest(uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any]) -> str:
+    expected = lineage.get(MODEL_DIGEST_KEY)
+    if not expected:
+        raise ModelDigestError(
+            "no model digest",
+            uri,
+            f"week {week}'s decision records no {MODEL_DIGEST_KEY}, so nothing ties {model_dir} to the weights "
+            "that were evaluated; re-run the week",
+        )
+    return str(expected)
+
+
+def check_decision_digest(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any]) -> None:
+    """Refuse (ModelDigestError) a model folder whose digest is not the one the week's decision
+    recorded, before anything is written (an approval checks this before recording itself;
+    registration checks it again on the copy it uploads)."""
+    expected = _recorded_digest(tracking_uri, model_dir, week, lineage)
+    actual = model_digest(check_model_dir(model_dir))
+    if actual != expected:
+        raise _changed(tracking_uri, model_dir, actual, expected)
+
+
 def _check_names(week: str, name: str) -> None:
     """Both end up quoted inside MLflow filter strings, so only plain characters are accepted."""
     for label, value in (("week", week), ("model name", name)):
@@ -323,12 +379,16 @@ def register_candidate(
     Idempotent per week: a second call returns the same version (finishing alias moves a crash
     interrupted). `run_id` (else `lineage["run_id"]`) is the run the model folder is logged into;
     without either, a per-week model run is found or created in `retail-agent-weekly`.
-    Raises NotPromotableError unless the report's decision is 'promote', ModelDirError for a
-    folder that is not safetensors + tokenizer, RegistryError (with the step) when MLflow fails.
+    `lineage[MODEL_DIGEST_KEY]` is the digest of the folder the gates evaluated (the decision
+    records it): only a copy of the folder with that digest is uploaded.
+    Raises NotPromotableError unless the report's decision is 'promote', ModelDigestError when the
+    lineage records no digest or the folder's differs, ModelDirError for a folder that is not
+    safetensors + tokenizer, RegistryError (with the step) when MLflow fails.
     """
     report = gate_report if isinstance(gate_report, GateReport) else GateReport.from_dict(gate_report)
     if report.decision != "promote":
         raise NotPromotableError("not promotable", tracking_uri, f"gate decision is {report.decision!r}, not 'promote'")
+    expected = _recorded_digest(tracking_uri, model_dir, week, lineage)
     _check_names(week, name)
     path = check_model_dir(model_dir)
     client = mlflow_client(tracking_uri)
@@ -341,9 +401,12 @@ def register_candidate(
         version = versions[0]
     else:
         run = run_id or lineage.get("run_id")
-        with mlflow_step(tracking_uri, "log model artifacts"):
+        with (
+            staged_model(path, expected, tracking_uri) as (staged, _),
+            mlflow_step(tracking_uri, "log model artifacts"),
+        ):
             run = run or _registration_run(client, week, artifact_location)
-            client.log_artifacts(run, str(path), MODEL_ARTIFACT_PATH)
+            client.log_artifacts(run, str(staged), MODEL_ARTIFACT_PATH)
             source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{MODEL_ARTIFACT_PATH}"
         with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(
@@ -395,9 +458,14 @@ def register_base_champion(
     else:
         tags = {str(k): _tag_value(v) for k, v in lineage.items()}
         tags.update({ROLE_TAG: BASE_ROLE, BASE_WEEK_TAG: week})
-        with mlflow_step(tracking_uri, "log model artifacts"):
+        # No decision evaluated the base as a candidate: its digest is taken here, on the bytes uploaded.
+        with (
+            staged_model(path, None, tracking_uri) as (staged, digest),
+            mlflow_step(tracking_uri, "log model artifacts"),
+        ):
+            tags[MODEL_DIGEST_KEY] = digest
             run = run_id or lineage.get("run_id") or _registration_run(client, week, artifact_location)
-            client.log_artifacts(run, str(path), BASE_ARTIFACT_PATH)
+            client.log_artifacts(run, str(staged), BASE_ARTIFACT_PATH)
             source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{BASE_ARTIFACT_PATH}"
         with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(

@@ -21,7 +21,7 @@ from evaluation.decision import PromotionDecision
 from evaluation.gate_floors import check_run_config, resolve_floors
 from evaluation.gates import approve
 from evaluation.pause import ResumeError, last_resume, resume_promotions
-from evaluation.registry import register_candidate, rollback
+from evaluation.registry import check_decision_digest, register_candidate, rollback
 from evaluation.run_log import record_approval
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
@@ -148,6 +148,8 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
     decision = week_decision(week, home)
     approved = decision.approved(approve(decision.report, approver, resumed=last_resume(home)))
     uri, name = mlflow_target(home)
+    # The folder must still be the one the gates judged before the approval is recorded anywhere.
+    check_decision_digest(uri, approved.model_path, approved.week, approved.lineage)
     record_approval(uri, approved.mlflow_run_id, decision.report, approved.report)
     version = register_candidate(
         uri,

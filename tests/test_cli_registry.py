@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from assets.decisions import PROMOTION_ASSET, decision_metadata
+from assets.decisions import PROMOTION_ASSET, decision_metadata, latest_decision
 from evaluation.decision import PromotionDecision
 from evaluation.gates import evaluate_gates
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 from evaluation.pause import active_pause, lifted_pauses, pause_promotions
-from evaluation.registry import champion_info, find_week_version
+from evaluation.registry import champion_info, find_week_version, mlflow_client
 from evaluation.run_log import load_gate_report, open_week_run
 from orchestration.instance import prepare_dagster_home
 from tests.helpers_gates import gate_inputs
@@ -47,7 +48,7 @@ def _decision(home, tmp_path, week: str, policy: str, labels: int | None = None,
     save_file({"w": np.ones(4, dtype=np.float32)}, str(model / "model.safetensors"))
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
     report = evaluate_gates(replace(gate_inputs(policy, labels=labels), watch_pause=pause))
-    lineage = {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8}
+    lineage = {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8, MODEL_DIGEST_KEY: model_digest(model)}
     decision = PromotionDecision(week, report, str(model), lineage, open_week_run(home.mlflow_uri, week, "dagster-run"))
     with dg.DagsterInstance.from_config(str(prepare_dagster_home(home))) as instance:
         instance.report_runless_asset_event(
@@ -70,6 +71,24 @@ def test_a_held_week_is_registered_only_after_approval(home, tmp_path):
 
     again = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
     assert again.returncode == 0 and json.loads(again.stdout)["version"] == 1  # never a second version
+
+
+@pytest.mark.slow
+def test_approval_refuses_weights_changed_since_the_decision(home, tmp_path):
+    _decision(home, tmp_path, WEEK, "drifter")
+    weights = tmp_path / f"model-{WEEK}" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight, after the gates judged the folder
+    weights.write_bytes(bytes(data))
+    refused = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "model folder changed since the decision" in refused.stderr and "nothing registered" in refused.stderr
+    assert champion_info(home.mlflow_uri) is None and find_week_version(home.mlflow_uri, WEEK) is None
+    # Refused before the approval was recorded: the week's run still says what the gates said.
+    with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+        run_id = latest_decision(instance, WEEK).mlflow_run_id
+    tags = mlflow_client(home.mlflow_uri).get_run(run_id).data.tags
+    assert "approved_by" not in tags
 
 
 @pytest.mark.slow

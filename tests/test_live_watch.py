@@ -23,6 +23,7 @@ from dataplane.landing import ingest_landed
 from dataplane.store import open_store
 from domains.retail.traffic.simulate import simulate
 from evaluation.gates import evaluate_gates
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 from evaluation.pause import active_pause, lifted_pauses
 from evaluation.registry import champion_info, mlflow_client, register_candidate
 from evaluation.watch import EVALUATED_MIX_TAG, judge_day, served_tool_mix
@@ -63,10 +64,16 @@ def champion(home, tmp_path):
     sample = tmp_path / "evaluation-sample"
     simulate(days=1, per_day=1500, seed=99, out_dir=sample, start=date(2026, 11, 1))
     mix = served_tool_mix(judge_day(read_records(day_files(sample)))[0])
-    lineage = {"shadow_success": 0.8, "violation_rate": 0.05, EVALUATED_MIX_TAG: mix}
+    model = fake_model(tmp_path / "champion")
+    lineage = {
+        "shadow_success": 0.8,
+        "violation_rate": 0.05,
+        EVALUATED_MIX_TAG: mix,
+        MODEL_DIGEST_KEY: model_digest(model),
+    }
     register_candidate(
         home.mlflow_uri,
-        fake_model(tmp_path / "champion"),
+        model,
         "2026-11-16",
         lineage,
         evaluate_gates(gate_inputs("better")),

@@ -18,6 +18,7 @@ from assets.decisions import latest_decision, run_decision
 from dataplane.incidents import list_incidents
 from evaluation.gate_floors import FLOORS_ENV, INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import GATE_NAMES, GATE_RULES
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 from evaluation.registry import champion_info, find_base_version, find_week_version, mlflow_client
 from orchestration.demo import _summary_rows
 from orchestration.runner import WeekRun
@@ -72,6 +73,9 @@ def test_a_promoted_week_registers_the_decision_it_was_handed(home, instance, tm
     assert champion.version == find_week_version(home.mlflow_uri, WEEK) == 2 and champion.previous_version == 1
     assert champion.tags["gate_decision"] == "promote"
     assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage["window_hash"]
+    # The decision recorded the digest of the folder the gates judged; the version carries it.
+    digest = model_digest(tmp_path / f"cand-{WEEK}")
+    assert latest_decision(instance, WEEK).lineage[MODEL_DIGEST_KEY] == champion.tags[MODEL_DIGEST_KEY] == digest
 
 
 def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):

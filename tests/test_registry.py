@@ -16,9 +16,11 @@ from mlflow.exceptions import MlflowException
 from safetensors.numpy import save_file
 
 from evaluation.gates import approve, evaluate_gates
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 from evaluation.registry import (
     CHAMPION,
     PREVIOUS,
+    ModelDigestError,
     ModelDirError,
     NoPreviousChampionError,
     NotPromotableError,
@@ -69,7 +71,13 @@ def reg(store, promoted, model_dir):
     name = f"agent-{next(_names)}"
 
     def register(week, report=promoted, **lineage):
-        lineage = {"window_hash": f"hash-{week}", "validation_success": True, "train_rows": 80, **lineage}
+        lineage = {
+            "window_hash": f"hash-{week}",
+            "validation_success": True,
+            "train_rows": 80,
+            MODEL_DIGEST_KEY: model_digest(model_dir),  # as the week's decision records it
+            **lineage,
+        }
         return register_candidate(uri, model_dir, week, lineage, report, name=name, artifact_location=artifacts)
 
     register.uri, register.name = uri, name
@@ -190,7 +198,7 @@ def test_store_failure_during_registration_leaves_champion_and_retry_registers_o
 
 def test_unreadable_sqlite_store_raises_clearly_then_retry_registers_once(tmp_path, promoted, model_dir):
     uri, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", (tmp_path / "art").as_uri()
-    lineage = {"window_hash": "h"}
+    lineage = {"window_hash": "h", MODEL_DIGEST_KEY: model_digest(model_dir)}
     register_candidate(uri, model_dir, "2025-W01", lineage, promoted, artifact_location=artifacts)
     db = tmp_path / "mlflow.db"
     good = db.read_bytes()
@@ -212,7 +220,7 @@ def test_closed_port_is_a_clear_error(model_dir, promoted, monkeypatch):
         port = sock.getsockname()[1]
     uri = f"http://127.0.0.1:{port}"
     with pytest.raises(RegistryError) as err:
-        register_candidate(uri, model_dir, "2025-W01", {}, promoted)
+        register_candidate(uri, model_dir, "2025-W01", {MODEL_DIGEST_KEY: model_digest(model_dir)}, promoted)
     assert uri in str(err.value) and err.value.step == "find week version"
 
 
@@ -261,6 +269,49 @@ def test_pickled_or_incomplete_model_folders_are_refused(reg, model_dir):
     with pytest.raises(ModelDirError) as err:
         reg("2025-W01")
     assert err.value.rule == "no_tokenizer"
+
+
+def test_the_model_digest_covers_every_file_and_its_name(model_dir, tmp_path):
+    import shutil
+
+    digest = model_digest(model_dir)
+    assert model_digest(shutil.copytree(model_dir, tmp_path / "copy")) == digest  # the bytes, not the place
+    (model_dir / "config.json").write_text('{"model_type": "qwen3"}')
+    changed_config = model_digest(model_dir)
+    assert changed_config != digest
+    (model_dir / "tokenizer.json").rename(model_dir / "tokenizer2.json")
+    assert model_digest(model_dir) != changed_config  # same bytes under another name
+    (model_dir / "sub").mkdir()
+    (model_dir / "sub" / "extra.safetensors").write_bytes(b"")
+    assert len({digest, changed_config, model_digest(model_dir)}) == 3
+
+
+def test_a_weight_file_changed_after_the_decision_is_refused_and_nothing_registered(reg, model_dir, promoted):
+    decided = model_digest(model_dir)  # what the week's decision recorded
+    weights = model_dir / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ModelDigestError) as refused:
+        reg("2025-W01", **{MODEL_DIGEST_KEY: decided})
+    message = str(refused.value)
+    assert f"the decision evaluated {decided}" in message and str(model_dir) in message
+    assert "nothing registered" in message
+    assert versions(reg) == [] and aliases(reg) == {}
+    assert not list(model_dir.parent.glob(".model-staged-*"))  # the staged copy is gone
+    with pytest.raises(ModelDigestError, match=r"records no model_digest"):
+        register_candidate(reg.uri, model_dir, "2025-W01", {"window_hash": "h"}, promoted, name=reg.name)
+    assert versions(reg) == []
+
+
+def test_the_registered_version_is_the_folder_the_decision_digested(reg, model_dir, tmp_path):
+    assert reg("2025-W01") == 1
+    info = champion_info(reg.uri, reg.name)
+    assert info.tags[MODEL_DIGEST_KEY] == model_digest(model_dir)
+    assert model_digest(download_champion(reg.uri, tmp_path / "dl", reg.name)) == model_digest(model_dir)
+    base = register_base_champion(reg.uri, model_dir, "2025-W01", {}, name=f"{reg.name}-base")
+    mv = reg.client.get_model_version(f"{reg.name}-base", str(base))
+    assert mv.tags[MODEL_DIGEST_KEY] == model_digest(model_dir)  # the base is digested as it is uploaded
 
 
 def test_no_champion_yet(store):

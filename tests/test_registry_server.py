@@ -20,6 +20,7 @@ import requests
 from safetensors.numpy import save_file
 
 from evaluation.gates import evaluate_gates
+from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
 from evaluation.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 from tests.helpers_gates import gate_inputs
 
@@ -123,7 +124,8 @@ def test_registration_alias_rollback_and_outage_against_a_server(server, tmp_pat
     uri = server.uri
 
     def register(week: str) -> int:
-        return register_candidate(uri, model, week, {"window_hash": f"h-{week}", "eval_run_id": "r"}, report)
+        lineage = {"window_hash": f"h-{week}", "eval_run_id": "r", MODEL_DIGEST_KEY: model_digest(model)}
+        return register_candidate(uri, model, week, lineage, report)
 
     assert register("2025-W01") == 1
     assert register("2025-W02") == 2

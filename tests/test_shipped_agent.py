@@ -41,10 +41,17 @@ def copy_of(shipped_like, tmp_path):
 
 def test_the_shipped_folder_matches_its_manifest_and_holds_the_measured_figures():
     from domains.retail.tiny_agent import SHIPPED_FILES
-    from training.tiny.manifest import MAX_SHIPPED_BYTES, SHIPPED_AGENT_DIR, shipped_agent_path, verify_shipped
+    from training.tiny.manifest import (
+        MAX_SHIPPED_BYTES,
+        SHIPPED_AGENT_DIR,
+        manifest_digest,
+        shipped_agent_path,
+        verify_shipped,
+    )
 
     manifest = verify_shipped(SHIPPED_AGENT_DIR)
     assert shipped_agent_path() == SHIPPED_AGENT_DIR
+    assert manifest["manifest_sha256"] == manifest_digest(manifest)  # the shipped manifest is sealed
     assert sorted(manifest["files"]) == sorted(SHIPPED_FILES)
     assert sum(entry["bytes"] for entry in manifest["files"].values()) <= MAX_SHIPPED_BYTES
     assert manifest["rebuild_command"].startswith("python bench/shipped_agent.py build")
@@ -119,13 +126,77 @@ def test_a_missing_or_unreadable_manifest_is_refused(copy_of):
 
 def test_another_tokenizer_format_is_refused(copy_of):
     from training.tiny.bootstrap import TOKENIZER_FORMAT
-    from training.tiny.manifest import MANIFEST_NAME, ManifestError, verify_shipped
+    from training.tiny.manifest import (
+        MANIFEST_DIGEST_KEY,
+        MANIFEST_NAME,
+        ManifestError,
+        manifest_digest,
+        verify_shipped,
+    )
 
     manifest = json.loads((copy_of / MANIFEST_NAME).read_text())
     manifest["tokenizer_format"] = TOKENIZER_FORMAT - 1
+    manifest[MANIFEST_DIGEST_KEY] = manifest_digest(manifest)  # a manifest written so, not edited after
     (copy_of / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(ManifestError, match="tokenizer_format"):
         verify_shipped(copy_of)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["figures"].update(success=0.99),  # a better figure than was measured
+        lambda m: m["recipe"].update(seed=1),
+        lambda m: m["files"]["tokenizer.json"].update(bytes=1),
+        lambda m: m.pop("rebuild_command"),
+    ],
+)
+def test_a_manifest_edited_after_it_was_written_is_refused(copy_of, edit):
+    from training.tiny.manifest import MANIFEST_NAME, ManifestError, load_shipped_agent
+
+    manifest = json.loads((copy_of / MANIFEST_NAME).read_text())
+    edit(manifest)
+    (copy_of / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    with pytest.raises(ManifestError) as error:
+        load_shipped_agent(copy_of)
+    assert error.value.rule in ("manifest_digest", "bad_manifest")
+    if error.value.rule == "manifest_digest":
+        assert "the manifest was changed after it was written" in str(error.value)
+
+
+def test_weights_swapped_with_their_recorded_sha256_updated_are_refused(copy_of, tmp_path):
+    """Changing a file and its recorded sha256 together still breaks the manifest's own digest."""
+    from training.tiny.manifest import MANIFEST_NAME, ManifestError, sha256_of, verify_shipped
+
+    path = copy_of / "tokenizer.json"
+    data = bytearray(path.read_bytes())
+    data[100] ^= 1
+    path.write_bytes(bytes(data))
+    manifest = json.loads((copy_of / MANIFEST_NAME).read_text())
+    manifest["files"]["tokenizer.json"]["sha256"] = sha256_of(path)
+    (copy_of / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    with pytest.raises(ManifestError, match=r"manifest_digest: manifest\.json's content has sha256"):
+        verify_shipped(copy_of)
+
+
+def test_an_unsealed_manifest_is_refused_and_sealing_checks_the_files_first(copy_of):
+    from training.tiny.manifest import (
+        MANIFEST_DIGEST_KEY,
+        MANIFEST_NAME,
+        ManifestError,
+        seal_manifest,
+        verify_shipped,
+    )
+
+    manifest = json.loads((copy_of / MANIFEST_NAME).read_text())
+    del manifest[MANIFEST_DIGEST_KEY]
+    (copy_of / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=f"manifest_digest: manifest.json carries no {MANIFEST_DIGEST_KEY}"):
+        verify_shipped(copy_of)
+    (copy_of / "config.json").write_text("{}")
+    with pytest.raises(ManifestError, match=r"sha256_mismatch: config\.json"):
+        seal_manifest(copy_of)  # never seals a folder whose files do not match
+    assert MANIFEST_DIGEST_KEY not in json.loads((copy_of / MANIFEST_NAME).read_text())
 
 
 def test_writing_a_manifest_refuses_a_folder_over_the_size_limit(copy_of, monkeypatch):

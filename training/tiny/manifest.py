@@ -5,6 +5,12 @@ command that rebuilds the folder, the recipe (`domains.retail.tiny_agent.AgentRe
 format, the build machine and seeds, and the measured greedy figures. Loading goes through
 `verify_shipped`, which refuses a folder that differs from its manifest in any byte or file, so a
 run never starts from weights other than the ones measured.
+
+The manifest is covered by its own digest: `manifest_sha256` is the sha256 of the manifest's
+canonical JSON (sorted keys, no whitespace) without that field. A manifest edited after it was
+written (a figure, the recipe, a file's recorded sha256 changed to match swapped weights) no longer
+matches it and is refused, naming the rule `manifest_digest`. `seal_manifest` writes that digest
+for a manifest whose files it has just checked (how an older, unsealed manifest is brought up to date).
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ SHIPPED_FILES = (
 )
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: the manifest carries its own digest (MANIFEST_DIGEST_KEY)
+MANIFEST_DIGEST_KEY = "manifest_sha256"
 MAX_SHIPPED_BYTES = 5 * 1024 * 1024
 SHIPPED_AGENT_DIR = Path(__file__).resolve().parents[2] / "models" / "retail-agent-tiny"
 REBUILD_COMMAND = "python bench/shipped_agent.py build --out models/retail-agent-tiny"
@@ -95,6 +102,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """sha256 of the manifest's canonical JSON, its own digest field left out."""
+    body = {key: value for key, value in manifest.items() if key != MANIFEST_DIGEST_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _write_sealed(folder: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    sealed = {**manifest, MANIFEST_DIGEST_KEY: manifest_digest(manifest)}
+    (folder / MANIFEST_NAME).write_text(json.dumps(sealed, indent=2, sort_keys=True) + "\n")
+    return sealed
+
+
 def write_manifest(
     folder: Path,
     *,
@@ -114,8 +133,17 @@ def write_manifest(
         "figures": dict(figures),
         "files": file_entries(folder),
     }
-    (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+    return _write_sealed(folder, manifest)
+
+
+def seal_manifest(folder: str | os.PathLike) -> dict[str, Any]:
+    """Write the manifest's own digest (and the current manifest version) after checking that every
+    file still matches the sha256 the manifest records; refuses (ManifestError) a folder that does not.
+    How a manifest written before manifests were sealed is brought up to date, without a rebuild."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    _check_files(folder, manifest)
+    return _write_sealed(folder, {**manifest, "manifest_version": MANIFEST_VERSION})
 
 
 def check_contents(folder: Path) -> None:
@@ -157,12 +185,29 @@ def verify_shipped(folder: str | os.PathLike) -> dict[str, Any]:
         raise ManifestError(
             folder, "manifest_version", f"{manifest['manifest_version']!r}, this code reads {MANIFEST_VERSION}"
         )
+    recorded = manifest.get(MANIFEST_DIGEST_KEY)
+    if recorded is None:
+        raise ManifestError(folder, "manifest_digest", f"{MANIFEST_NAME} carries no {MANIFEST_DIGEST_KEY}")
+    actual = manifest_digest(manifest)
+    if actual != recorded:
+        raise ManifestError(
+            folder,
+            "manifest_digest",
+            f"{MANIFEST_NAME}'s content has sha256 {actual}, its {MANIFEST_DIGEST_KEY} says {recorded}: "
+            "the manifest was changed after it was written",
+        )
     if manifest["tokenizer_format"] != TOKENIZER_FORMAT:
         raise ManifestError(
             folder,
             "tokenizer_format",
             f"built with tokenizer format {manifest['tokenizer_format']!r}; this code spells format {TOKENIZER_FORMAT}",
         )
+    _check_files(folder, manifest)
+    return manifest
+
+
+def _check_files(folder: Path, manifest: Mapping[str, Any]) -> None:
+    """Every file of `folder` is listed with its sha256 in `manifest`, and nothing else is there."""
     listed = manifest["files"]
     present = {path.name for path in folder.iterdir() if path.name != MANIFEST_NAME}
     for name in sorted(set(listed) - present):
@@ -178,7 +223,6 @@ def verify_shipped(folder: str | os.PathLike) -> dict[str, Any]:
     check_contents(folder)
     if WEIGHTS_FILE not in listed:
         raise ManifestError(folder, "missing_file", f"{WEIGHTS_FILE} (safetensors weights) is not listed")
-    return manifest
 
 
 def shipped_agent_path(folder: str | os.PathLike | None = None) -> Path:
