@@ -8,8 +8,8 @@ which zstd shrinks to almost nothing. Two layouts: the three rows in one row gro
 PARQUET_BATCH_BYTES uncompressed, so read through DuckDB: every row measured, the big one never
 fetched) and the big row alone in its row group (refused on the file's metadata, never decoded).
 Each is ingested by the real `ingest_paths` in a fresh Python process, whose peak RSS (VmHWM) is
-reported with the RSS it had before ingesting (imports and an opened store). Target: the big row quarantined (`line_too_long`),
-the two others stored, peak RSS under 1 GiB.
+reported with the RSS it had before ingesting (imports and an opened store). Target: the big row
+quarantined (`line_too_long`), the two others stored, peak RSS under 1 GiB.
 """
 
 from __future__ import annotations

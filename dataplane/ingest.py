@@ -57,7 +57,15 @@ from dataplane.readers import (
     open_regular_file,
     read_file,
 )
-from dataplane.store import QuarantineRows, RowBatch, newest_ended_at, open_store, prepare_row, supersede_quarantine
+from dataplane.store import (
+    PreparedRow,
+    QuarantineRows,
+    RowBatch,
+    newest_ended_at,
+    open_store,
+    prepare_row,
+    supersede_quarantine,
+)
 
 CHUNK_ROWS = 5000
 # The sha256 recorded in `ingested_files` for a path refused unread (not a regular file): no file's
@@ -65,6 +73,7 @@ CHUNK_ROWS = 5000
 NOT_READ = ""
 _HASH_BLOCK = 1 << 20
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
 _ID_IN_TEXT = {key: re.compile(rf'"{key}"\s*:\s*"([A-Za-z0-9_.:-]{{1,128}})"') for key in ("interaction_id", "id")}
 
 
@@ -408,7 +417,7 @@ class _FileIngest:
         self.horizon = timedelta(days=self.settings.max_age_days)
         self.newest = newest
         self.cutoff = None if newest is None else self._cutoff(newest)
-        self.oldest: datetime | None = None
+        self.oldest = _LATEST
 
     def run(self) -> FileSummary:
         for item in read_file(self.path, self.settings.max_record_bytes, self.handle):
@@ -422,7 +431,7 @@ class _FileIngest:
 
     def kept_too_old(self) -> bool:
         """Whether a row kept in this pass started before the horizon as it stands at the end."""
-        return self.oldest is not None and self.cutoff is not None and self.oldest < self.cutoff
+        return self.cutoff is not None and self.oldest < self.cutoff
 
     def _cutoff(self, newest: datetime) -> datetime:
         try:
@@ -461,10 +470,11 @@ class _FileIngest:
         else:
             self._judge(item, rid, digest, first, "already kept with different content")
 
-    def _too_old(self, item: RawRecord, row) -> bool:
+    def _too_old(self, item: RawRecord, row: PreparedRow) -> bool:
         """Quarantine `row` (too_old) if it started before the horizon, counting its own ended_at
         among the newest; else keep its times for the horizon. A rejected row's ended_at does not
-        move the horizon: it is not stored."""
+        move the horizon: it is not stored. (Called once per record: the common case, a row no
+        newer than the newest, costs two comparisons.)"""
         started, ended = row.started_at, row.ended_at
         newest, cutoff = self.newest, self.cutoff
         if newest is None or ended > newest:
@@ -479,7 +489,7 @@ class _FileIngest:
             )
             return True
         self.newest, self.cutoff = newest, cutoff
-        if self.oldest is None or started < self.oldest:
+        if started < self.oldest:
             self.oldest = started
         return False
 
