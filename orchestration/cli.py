@@ -194,7 +194,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(approve_week(args.week, approver=args.by), indent=2, default=str))
+        print(json.dumps(approve_week(args.week, approver=args.by, domain=args.domain), indent=2, default=str))
     except (WeekError, NoDecisionError, ApprovalError, DecisionRecordError, PauseStateError) as err:
         raise CliError(str(err)) from err
     except (RegistryError, ModelDirError) as err:  # a changed model folder too: nothing registered
@@ -212,7 +212,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 def _cmd_rollback(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(rollback_champion(), indent=2, default=str))
+        print(json.dumps(rollback_champion(domain=args.domain), indent=2, default=str))
     except RegistryError as err:  # includes "no previous_champion to roll back to"
         raise CliError(str(err), code=1) from err
     return 0
@@ -300,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--week", required=True, help="the week whose held candidate to register (any date in it)")
     p.add_argument("--by", default="cli", help="who approves (recorded on the version and the week's run)")
+    _domain_option(p)
     p.set_defaults(func=_cmd_approve)
 
     p = sub.add_parser(
@@ -313,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_resume)
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")
+    _domain_option(p)
     p.set_defaults(func=_cmd_rollback)
 
     add_review_parser(sub)

@@ -111,32 +111,33 @@ def run_week(
     return WeekRun(key, result.run_id, result.success, done, run_decision(result, key))
 
 
-def mlflow_target(home: Home) -> tuple[str, str]:
-    """(tracking URI, registered model name), read by the Dagster resource itself."""
+def mlflow_target(home: Home, domain: str = DEFAULT_DOMAIN) -> tuple[str, str]:
+    """(tracking URI, registered model name of `domain`), read by the Dagster resource itself."""
     tracking = MLflowTracking.from_env()
-    return tracking.uri(home), tracking.model_name
+    return tracking.uri(home), tracking.model_for(domain)
 
 
 class NoDecisionError(FileNotFoundError):
     """A week without a promotion decision to approve."""
 
 
-def week_decision(week: str, home: Home | None = None) -> PromotionDecision:
-    """The latest promotion decision Dagster recorded for the week holding `week`."""
+def week_decision(week: str, home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> PromotionDecision:
+    """The latest promotion decision Dagster recorded for the week holding `week` of `domain`."""
     home = (home or Home.from_env()).ensure()
     key = checked_week(week)
     prepare_dagster_home(home)
     with dg.DagsterInstance.get() as instance:
-        decision = latest_decision(instance, key)
+        decision = latest_decision(instance, key, domain)
     if decision is None:
+        option = "" if domain == DEFAULT_DOMAIN else f" --domain {domain}"
         raise NoDecisionError(
-            f"week {key} has no promotion decision in the Dagster instance at {home.dagster_home}: "
-            f"run it first (retrain run --week {key})"
+            f"week {key} of {domain} has no promotion decision in the Dagster instance at {home.dagster_home}: "
+            f"run it first (retrain run{option} --week {key})"
         )
     return decision
 
 
-def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str, Any]:
+def approve_week(week: str, approver: str, home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
     """Register a week's held candidate after a person reviewed it, without retraining.
 
     Only the candidate's tool-call drift can be approved. A `live_watch` hold is lifted only once a
@@ -145,9 +146,9 @@ def approve_week(week: str, approver: str, home: Home | None = None) -> dict[str
     ApprovalError naming it and what would lift it, and nothing is registered.
     """
     home = (home or Home.from_env()).ensure()
-    decision = week_decision(week, home)
+    decision = week_decision(week, home, domain)
     approved = decision.approved(approve(decision.report, approver, resumed=last_resume(home)))
-    uri, name = mlflow_target(home)
+    uri, name = mlflow_target(home, domain)
     # The folder must still be the one the gates judged before the approval is recorded anywhere.
     check_decision_digest(uri, approved.model_path, approved.week, approved.lineage)
     record_approval(uri, approved.mlflow_run_id, decision.report, approved.report)
@@ -176,6 +177,6 @@ def resume_watch(by: str, reason: str, home: Home | None = None) -> dict[str, An
     return {"resumed": lifted}
 
 
-def rollback_champion(home: Home | None = None) -> dict[str, Any]:
-    """Make `previous_champion` the champion again (one step back per call)."""
-    return asdict(rollback(*mlflow_target((home or Home.from_env()).ensure())))
+def rollback_champion(home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+    """Make `previous_champion` of `domain`'s model the champion again (one step back per call)."""
+    return asdict(rollback(*mlflow_target((home or Home.from_env()).ensure(), domain)))

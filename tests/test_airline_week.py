@@ -61,3 +61,9 @@ def test_an_airline_week_at_the_defaults_ends_in_an_honest_reject(tmp_path):
     assert not gate.passed and gate.value is not None and gate.value <= 0  # nothing to beat, nothing gained
     # The model that cannot act is neither the champion nor registered as one.
     assert champion_info(Home(home).mlflow_uri, "airline-agent") is None
+
+    # A person cannot approve a rejected week; the command finds the airline's decision, not retail's.
+    refused = _retrain("approve", "--domain", "airline", "--week", WEEK, "--by", "ann", home=home)
+    assert refused.returncode != 0 and "calibration_improvement" in refused.stderr
+    retail = _retrain("approve", "--week", WEEK, "--by", "ann", home=home)
+    assert retail.returncode != 0 and "of retail has no promotion decision" in retail.stderr
