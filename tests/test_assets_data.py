@@ -122,6 +122,7 @@ def test_cli_and_dagster_read_the_same_mlflow_settings(home, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("RETRAIN_MODEL_NAME", raising=False)
     assert mlflow_target(home) == (home.mlflow_uri, "retail-agent")
+    assert mlflow_target(home, "airline") == (home.mlflow_uri, "airline-agent")  # each domain its own model
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
     monkeypatch.setenv("RETRAIN_MODEL_NAME", "shop-agent")
     # Outside a run the resource holds an EnvVar, whose string is the variable's name: the value is read.
