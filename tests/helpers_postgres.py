@@ -107,50 +107,80 @@ def _stop_group(process: subprocess.Popen, grace: float = 20) -> None:
     process.wait(timeout=grace)
 
 
+# The admin account deploy/mlflow-server.sh creates on its first start (MLflow wants 12 characters or more).
+MLFLOW_TEST_USER, MLFLOW_TEST_PASSWORD = "retrain-test", "test-only-password-not-a-secret"
+CREDENTIALS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
 @contextmanager
-def mlflow_server(db: str, artifacts: Path, log_dir: Path) -> Iterator[str]:
-    """deploy/mlflow-server.sh with its backend store in PostgreSQL database `db`; yields its URI."""
+def script_mlflow_server(backend_uri: str, artifacts: Path, log_dir: Path, **env: str) -> Iterator[str]:
+    """deploy/mlflow-server.sh (basic auth, users in a sqlite file beside the logs) with its backend
+    store at `backend_uri`; yields its URI. While it runs, this process's environment carries the
+    admin credentials, as a deployment's pods do: MLflow clients here, and the services a test
+    starts from this environment, sign in with them."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "mlflow-server.log"
     uri = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            ["sh", str(MLFLOW_SERVER_SH)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={
-                **os.environ,
-                "MLFLOW_BIN": str(BIN / "mlflow"),
-                "MLFLOW_BACKEND_STORE_URI": postgres_uri(db),
-                "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts),
-                "MLFLOW_HOST": "127.0.0.1",
-                "MLFLOW_PORT": str(port),
-                "MLFLOW_WORKERS": "1",
-                "MLFLOW_ENABLE_TELEMETRY": "false",
-                # No background job runner: the registry does not need it, and it multiplies processes.
-                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-            },
-        )
+    saved = {key: os.environ.get(key) for key in CREDENTIALS}
+    os.environ.update(dict(zip(CREDENTIALS, (MLFLOW_TEST_USER, MLFLOW_TEST_PASSWORD), strict=True)))
+    try:
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                ["sh", str(MLFLOW_SERVER_SH)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={
+                    **os.environ,
+                    "MLFLOW_BIN": str(BIN / "mlflow"),
+                    "MLFLOW_BACKEND_STORE_URI": backend_uri,
+                    "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts),
+                    "MLFLOW_AUTH_DATABASE_URI": f"sqlite:///{log_dir / f'mlflow-auth-{port}.db'}",
+                    "MLFLOW_FLASK_SERVER_SECRET_KEY": uuid.uuid4().hex,
+                    "MLFLOW_PORT": str(port),
+                    "MLFLOW_WORKERS": "1",
+                    "TMPDIR": str(log_dir),  # the auth config the script writes goes with the logs
+                    "MLFLOW_ENABLE_TELEMETRY": "false",
+                    # No background job runner: the registry does not need it, and it multiplies processes.
+                    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+                    **env,
+                },
+            )
+            try:
+                _wait_for_mlflow(process, uri, log_path)
+                yield uri
+            finally:
+                _stop_group(process)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _wait_for_mlflow(process: subprocess.Popen, uri: str, log_path: Path) -> None:
+    deadline = time.monotonic() + MLFLOW_READY_BOUND_S
+    while True:
+        if process.poll() is not None:
+            raise ServiceError(f"mlflow server exited with {process.returncode}: {log_path.read_text()[-3000:]}")
         try:
-            deadline = time.monotonic() + MLFLOW_READY_BOUND_S
-            while True:
-                if process.poll() is not None:
-                    raise ServiceError(
-                        f"mlflow server exited with {process.returncode}: {log_path.read_text()[-3000:]}"
-                    )
-                try:
-                    if requests.get(f"{uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10).ok:
-                        break
-                except (requests.ConnectionError, requests.Timeout):
-                    pass  # not listening yet, or still creating its tables in PostgreSQL
-                if time.monotonic() > deadline:
-                    raise ServiceError(f"mlflow server not ready after {MLFLOW_READY_BOUND_S} s; see {log_path}")
-                time.sleep(0.5)
-            yield uri
-        finally:
-            _stop_group(process)
+            probe = f"{uri}/api/2.0/mlflow/experiments/search?max_results=1"
+            if requests.get(probe, timeout=10, auth=(MLFLOW_TEST_USER, MLFLOW_TEST_PASSWORD)).ok:
+                return
+        except (requests.ConnectionError, requests.Timeout):
+            pass  # not listening yet, or still creating its tables
+        if time.monotonic() > deadline:
+            raise ServiceError(f"mlflow server not ready after {MLFLOW_READY_BOUND_S} s; see {log_path}")
+        time.sleep(0.5)
+
+
+@contextmanager
+def mlflow_server(db: str, artifacts: Path, log_dir: Path) -> Iterator[str]:
+    """deploy/mlflow-server.sh with its backend store in PostgreSQL database `db`; yields its URI."""
+    with script_mlflow_server(postgres_uri(db), artifacts, log_dir) as uri:
+        yield uri
 
 
 def dagster_pg_env(db: str) -> dict[str, str]:
