@@ -193,7 +193,7 @@ def promotion_gate(
     )
     previous = latest_decision(context.instance, previous_week(week), domain)
     modes = dict(calibration_report.pair.candidate.failure_modes)
-    rises = tuple(compare_weeks(previous.failure_modes, modes)) if previous else ()
+    rises = tuple(compare_weeks(previous.failure_modes, modes, gate_config.failure_mode_jump)) if previous else ()
     summaries = _summaries(calibration_report, shadow_report)
     samples = [
         {"policy": policy, **s}

@@ -47,7 +47,6 @@ MODES = (
     "gave_up",
     "other",
 )
-JUMP_THRESHOLD = 0.10
 
 _FACT_TOKEN = re.compile(r"[#a-z_]*\d[a-z0-9_]*(?:\.\d+)?")
 
@@ -211,13 +210,12 @@ class ModeJump:
         return self.current - self.previous
 
 
-def compare_weeks(
-    previous: Mapping[str, float], current: Mapping[str, float], threshold: float = JUMP_THRESHOLD
-) -> list[ModeJump]:
+def compare_weeks(previous: Mapping[str, float], current: Mapping[str, float], threshold: float) -> list[ModeJump]:
     """Failure modes whose share jumped by more than `threshold` since last week.
 
-    "More than 10%" means an absolute rise of more than 10 percentage points in the share of all
-    trials (as computed by `failure_mode_shares`): current - previous > 0.10, strictly. A relative
+    The rise is absolute, in points of the share of all trials (as computed by
+    `failure_mode_shares`): with `GateConfig.failure_mode_jump` 0.10, current - previous > 0.10,
+    strictly. A relative
     rule (x1.1) would fire on noise for rare modes (0.5% -> 0.6%) and is deliberately not used.
     A mode missing from one week counts as share 0 there.
     """

@@ -102,6 +102,12 @@ class GateConfig:
         "down",
     )
     max_tool_drift: float = _setting(0.05, "largest total variation between tool-call mixes before a hold", "down")
+    failure_mode_jump: float = _setting(
+        0.10,
+        "a failure mode whose share of calibration trials rose by more than this many points since the previous "
+        "week's decision (0.10: 10 percentage points, absolute) shows as the failure_modes_week_over_week warning",
+        "down",
+    )
 
     def __post_init__(self) -> None:
         if self.on_insufficient_labels not in ("hold", "fail"):

@@ -15,6 +15,7 @@ from evaluation.failure_modes import (
     policy_violations,
     primary_failure_mode,
 )
+from evaluation.gate_types import GateConfig
 from tests.helpers_eval import expert_steps, record_with_intent, scripted_trial
 
 
@@ -175,9 +176,9 @@ def test_shares_are_over_all_trials(cancel):
 def test_week_over_week_flags_rises_of_more_than_ten_points():
     previous = {"looping": 0.05, "gave_up": 0.30, "wrong_tool": 0.20, "hallucinated_fact": 0.10}
     current = {"looping": 0.16, "gave_up": 0.40, "wrong_tool": 0.05, "policy_violation": 0.11}
-    jumps = compare_weeks(previous, current)
+    jumps = compare_weeks(previous, current, GateConfig().failure_mode_jump)
     assert [(j.mode, round(j.jump, 6)) for j in jumps] == [("policy_violation", 0.11), ("looping", 0.11)]
-    # Exactly ten points (0.30 -> 0.40, 0.4 - 0.3 > 0.1 in floats) is not "more than 10%".
+    # Exactly ten points (0.30 -> 0.40, 0.4 - 0.3 > 0.1 in floats) is not more than ten points.
     assert "gave_up" not in {j.mode for j in jumps}
-    assert compare_weeks(previous, previous) == []
+    assert compare_weeks(previous, previous, 0.10) == []
     assert [j.mode for j in compare_weeks({"looping": 0.0}, {"looping": 0.06}, threshold=0.05)] == ["looping"]

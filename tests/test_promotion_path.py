@@ -144,6 +144,16 @@ def test_a_failure_mode_rise_is_flagged_without_blocking(home, instance, tmp_pat
     assert first.passed  # no decision the week before: nothing to compare with
 
 
+def test_the_failure_mode_jump_is_the_gate_settings(home, instance, tmp_path, monkeypatch):
+    # A deployment whose floor tolerates any rise; then a run that tightens it to the product's default.
+    monkeypatch.setenv(FLOORS_ENV, str(write_floors(tmp_path / "floors.yaml", {"failure_mode_jump": 1.0}).source))
+    run_promotion(home, instance, WEEK, "better", tmp_path)
+    run_promotion(home, instance, NEXT, "random", tmp_path)
+    assert latest_decision(instance, NEXT).failure_mode_rises == ()  # no share rises by more than 1.0
+    run_promotion(home, instance, NEXT, "random", tmp_path, {"failure_mode_jump": 0.10})  # tighter than the floor
+    assert [j.mode for j in latest_decision(instance, NEXT).failure_mode_rises] == ["gave_up"]
+
+
 def test_a_run_config_may_tighten_a_gate(home, instance, tmp_path, monkeypatch):
     monkeypatch.delenv(FLOORS_ENV, raising=False)
     result = run_promotion(home, instance, WEEK, "better", tmp_path, {"calibration_min_margin": 0.5})
