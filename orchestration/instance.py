@@ -4,6 +4,11 @@
 CLI show up in the UI. The run queue allows one weekly retrain and one daily watch at a time (runs
 carry the `agent-retrain/pipeline` tag: days watched one after another append to the champion's
 MLflow run and the pause in order), and the `retrain` pool admits one training/registration step.
+
+The instance's folder is also where a deployment may keep its gate floors: `gate_floors.yaml`
+beside `dagster.yaml` bounds what any run config may set for the promotion gates
+(`evaluation.gate_floors`; `RETRAIN_GATE_FLOORS` names another file). Nothing writes it here: the
+product's defaults are the floors until a person puts one there.
 """
 
 from __future__ import annotations
