@@ -27,12 +27,16 @@ import duckdb
 Stratum = tuple[str, str]  # (outcome, intent)
 
 
-def week_population(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> list[tuple[str, str, str]]:
-    """(interaction_id, outcome, intent) of every stored interaction that ended in [start, end)."""
+def week_population(
+    con: duckdb.DuckDBPyConnection, start: datetime, end: datetime, domain: str | None = None
+) -> list[tuple[str, str, str]]:
+    """(interaction_id, outcome, intent) of every stored interaction that ended in [start, end), of
+    `domain` only when one is named (None: every domain's)."""
+    where = "" if domain is None else " AND domain = ?"
     return con.execute(
-        "SELECT interaction_id, outcome, intent FROM interactions WHERE ended_at >= ? AND ended_at < ? "
-        "ORDER BY interaction_id",
-        [start, end],
+        "SELECT interaction_id, outcome, intent FROM interactions WHERE ended_at >= ? AND ended_at < ?"
+        f"{where} ORDER BY interaction_id",
+        [start, end] + ([] if domain is None else [domain]),
     ).fetchall()
 
 

@@ -25,6 +25,7 @@ from dataplane.home import Home
 from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, check_os_user, current_os_user, import_labels
 from dataplane.review_sample import ReviewSample, record_sample, stratified_sample, week_population
 from dataplane.store import StoreLockedError, load_records, open_store
+from domains.registry import DEFAULT_DOMAIN
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.recorded import judge_record
 from evaluation.replay import ReplayError
@@ -126,8 +127,8 @@ class DrawnSample:
         return dict(sorted(found.items()))
 
 
-def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0) -> DrawnSample:
-    """The stratified, seeded sample of the week holding `week`, recorded in `review_samples`
+def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain: str = DEFAULT_DOMAIN) -> DrawnSample:
+    """The stratified, seeded sample of `domain`'s week holding `week`, recorded in `review_samples`
     (exported by this OS account): the JSONL file and the MLflow traces are drawn here alike."""
     if n < 1:
         raise CliError(f"--n must be >= 1, got {n}")
@@ -141,17 +142,24 @@ def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0) -> Dra
     home = Home.from_env().ensure()
     # A writer: the sample is recorded before the file exists, so an import can always find it.
     with open_store(home.duckdb_path) as con:
-        population = week_population(con, start, end)
+        population = week_population(con, start, end, domain)
         ids = stratified_sample(population, n, seed)
         if not ids:
-            raise CliError(f"week {key} has no stored interactions (ended {start.date()} .. {end.date()} exclusive)")
+            raise CliError(
+                f"week {key} has no stored {domain} interactions (ended {start.date()} .. {end.date()} exclusive)"
+            )
         records = load_records(con, ids)
         sample = record_sample(con, key, ids, exported_by)
     return DrawnSample(key, len(population), records, sample)
 
 
 def export_review(
-    week: str, out: str | os.PathLike, n: int = DEFAULT_SAMPLE, seed: int = 0, force: bool = False
+    week: str,
+    out: str | os.PathLike,
+    n: int = DEFAULT_SAMPLE,
+    seed: int = 0,
+    force: bool = False,
+    domain: str = DEFAULT_DOMAIN,
 ) -> dict[str, Any]:
     """Write the review sample of the week holding `week` to `out`, recording it (its id on every
     line, in `review_samples`, exported by this OS account); returns a summary.
@@ -161,7 +169,7 @@ def export_review(
     target = Path(out)
     if target.exists() and not force:
         raise CliError(f"{target} exists (it may hold labels); pass --force to overwrite it")
-    drawn = draw_review_sample(week, n, seed)
+    drawn = draw_review_sample(week, n, seed, domain)
     key, sample = drawn.week, drawn.sample
     lines = [review_line(record, key, None, sample.sample_id) for record in drawn.records]
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -170,6 +178,7 @@ def export_review(
     partial.replace(target)  # a reader never sees half a file
     return {
         "week": key,
+        "domain": domain,
         "sample_id": sample.sample_id,
         "out": str(target),
         "population": drawn.population,
@@ -201,7 +210,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.out is None:
         raise CliError("--out is required with --to file (the JSONL file to write)")
     try:
-        summary = export_review(args.week, args.out, n=args.n, seed=args.seed, force=args.force)
+        summary = export_review(args.week, args.out, n=args.n, seed=args.seed, force=args.force, domain=args.domain)
     except WeekError as err:
         raise CliError(str(err)) from err
     except StoreLockedError as err:
@@ -271,6 +280,7 @@ def add_review_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed; the same seed gives the same sample")
     p.add_argument("--out", help="the JSONL file to write (with --to file)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"whose interactions to sample (default {DEFAULT_DOMAIN})")
     p.add_argument(
         "--to",
         choices=("file", "mlflow"),

@@ -34,6 +34,7 @@ from assets.resources import MLflowTracking
 from dataplane.home import Home
 from dataplane.labels import ImportSummary, LabelFileError, LineProblem, disagreements, import_label_rows, labels_for
 from dataplane.store import StoreLockedError, open_store
+from domains.registry import DEFAULT_DOMAIN
 from evaluation.registry import RegistryError, ensure_experiment, mlflow_client, mlflow_step
 from evaluation.traces import (
     KIND_TAG,
@@ -102,10 +103,10 @@ def _review_traces(client: Any, experiment_id: str, week: str) -> list[Any]:
             return found
 
 
-def export_to_mlflow(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0) -> dict[str, Any]:
+def export_to_mlflow(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
     """Log the review sample of the week holding `week` as traces; returns a summary with the
     experiment and where to open it."""
-    drawn = draw_review_sample(week, n, seed)
+    drawn = draw_review_sample(week, n, seed, domain)
     home = Home.from_env().ensure()
     tracking, uri = _tracking(home)
     client = mlflow_client(uri)
@@ -267,7 +268,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.out is not None:
         raise CliError("--out is the JSONL file of --to file; --to mlflow logs traces instead")
     try:
-        summary = export_to_mlflow(args.week, n=args.n, seed=args.seed)
+        summary = export_to_mlflow(args.week, n=args.n, seed=args.seed, domain=args.domain)
     except RegistryError as err:
         raise CliError(str(err), code=1) from err
     print(json.dumps(summary, indent=2, sort_keys=True))

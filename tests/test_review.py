@@ -145,7 +145,11 @@ def test_export_lines_carry_what_a_reviewer_needs(home_with_week, tmp_path, caps
 
 def test_export_of_an_empty_week_or_a_bad_week_is_a_clear_error(home_with_week, tmp_path, capsys):
     assert main(["review", "export", "--week", "2026-10-05", "--out", str(tmp_path / "x.jsonl")]) == 2
-    assert "no stored interactions" in capsys.readouterr().err
+    assert "no stored retail interactions" in capsys.readouterr().err
+    # A week of retail traffic has nothing to review for another domain: the sample is per domain.
+    other = ["review", "export", "--week", WEEK, "--domain", "airline", "--out", str(tmp_path / "x.jsonl")]
+    assert main(other) == 2
+    assert "no stored airline interactions" in capsys.readouterr().err
     assert main(["review", "export", "--week", "last week", "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "not a date" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()
