@@ -2,20 +2,27 @@
 
 The decision: on its first turn the policy hands the customer to a human or starts on the task.
 The base is the shipped agent after a short SFT on a log in which half the conversations hand
-over at once, so sampled at the trainer's temperature it hands over about half the time, whatever
+over at once, so sampled at the trainer's temperature it hands over some of the time, whatever
 happens later in the conversation. The product's `escalated_unnecessary` term (weight -1) prefers
 starting on the task. A few GRPO steps (`training.grpo.run`, `GRPORunConfig`'s defaults for loss,
-beta, learning rate and temperature) must lower the sampled hand-over share beyond noise. The same
-run with that term weighted 0 (a constant reward) must not: so the test fails if the advantage, the
-reward's wiring into the trainer, or a reward-free term (an entropy bonus) is what moves the policy.
+beta, learning rate and temperature) must lower the sampled hand-over share beyond noise.
 
-Statistics: each share is measured on the same held-out customers and simulator seeds, several
-sampled trials per customer; one-sided two-proportion z-test, trials treated as independent.
+The control is the same run with the term's sign flipped (+1: a hand-over is rewarded), which must
+raise the share beyond noise. A control with the weight at 0 would pass by construction (every
+group scores alike, so the advantage and the gradient are zero); the flipped one cannot: if the
+advantage, the reward's wiring into the trainer, or a reward-free force (an entropy bonus, the
+loss's own drift) were what moved the policy, the two runs would not move it in opposite
+directions. Neither run may buy its move by no longer acting: the share of trials with a tool call
+that worked must not fall beyond noise in either, and the rewarded run's verified success must
+not fall (the flipped run's does, by design: a hand-over never verifies).
+
+Statistics: every share is measured on the same held-out customers, simulator seeds and sampling
+seed, several sampled trials per customer, so each run's trials pair up with the base's. A
+customer's trials are not independent, so the change is judged by the customer-clustered paired
+bootstrap (`evaluation.stats.cluster_bootstrap_ci`): its 98% interval (one-sided 99% per bound).
 """
 
 from __future__ import annotations
-
-import math
 
 import pytest
 
@@ -24,17 +31,30 @@ pytestmark = pytest.mark.slow
 STEPS = 6
 SFT_STEPS = 40
 SAMPLES_PER_CUSTOMER = 4
-Z_LEARNED = 2.33  # one-sided p < 0.01
-Z_NO_CHANGE = 1.645  # a drop beyond one-sided p < 0.05 with a constant reward is a wiring fault
+CONFIDENCE = 0.98  # each bound one-sided at p < 0.01
 
 
-def _z_drop(before: list[bool], after: list[bool]) -> float:
-    """z of the drop in share from `before` to `after` (positive: fewer after)."""
-    n1, n2 = len(before), len(after)
-    p1, p2 = sum(before) / n1, sum(after) / n2
-    pooled = (sum(before) + sum(after)) / (n1 + n2)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
-    return (p1 - p2) / se if se else 0.0
+def _change(before: list, after: list, flag) -> tuple[float, float, float]:
+    """(share before, share after, (low, high) of the clustered CI of after - before) for `flag`."""
+    from evaluation.stats import cluster_bootstrap_ci
+
+    assert [t.key for t in before] == [t.key for t in after], "runs measured on different trials"
+    a, b = [flag(t) for t in after], [flag(t) for t in before]
+    ci = cluster_bootstrap_ci(a, b, [t.cluster for t in before], n_resamples=4000, confidence=CONFIDENCE, seed=0)
+    return round(sum(b) / len(b), 3), round(sum(a) / len(a), 3), (round(ci.low, 3), round(ci.high, 3))
+
+
+def _handed_over(trial) -> bool:
+    return trial.episode.transferred
+
+
+def _acted(trial) -> bool:
+    """At least one tool call that worked (a hand-over counts): the policy is still acting."""
+    return trial.tool_calls > trial.tool_errors
+
+
+def _succeeded(trial) -> bool:
+    return trial.success
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +102,8 @@ def undecided(tasks, tmp_path_factory):
     return out
 
 
-def _handed_over(model_path, held) -> list[bool]:
+def _sampled(model_path, held) -> list:
+    """The model's trials on the held-out customers, sampled at the trainer's temperature."""
     from domains.retail.tiny_agent import level1_tools
     from evaluation.rollout import run_rollouts
     from training.policies import HFPolicy
@@ -90,7 +111,9 @@ def _handed_over(model_path, held) -> list[bool]:
     tools = level1_tools()
     policy = HFPolicy(str(model_path), max_new_tokens=128, temperature=1.0, seed=11, tools=tools)
     trials = run_rollouts(policy, held, k=SAMPLES_PER_CUSTOMER, seed=5, max_turns=6, compact=True, tools=tools)
-    return [t.episode.transferred for t in trials]
+    # The evaluator contains a trial that raises; here one would hide a fault, so none may.
+    assert not any(t.errored for t in trials), [t.error for t in trials if t.errored][:3]
+    return trials
 
 
 def _grpo(model_path, train, out, weight: float) -> str:
@@ -118,24 +141,28 @@ def _grpo(model_path, train, out, weight: float) -> str:
     return summary["model_path"]
 
 
-def test_grpo_lowers_the_rewarded_against_decision_and_a_constant_reward_does_not(tasks, undecided, tmp_path):
+def test_grpo_moves_the_decision_the_way_the_reward_points_and_back_when_its_sign_flips(tasks, undecided, tmp_path):
     from training.rewards import RewardWeights
 
     train, held = tasks
     base = undecided
-    assert RewardWeights().escalated_unnecessary == -1.0  # the product's weight is what is tested
-    before = _handed_over(base, held)
-    share = sum(before) / len(before)
+    weight = RewardWeights().escalated_unnecessary
+    assert weight == -1.0  # the product's weight is what is tested
+    before = _sampled(base, held)
+    share = sum(map(_handed_over, before)) / len(before)
     assert 0.15 <= share <= 0.85, f"the base hands over in {share:.2f} of sampled trials: not a live decision"
 
-    learned = _handed_over(_grpo(base, train, tmp_path / "rewarded", RewardWeights().escalated_unnecessary), held)
-    constant = _handed_over(_grpo(base, train, tmp_path / "constant", 0.0), held)
+    rewarded = _sampled(_grpo(base, train, tmp_path / "rewarded", weight), held)
+    flipped = _sampled(_grpo(base, train, tmp_path / "flipped", -weight), held)
 
-    z_learned, z_constant = _z_drop(before, learned), _z_drop(before, constant)
-    shares = {
-        name: round(sum(v) / len(v), 3)
-        for name, v in {"before": before, "learned": learned, "constant": constant}.items()
+    moves = {
+        f"{run} {name}": _change(before, after, flag)
+        for run, after in (("rewarded", rewarded), ("flipped", flipped))
+        for name, flag in (("hand_over", _handed_over), ("acted", _acted), ("success", _succeeded))
     }
-    print(f"hand-over shares {shares} z_learned={z_learned:.2f} z_constant={z_constant:.2f}")  # shown with -s
-    assert z_learned > Z_LEARNED, f"hand-over share did not fall beyond noise: {shares}, z={z_learned:.2f}"
-    assert z_constant < Z_NO_CHANGE, f"a constant reward moved the decision: {shares}, z={z_constant:.2f}"
+    print(f"(before, after, {CONFIDENCE:.0%} clustered CI of after - before): {moves}")  # shown with -s
+    assert moves["rewarded hand_over"][2][1] < 0, f"the rewarded run did not lower the hand-over share: {moves}"
+    assert moves["flipped hand_over"][2][0] > 0, f"the flipped reward did not raise the hand-over share: {moves}"
+    for run in ("rewarded", "flipped"):
+        assert moves[f"{run} acted"][2][1] >= 0, f"the {run} run stopped acting beyond noise: {moves}"
+    assert moves["rewarded success"][2][1] >= 0, f"the rewarded run lost verified success beyond noise: {moves}"
