@@ -100,15 +100,22 @@ def _small_group(
 
 # The large row group's reads, through DuckDB. Each value's size is the length of its text (a
 # string's bytes; a number, timestamp or nested value as DuckDB writes it), so no value is copied
-# to be measured; `COLUMNS(...)` spares building SQL from the file's column names.
-_ROW_SIZES = (
-    "SELECT file_row_number, coalesce(strlen(CAST(COLUMNS(* EXCLUDE (file_row_number)) AS VARCHAR)), 0) "
-    "FROM read_parquet(?, file_row_number = true) WHERE file_row_number >= ? AND file_row_number < ?"
+# to be measured; `COLUMNS(...)` spares building SQL from the file's column names. The sizes are
+# summed per row in DuckDB, so only the rows over the cap come back.
+_SIZES = (
+    "WITH sizes AS (SELECT file_row_number, "
+    "coalesce(strlen(CAST(COLUMNS(* EXCLUDE (file_row_number)) AS VARCHAR)), 0) "
+    "FROM read_parquet(?, file_row_number = true) WHERE file_row_number >= ? AND file_row_number < ?) "
 )
+_OVER = (
+    _SIZES + "SELECT file_row_number FROM sizes "
+    "WHERE list_sum(list_value(*COLUMNS(* EXCLUDE (file_row_number)))) > ? ORDER BY file_row_number"
+)
+_OVER_SIZES = _SIZES + "SELECT * FROM sizes WHERE list_contains(?, file_row_number) ORDER BY file_row_number"
 _SMALL_VALUES = (
-    "SELECT file_row_number, CASE WHEN coalesce(strlen(CAST(COLUMNS(* EXCLUDE (file_row_number)) AS VARCHAR)), 0) "
-    "<= ? THEN CAST(COLUMNS(* EXCLUDE (file_row_number)) AS VARCHAR) END "
-    "FROM read_parquet(?, file_row_number = true) WHERE list_contains(?, file_row_number)"
+    "SELECT CASE WHEN coalesce(strlen(CAST(COLUMNS(* EXCLUDE (file_row_number)) AS VARCHAR)), 0) <= ? "
+    "THEN CAST(COLUMNS(* EXCLUDE (file_row_number)) AS VARCHAR) END "
+    "FROM read_parquet(?, file_row_number = true) WHERE list_contains(?, file_row_number) ORDER BY file_row_number"
 )
 _ROWS = (
     "SELECT * FROM read_parquet(?, file_row_number = true) "
@@ -124,14 +131,11 @@ def _large_group(path: Path, handle: IO[bytes], first: int, count: int, cap: int
     last = first + count
     con = duckdb.connect(config={"threads": 1})
     try:
-        sizes = con.sql(_ROW_SIZES, params=[source, first, last]).to_arrow_table()
-        names = sizes.schema.names[1:]
-        by_column = np.column_stack([sizes.column(i).to_numpy() for i in range(1, sizes.num_columns)])
-        numbers = sizes.column(0).to_numpy()
-        over = {int(numbers[i]): i for i in np.flatnonzero(by_column.sum(axis=1) > cap)}
-        refused = _refused_rows(con, source, over, names, by_column, cap)
-        good = con.sql(_ROWS, params=[source, first, last, list(over)]).to_arrow_reader(PARQUET_BATCH_ROWS)
-        for batch in good:
+        over = [row for (row,) in con.execute(_OVER, [source, first, last, cap]).fetchall()]
+        refused = _refused_rows(con, source, first, last, over, cap)
+        # Rows under the cap, a batch of at most PARQUET_BATCH_BYTES of them at a time.
+        batch_rows = max(1, min(PARQUET_BATCH_ROWS, PARQUET_BATCH_BYTES // cap))
+        for batch in con.sql(_ROWS, params=[source, first, last, over]).to_arrow_reader(batch_rows):
             rows = batch.column(batch.schema.get_field_index("file_row_number")).to_numpy() + 1
             batch = batch.drop_columns(["file_row_number"])
             while refused and refused[0].line_no < rows[0]:
@@ -147,23 +151,24 @@ def _large_group(path: Path, handle: IO[bytes], first: int, count: int, cap: int
 
 
 def _refused_rows(
-    con: duckdb.DuckDBPyConnection, source: str, over: dict[int, int], names: list[str], by_column: np.ndarray, cap: int
+    con: duckdb.DuckDBPyConnection, source: str, first: int, last: int, over: list[int], cap: int
 ) -> list[RawRecord]:
-    """The rows `over` the cap (file row number -> index into `by_column`), in file order, each with
-    its values of up to _SMALL_VALUE bytes as text and the others named by size."""
+    """The rows `over` the cap (file row numbers, ascending), each with its values of up to
+    _SMALL_VALUE bytes as text and the others named by their size."""
     if not over:
         return []
-    small = con.sql(_SMALL_VALUES, params=[_SMALL_VALUE, source, list(over)]).to_arrow_table().to_pylist()
+    sizes = con.sql(_OVER_SIZES, params=[source, first, last, over]).to_arrow_table()
+    small = con.sql(_SMALL_VALUES, params=[_SMALL_VALUE, source, over]).to_arrow_table()
+    names = sizes.schema.names[1:]
     out = []
-    for row in sorted(small, key=lambda r: r["file_row_number"]):
-        number = row.pop("file_row_number")
-        sizes = by_column[over[number]]
+    for by_column, values in zip(sizes.to_pylist(), small.to_pylist()):
+        number = by_column.pop("file_row_number") + 1
         kept = {
-            name: value if size <= _SMALL_VALUE else f"<{int(size)} bytes>"
-            for name, value, size in zip(names, row.values(), sizes)
+            name: value if size <= _SMALL_VALUE else f"<{size} bytes>"
+            for name, value, size in zip(names, values.values(), by_column.values())
         }
-        detail = f"row {number + 1} holds {int(sizes.sum())} bytes, over the cap of {cap}"
-        out.append(_too_long(number + 1, kept, detail))
+        detail = f"row {number} holds {sum(by_column.values())} bytes, over the cap of {cap}"
+        out.append(_too_long(number, kept, detail))
     return out
 
 

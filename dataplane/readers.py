@@ -101,7 +101,8 @@ def open_regular_file(path: Path, root: Path | None = None) -> IO[bytes]:
     if root is not None:
         real = Path(os.path.realpath(path))
         if real != Path(path) or not real.is_relative_to(root):
-            raise NotRegularFileError(path, f"reached through a link: it resolves to {real}, outside {root}")
+            where = "" if real.is_relative_to(root) else f", outside {root}"
+            raise NotRegularFileError(path, f"reached through a link: it resolves to {real}{where}")
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as err:

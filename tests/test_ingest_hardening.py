@@ -344,8 +344,11 @@ def test_a_large_row_group_read_through_duckdb_stores_what_pyarrow_would(tmp_pat
     assert _query(tmp_path / "plain.duckdb", hashes) == _query(tmp_path / "duck.duckdb", hashes)
 
 
-def test_a_dictionary_value_shared_by_many_rows_is_not_expanded_per_row(tmp_path, records):
+@pytest.mark.parametrize("reader", ["arrow", "duckdb"])
+def test_a_dictionary_value_shared_by_many_rows_is_not_expanded_per_row(tmp_path, records, reader, monkeypatch):
     # 400 rows point at one 2 MiB dictionary value: expanded row by row that is 800 MiB of text.
+    if reader == "duckdb":
+        monkeypatch.setattr(parquet_rows, "PARQUET_BATCH_BYTES", MIB)
     shared = _inflating(records[0], 2 * MIB)["messages"]
     rows = [{**records[i % 10], "interaction_id": f"bomb-{i}", "messages": shared} for i in range(400)]
     path = _parquet(tmp_path / "a.parquet", [rows], dictionary_pagesize_limit=8 * MIB)
