@@ -80,7 +80,7 @@ def _settings_options(parser: argparse.ArgumentParser, source: type) -> None:
             dest=spec.name,
             type=type(spec.default),
             default=spec.default,
-            help=f"{spec.metadata['help']} (default {spec.default:g})",
+            help=f"{spec.metadata['help']} (default {spec.default})",
         )
 
 
