@@ -164,14 +164,17 @@ def _last_reply(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def judged_feedback(success: bool | None, reward: float | None, terms: Mapping[str, float]) -> dict[str, Any]:
-    """The judge's numbers as feedback: `verified_success`, `proxy_reward` and `reward/<term>`."""
+    """The judge's numbers as feedback: `verified_success`, `proxy_reward`, and `reward/<term>` for
+    each weighted term that moved the reward (a term left out is 0: a dozen zeros on every trace
+    would bury the two or three terms that decided it, in the trace view and its list)."""
     out: dict[str, Any] = {}
     if success is not None:
         out["verified_success"] = bool(success)
     if reward is not None:
         out["proxy_reward"] = round(float(reward), 6)
     for name, value in sorted(terms.items()):
-        out[f"reward/{name}"] = round(float(value), 6) + 0.0  # no -0.0
+        if round(float(value), 6) != 0:
+            out[f"reward/{name}"] = round(float(value), 6)
     return out
 
 

@@ -311,7 +311,7 @@ def add_review_parser(sub: Any) -> None:
     p.add_argument(
         "--by",
         help="the reviewer's name, stored as the rater (1-64 letters, digits, space, _.@+-; never a number the PII "
-        "scrub masks)",
+        "scrub masks); with --from-mlflow: the reviewer of the verdicts MLflow's trace view recorded as 'User'",
     )
     p.add_argument("--json", action="store_true", help="print a machine-readable summary")
     p.set_defaults(func=_cmd_import)

@@ -8,16 +8,23 @@ the JSONL line says beside the transcript: intent, outcome, policy version and f
 tags, the replayed verified success, proxy reward and reward terms as CODE feedback. Exporting
 the week again logs only the interactions that have no trace yet.
 
-A reviewer opens each trace in the MLflow UI and adds a feedback named `task_success`, a boolean
-(the UI records the reviewer as its HUMAN source id). `retrain review import --from-mlflow --week
-W` reads those verdicts (the valid ones: an edited verdict replaces the one it overrides) and
-stores them through `dataplane.labels.import_label_rows`, the core of the file import, so the same
-rules hold: a rater's name is checked and masked, only the sample's interactions are accepted, a
-rater's verdict is never changed (a different second verdict is a `label_conflict`), a re-import
-stores nothing new, and disagreements between raters are reported. The rater is the source id;
-it is also the account the label is stored under (`os_user` `mlflow:<source id>`), since in the
-browser the MLflow account, not the OS account running the import, is who gave the verdict.
-Each rater's verdicts are stored all or none.
+A reviewer opens each trace in the MLflow UI and adds a feedback named `task_success`, a boolean,
+with a HUMAN source. `retrain review import --from-mlflow --week W` reads those verdicts (the
+valid ones: an edited verdict replaces the one it overrides) and stores them through
+`dataplane.labels.import_label_rows`, the core of the file import, so the same rules hold: a
+rater's name is checked and masked, only the sample's interactions are accepted, a rater's verdict
+is never changed (a different second verdict is a `label_conflict`), a re-import stores nothing
+new, and disagreements between raters are reported. Each rater's verdicts are stored all or none.
+
+Who the rater is. A verdict logged with a source id (MLflow's assessment API, `mlflow.log_feedback`
+with `AssessmentSource("HUMAN", "ann")`) is that source's: the rater is the source id, stored with
+`os_user` `mlflow:<source id>` (the MLflow identity, not the OS account running the import, gave
+it). MLflow 3.17's trace view, though, records every verdict typed into its form with the source id
+`User`, whoever is signed in (measured on an open server and on one with `--app-name basic-auth`):
+it names nobody. Those verdicts are refused (`ui_placeholder_rater`) unless the import names their
+reviewer with `--by`, who then vouches for them as for a file, under the OS account running the
+import. Two reviewers typing into one sample's traces cannot be told apart, so give each browser
+reviewer their own sample (another `--seed`) or log verdicts through the API.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from orchestration.review import DEFAULT_SAMPLE, draw_review_sample, review_line
 
 REVIEW_EXPERIMENT = "weekly-review"
 VERDICT = "task_success"  # the feedback a reviewer adds, as in the JSONL file
+UI_PLACEHOLDER = "User"  # the source id MLflow 3.17's trace view gives every verdict typed into it
 WEEK_TAG, SAMPLE_TAG, INTERACTION_TAG = "review_week", "sample_id", "interaction_id"
 
 
@@ -159,6 +167,7 @@ class MlflowImport:
     imported: list[ImportSummary] = field(default_factory=list)
     refused: dict[str, list[LineProblem]] = field(default_factory=dict)
     unnamed: list[str] = field(default_factory=list)
+    placeholder: list[str] = field(default_factory=list)
     disagreements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,6 +184,7 @@ class MlflowImport:
                 for rater, problems in self.refused.items()
             },
             "unnamed_verdicts": self.unnamed,
+            "ui_placeholder_verdicts": self.placeholder,
             "disagreements": self.disagreements,
         }
 
@@ -202,8 +212,9 @@ def verdicts_of(traces: list[Any]) -> list[Verdict]:
     return sorted(found, key=lambda v: (v.labeled_at, v.trace_id))
 
 
-def import_from_mlflow(week: str) -> MlflowImport:
-    """Store the reviewers' `task_success` verdicts on the review traces of the week holding `week`."""
+def import_from_mlflow(week: str, ui_rater: str | None = None) -> MlflowImport:
+    """Store the reviewers' `task_success` verdicts on the review traces of the week holding `week`;
+    `ui_rater` names the reviewer of the verdicts the MLflow UI recorded as `User` (else refused)."""
     key = week_key(week)
     home = Home.from_env().ensure()
     _tracking_config, uri = _tracking(home)
@@ -222,14 +233,21 @@ def import_from_mlflow(week: str) -> MlflowImport:
     verdicts = verdicts_of(traces)
     result = MlflowImport(key, experiment.experiment_id, len(traces), len(verdicts))
     result.unnamed = sorted(v.trace_id for v in verdicts if not v.rater)
-    by_rater: dict[tuple[str, str], list[Verdict]] = {}
+    if ui_rater is None:
+        result.placeholder = sorted(v.trace_id for v in verdicts if v.rater == UI_PLACEHOLDER)
+    # (rater, OS account, sample): a source id is its own account; the UI's placeholder verdicts
+    # are the named reviewer's, vouched for by the account running the import (None: this one).
+    by_rater: dict[tuple[str, str | None, str], list[Verdict]] = {}
     for v in verdicts:
-        if v.rater:
-            by_rater.setdefault((v.rater, v.sample_id), []).append(v)
+        if v.rater == UI_PLACEHOLDER:
+            if ui_rater is not None:
+                by_rater.setdefault((ui_rater, None, v.sample_id), []).append(v)
+        elif v.rater:
+            by_rater.setdefault((v.rater, f"mlflow:{v.rater}", v.sample_id), []).append(v)
     touched: set[str] = set()
     try:
         with open_store(home.duckdb_path) as con:
-            for (rater, sample_id), mine in sorted(by_rater.items()):
+            for (rater, os_user, sample_id), mine in sorted(by_rater.items(), key=lambda item: str(item[0])):
                 rows = [
                     {
                         "interaction_id": v.interaction_id,
@@ -243,7 +261,7 @@ def import_from_mlflow(week: str) -> MlflowImport:
                 source = f"mlflow experiment {REVIEW_EXPERIMENT} ({experiment.experiment_id}), week {key}"
                 try:
                     summary = import_label_rows(
-                        con, rows, sample_id=sample_id, rater=rater, source=source, os_user=f"mlflow:{rater}"
+                        con, rows, sample_id=sample_id, rater=rater, source=source, os_user=os_user
                     )
                 except LabelFileError as err:
                     # Rows are numbered in the order given: name the trace each one came from.
@@ -281,12 +299,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """`retrain review import --from-mlflow --week W`."""
-    if args.file is not None or args.by is not None:
-        raise CliError("--from-mlflow reads the raters from the traces' feedback: give no FILE and no --by")
+    if args.file is not None:
+        raise CliError("--from-mlflow reads the verdicts from the traces' feedback: give no FILE")
     if not args.week:
         raise CliError("--from-mlflow needs --week")
     try:
-        result = import_from_mlflow(args.week)
+        result = import_from_mlflow(args.week, ui_rater=args.by)
     except RegistryError as err:
         raise CliError(str(err), code=1) from err
     counts = result.to_dict()
@@ -309,6 +327,11 @@ def cmd_import(args: argparse.Namespace) -> int:
                 print(f"    {p['rule']}: {p['detail']}")
         for trace_id in counts["unnamed_verdicts"]:
             print(f"  refused: trace {trace_id}: a task_success verdict with no source id (the reviewer's name)")
-    if counts["refused"] or counts["unnamed_verdicts"]:
+        for trace_id in counts["ui_placeholder_verdicts"]:
+            print(
+                f"  refused: ui_placeholder_rater: trace {trace_id}: the MLflow UI recorded this verdict as "
+                f"{UI_PLACEHOLDER!r}, which names nobody; import it with --by NAME (its reviewer)"
+            )
+    if counts["refused"] or counts["unnamed_verdicts"] or counts["ui_placeholder_verdicts"]:
         return 2
     return 0

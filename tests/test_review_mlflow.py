@@ -156,8 +156,29 @@ def test_the_cli_says_which_flags_go_together(home_with_week, capsys, tmp_path):
     assert main(["review", "export", "--week", WEEK, "--to", "mlflow", "--out", str(tmp_path / "x.jsonl")]) == 2
     assert main(["review", "export", "--week", WEEK]) == 2  # --to file needs --out
     assert main(["review", "import", "--from-mlflow"]) == 2  # needs --week
-    assert main(["review", "import", "--from-mlflow", "--week", WEEK, "--by", "ann"]) == 2
+    assert main(["review", "import", "x.jsonl", "--from-mlflow", "--week", WEEK]) == 2  # a file or MLflow
     assert main(["review", "import", "x.jsonl"]) == 2  # a file needs --by
     assert main(["review", "import", "--from-mlflow", "--week", WEEK]) == 2  # nothing exported yet
     err = capsys.readouterr().err
     assert "--from-mlflow needs --week" in err and "no experiment 'weekly-review'" in err
+    assert "give no FILE" in err
+
+
+def test_verdicts_the_ui_records_as_user_are_stored_only_under_the_reviewer_named_with_by(home_with_week, capsys):
+    from dataplane.labels import check_os_user, current_os_user
+
+    home = home_with_week
+    summary = _export(capsys, n=10)
+    traces = _review_traces(home.mlflow_uri, summary["experiment_id"])[:4]
+    _judge(home.mlflow_uri, traces, "User")  # what MLflow 3.17's trace view records for whoever types
+    code, result = _import(capsys)
+    assert code == 2 and result["stored"] == 0
+    assert result["ui_placeholder_verdicts"] == sorted(t.info.trace_id for t in traces)
+    assert _labels(home) == []
+    code = main(["review", "import", "--from-mlflow", "--week", WEEK, "--by", "dee", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["stored"] == 4 and result["ui_placeholder_verdicts"] == []
+    # The file import's provenance: the name given, and the OS account that vouched for it.
+    assert {(rater, os_user) for _rid, rater, _ok, os_user, _sid in _labels(home)} == {
+        ("dee", check_os_user(current_os_user()))
+    }
