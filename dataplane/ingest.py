@@ -352,6 +352,7 @@ def _ingest_pass(
     """
     look_up_stored = False
     newest = newest_ended_at(con)
+    newest_known = False  # whether `newest` is already the file's final one
     while True:
         run = _FileIngest(con, path, handle, now, stamp, look_up_stored, openai, settings, newest, sha)
         try:
@@ -363,7 +364,9 @@ def _ingest_pass(
         else:
             if not run.kept_too_old():
                 return summary
-            newest = run.newest
+            if newest_known:  # cannot happen: a pass that starts from the final newest keeps no older row
+                raise RuntimeError(f"{path}: the age horizon moved on a pass that started from the file's newest row")
+            newest, newest_known = run.newest, True
         con.execute("ROLLBACK")
         con.execute("BEGIN TRANSACTION")
 
