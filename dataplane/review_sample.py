@@ -32,11 +32,16 @@ def week_population(
 ) -> list[tuple[str, str, str]]:
     """(interaction_id, outcome, intent) of every stored interaction that ended in [start, end), of
     `domain` only when one is named (None: every domain's)."""
-    where = "" if domain is None else " AND domain = ?"
+    if domain is None:
+        return con.execute(
+            "SELECT interaction_id, outcome, intent FROM interactions WHERE ended_at >= ? AND ended_at < ? "
+            "ORDER BY interaction_id",
+            [start, end],
+        ).fetchall()
     return con.execute(
-        "SELECT interaction_id, outcome, intent FROM interactions WHERE ended_at >= ? AND ended_at < ?"
-        f"{where} ORDER BY interaction_id",
-        [start, end] + ([] if domain is None else [domain]),
+        "SELECT interaction_id, outcome, intent FROM interactions WHERE ended_at >= ? AND ended_at < ? "
+        "AND domain = ? ORDER BY interaction_id",
+        [start, end, domain],
     ).fetchall()
 
 
