@@ -232,6 +232,17 @@ def select_trials(trials: Sequence[Trial], successes: int, seed: int, split: str
     return sorted(failed + won[: max(0, successes)], key=lambda t: t.key)
 
 
+# MLflow writes finished spans in batches of MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE (default
+# 5): a conversation's dozen spans then cost several store transactions. Batches of up to 1,000
+# spans, sent at least every second, took the export from 117 to 51 ms of CPU a trace on the
+# tiny agent's conversations (bench/RESULTS.md, "Evaluation traces"). MLflow reads these when its
+# tracer starts; an operator's own values win.
+EXPORT_BATCHING = {
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "1000",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS": "1000",
+}
+
+
 @contextmanager
 def tracing_to(tracking_uri: str) -> Iterator[None]:
     """Send MLflow traces to `tracking_uri` for the block; on leaving, wait until every trace
@@ -239,20 +250,27 @@ def tracing_to(tracking_uri: str) -> Iterator[None]:
 
     MLflow's tracer exports to the process-wide tracking URI (and mirrors it in the
     MLFLOW_TRACKING_URI environment variable), so it is switched only when it differs, and put
-    back exactly as it was: the variable unset again if it was unset.
+    back exactly as it was: the variable unset again if it was unset. `EXPORT_BATCHING` holds for
+    the block where the environment does not set those variables (a tracer MLflow started before
+    the block, on this same URI, keeps its own batching).
     """
     import mlflow  # heavy (~1 s): see the module docstring
 
     before = os.environ.get("MLFLOW_TRACKING_URI")
+    added = [name for name in EXPORT_BATCHING if name not in os.environ]
+    for name in added:
+        os.environ[name] = EXPORT_BATCHING[name]
     switch = mlflow.get_tracking_uri() != tracking_uri
-    if switch:
-        mlflow.set_tracking_uri(tracking_uri)
     try:
+        if switch:
+            mlflow.set_tracking_uri(tracking_uri)  # the tracer restarts, reading the batching above
         yield
     finally:
         mlflow.flush_trace_async_logging()
         if switch:
             mlflow.set_tracking_uri(before)
+        for name in added:
+            os.environ.pop(name, None)
 
 
 class TraceNotStartedError(RuntimeError):

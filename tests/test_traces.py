@@ -179,6 +179,18 @@ def test_tracing_to_puts_the_tracking_uri_back_as_it_was(tmp_path, monkeypatch):
     mlflow.set_tracking_uri(None)
 
 
+def test_tracing_to_batches_mlflows_export_for_the_block_unless_the_environment_says_otherwise(tmp_path, monkeypatch):
+    from evaluation.traces import EXPORT_BATCHING
+
+    uri, _client, _experiment = _store(tmp_path)
+    batch, interval = EXPORT_BATCHING
+    monkeypatch.delenv(batch, raising=False)
+    monkeypatch.setenv(interval, "250")  # an operator's own setting
+    with tracing_to(uri):
+        assert os.environ[batch] == EXPORT_BATCHING[batch] and os.environ[interval] == "250"
+    assert batch not in os.environ and os.environ[interval] == "250"
+
+
 # --- a weekly evaluation ------------------------------------------------------------------------
 
 W1 = "2026-11-09"
