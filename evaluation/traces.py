@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -170,10 +171,11 @@ def judged_feedback(success: bool | None, reward: float | None, terms: Mapping[s
     out: dict[str, Any] = {}
     if success is not None:
         out["verified_success"] = bool(success)
-    if reward is not None:
+    # An errored trial's reward is NaN: it was never judged, so there is no number to show.
+    if reward is not None and math.isfinite(reward):
         out["proxy_reward"] = round(float(reward), 6)
     for name, value in sorted(terms.items()):
-        if round(float(value), 6) != 0:
+        if math.isfinite(value) and round(float(value), 6) != 0:
             out[f"reward/{name}"] = round(float(value), 6)
     return out
 
@@ -199,6 +201,8 @@ def trial_trace(trial: Trial, *, week: str, split: str, policy: str, policy_vers
         "failure_mode": mode or "none",
         "ended_by": trial.ended_by,
     }
+    if trial.error is not None:  # it raised: a failure nobody judged, its message is the lead
+        tags["error"] = trial.error[:500]
     return ConversationTrace(
         name=f"{split} {policy} {trial.record_id}#{trial.trial}",
         inputs={"task_id": trial.record_id, "trial": trial.trial, "customer": _opening(trial.messages)},

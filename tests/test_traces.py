@@ -275,3 +275,30 @@ def test_the_trace_settings_are_declared_once_and_reach_both_evaluation_assets()
         for config in (EvalConfig, CalibrationConfig):
             declared = config.model_fields[spec.name]
             assert (declared.default, declared.description) == (spec.default, spec.metadata["help"]), spec.name
+
+
+def test_a_retried_set_replaces_its_traces_and_an_errored_trial_says_why(tmp_path):
+    import dataclasses
+    import math
+
+    from evaluation.traces import week_traces
+
+    uri, client, experiment = _store(tmp_path)
+    run_id = client.create_run(experiment).info.run_id
+    records = make_records(3)
+    trials = run_rollouts(escalator_policy(), records, k=1, max_turns=4)
+    broke = dataclasses.replace(trials[0], error="ValueError: boom", reward=math.nan, reward_terms={})
+    trials = [broke, *trials[1:]]
+    for _attempt in range(2):  # a step retried within one Dagster run logs into the same MLflow run
+        log = week_traces(
+            uri, run_id, week="2026-11-09", split="calibration", policy_versions={}, settings=TraceSettings(), seed=0
+        )
+        with tracing_to(uri):
+            log("baseline", trials)
+        assert log.stored(uri) == 3
+    found = mlflow_client(uri).search_traces(locations=[experiment], run_id=run_id, include_spans=False)
+    assert len(found) == 3
+    errored = next(t for t in found if t.info.tags["task_id"] == broke.record_id)
+    assert errored.info.tags["error"] == "ValueError: boom" and errored.info.tags["success"] == "false"
+    names = {a.name for a in errored.info.assessments}
+    assert "verified_success" in names and "proxy_reward" not in names  # NaN: never judged, no number
