@@ -141,7 +141,10 @@ def test_shadow_report_tops_up_a_short_window_from_earlier_history(home):
     config = {
         "ops": {
             "interaction_window": {"config": {"size": 40}},
-            "shadow_report": {"config": {"shadow_size": size, "max_turns": 2, "max_new_tokens": 8}},
+            # The stub candidate has no MLflow run to link traces to (tests/test_traces.py traces a week).
+            "shadow_report": {
+                "config": {"shadow_size": size, "max_turns": 2, "max_new_tokens": 8, "log_traces": False}
+            },
         }
     }
     assets = [data.raw_interactions, data.interaction_window, data.window_splits, stub_policy_base, stub_candidate]
