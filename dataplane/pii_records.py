@@ -18,7 +18,6 @@ from dataplane.domain_rules import DEFAULT_DOMAIN, domain_rules
 from dataplane.errors import ContractError
 from dataplane.scrub import STRICT, PiiScanner, scanner_for
 from dataplane.scrub import may_hold_pii as may_hold_pii
-from dataplane.scrub import may_hold_pii_json as may_hold_pii_json
 
 # Free-form fields: text a producer writes (at any depth, keys included). The other fields are
 # identifiers the contract refuses when they read as PII (masking would break them as keys),
@@ -28,9 +27,12 @@ FREE_FORM_FIELDS = ("policy_version", "initial_state", "user_scenario", "message
 # Integers that can read as PII: a bare social security number (9 digits) or a card (13-19).
 _SSN_INT_LOW, _SSN_INT_HIGH = 10**8, 10**9
 _CARD_INT_LOW, _CARD_INT_HIGH = 10**12, 10**19
-# The shortest text any pass replaces: an e-mail address ("a@b.co"). Keys and values shorter
-# than this (roles, most keys, short ids) skip even the gate.
-_SHORTEST = 6
+_NOT_DIGITS = bytes(b for b in range(256) if not 48 <= b <= 57)
+_IBAN_MIN_LEN = 15
+# The shortest text any pass replaces: an e-mail address ("a@b.co"); any other kind needs 9
+# characters or more (an SSN or UK National Insurance number without separators). ASCII keys and
+# values shorter (roles, most keys, short ids) skip even the gate.
+_SHORTEST, _SHORTEST_BUT_EMAIL = 6, 9
 
 
 def _int_may_hold_pii(value: int) -> bool:
@@ -38,11 +40,19 @@ def _int_may_hold_pii(value: int) -> bool:
     return _SSN_INT_LOW <= size < _SSN_INT_HIGH or _CARD_INT_LOW <= size < _CARD_INT_HIGH
 
 
+# Domain name -> (the domain object it was built for, its scanner): ingestion asks once per record.
+_DOMAIN_SCANNERS: dict[str, tuple[object, PiiScanner]] = {}
+
+
 def domain_scanner(domain: str = DEFAULT_DOMAIN) -> PiiScanner:
     """The scanner of `domain`'s records: it keeps the domain's `world_key_patterns`.
 
     Raises ContractError `unknown_domain` for a domain that is not installed."""
-    return scanner_for(domain_rules(domain).domain.world_key_patterns)
+    loaded = domain_rules(domain).domain
+    cached = _DOMAIN_SCANNERS.get(domain)
+    if cached is None or cached[0] is not loaded:
+        cached = _DOMAIN_SCANNERS[domain] = (loaded, scanner_for(loaded.world_key_patterns))
+    return cached[1]
 
 
 class KeyCollisionError(ContractError):
@@ -58,19 +68,34 @@ def scrub_record(record: dict[str, Any], scanner: PiiScanner | None = None) -> d
     no change are shared, not copied.
     """
     scanner = scanner or domain_scanner(record.get("domain", DEFAULT_DOMAIN))
-    out = dict(record)
+    return dict(scrub_fields(record, scanner))
+
+
+def scrub_fields(record: dict[str, Any], scanner: PiiScanner) -> dict[str, Any]:
+    """`scrub_record` that returns `record` itself when nothing in it changed (else a new dict)."""
+    walk = _WALKS.get(id(scanner)) or _walk_for(scanner)
+    clean = record
     for key in FREE_FORM_FIELDS:
-        out[key] = scrub_field(record[key], key, scanner)
-    return out
+        value = record[key]
+        try:
+            new = walk.messages(value) if key == "messages" else walk.value(value)
+        except KeyCollisionError as err:
+            raise KeyCollisionError(err.rule, f"{key}: {err.detail}") from None
+        if new is not value:
+            if clean is record:
+                clean = dict(record)
+            clean[key] = new
+    return clean
 
 
 def scrub_field(value: Any, name: str, scanner: PiiScanner = STRICT) -> Any:
     """`value` (the validated record's field `name`) with PII masked at any depth; shared where
     unchanged."""
+    walk = _WALKS.get(id(scanner)) or _walk_for(scanner)
     try:
         if name == "messages":
-            return _Walk(scanner).messages(value)
-        return _Walk(scanner).value(value)
+            return walk.messages(value)
+        return walk.value(value)
     except KeyCollisionError as err:
         raise KeyCollisionError(err.rule, f"{name}: {err.detail}") from None
 
@@ -88,29 +113,32 @@ def _replaced(old: list, new: list) -> list:
 # function of the text and the scanner's world keys (a pseudonym depends on the key, but a text
 # holding an address to pseudonymise is never clean), so a remembered answer stays right; a set
 # is emptied when full, which bounds it.
-_KNOWN_CLEAN: dict[int, set[str]] = {}
 _REMEMBER_UP_TO = 64  # characters; longer texts are rarely repeated, and hashing them costs more
 _KNOWN_CLEAN_MAX = 4096
 
 
 class _Walk:
-    """One scrubbing walk with one scanner (its remembered clean strings at hand)."""
+    """The scrubbing walk of one scanner, with the clean strings it remembers."""
 
-    __slots__ = ("scan", "known")
+    __slots__ = ("scrub", "known")
 
     def __init__(self, scanner: PiiScanner):
-        self.scan = scanner.scan
-        known = _KNOWN_CLEAN.get(id(scanner))
-        if known is None:
-            # Scanners live for the process (`scrub.scanner_for` keeps them), so ids are not reused.
-            known = _KNOWN_CLEAN[id(scanner)] = set()
-        self.known = known
+        self.scrub = scanner.scrub
+        self.known: set[str] = set()
 
     def text(self, text: str) -> str:
         size = len(text)
-        if size < _SHORTEST or (size <= _REMEMBER_UP_TO and text in self.known):
+        # Without an '@', a text under 15 characters can hold no IBAN, and any other kind needs 6
+        # digits or more (a UK National Insurance number; an SSN 9 characters). Lengths and digits
+        # of ASCII text only: normalising may lengthen other text ("⑽" -> "(10)").
+        if size < _IBAN_MIN_LEN and "@" not in text and text.isascii():
+            if size < _SHORTEST_BUT_EMAIL or len(text.encode().translate(None, _NOT_DIGITS)) < 6:
+                return text
+        elif size < _SHORTEST and text.isascii():
             return text
-        clean = self.scan(text)[0]
+        if size <= _REMEMBER_UP_TO and text in self.known:
+            return text
+        clean = self.scrub(text)
         if clean is text and size <= _REMEMBER_UP_TO:
             if len(self.known) >= _KNOWN_CLEAN_MAX:
                 self.known.clear()
@@ -125,11 +153,11 @@ class _Walk:
 
     def message(self, message: dict) -> dict:
         content = message["content"]
-        new_content = content if len(content) < _SHORTEST else self.text(content)
+        new_content = content if len(content) < _SHORTEST and content.isascii() else self.text(content)
         calls = message.get("tool_calls")
         new_calls = _replaced(calls, [self.call(c) for c in calls]) if calls else calls
         name = message.get("name")
-        new_name = name if name is None or len(name) < _SHORTEST else self.text(name)
+        new_name = name if name is None or (len(name) < _SHORTEST and name.isascii()) else self.text(name)
         if new_content is content and new_calls is calls and new_name is name:
             return message
         out = {**message, "content": new_content}
@@ -141,24 +169,27 @@ class _Walk:
 
     def call(self, call: dict) -> dict:
         name, arguments = call["name"], call["arguments"]
-        new_name = name if len(name) < _SHORTEST else self.text(name)
+        new_name = name if len(name) < _SHORTEST and name.isascii() else self.text(name)
         new_arguments = self.value(arguments)
         if new_name is name and new_arguments is arguments:
             return call
         return {"name": new_name, "arguments": new_arguments}
 
     def value(self, value: Any) -> Any:
-        # Called for every container of every flagged record: strings are handled inline (no call
-        # per leaf), short ones skip even the gate, and paths are not built.
+        # Called for every container of every record: strings are handled inline (no call per
+        # leaf), short ones skip even the gate, empty containers return at once, and paths are
+        # not built.
         kind = type(value)
         if kind is str:
             return self.text(value)
+        if not value:
+            return value
         if kind is dict:
             out = None  # built only from the first change on: most objects come back as they are
             for i, (key, item) in enumerate(value.items()):
-                new_key = key if len(key) < _SHORTEST else self.text(key)
+                new_key = key if len(key) < _SHORTEST and key.isascii() else self.text(key)
                 if type(item) is str:
-                    new_item = item if len(item) < _SHORTEST else self.text(item)
+                    new_item = item if len(item) < _SHORTEST and item.isascii() else self.text(item)
                 else:
                     new_item = self.value(item)
                 if out is None:
@@ -171,15 +202,27 @@ class _Walk:
             return value if out is None else out
         if kind is list:
             items = [
-                (item if len(item) < _SHORTEST else self.text(item)) if type(item) is str else self.value(item)
+                (item if len(item) < _SHORTEST and item.isascii() else self.text(item))
+                if type(item) is str
+                else self.value(item)
                 for item in value
             ]
             return _replaced(value, items)
         if kind is int and _int_may_hold_pii(value):
             text = str(value)
-            clean = self.scan(text)[0]
+            clean = self.scrub(text)
             return value if clean == text else clean
         return value
+
+
+# One walk per scanner (scanners live for the process, `scrub.scanner_for` keeps them, so their
+# ids are never reused).
+_WALKS: dict[int, _Walk] = {}
+
+
+def _walk_for(scanner: PiiScanner) -> _Walk:
+    walk = _WALKS[id(scanner)] = _Walk(scanner)
+    return walk
 
 
 def suspect_texts(record: Any) -> Iterator[tuple[str, str]]:

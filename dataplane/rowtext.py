@@ -15,7 +15,7 @@ from typing import Any
 
 from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.errors import ContractError
-from dataplane.pii_records import FREE_FORM_FIELDS, domain_scanner, may_hold_pii_json, scrub_field
+from dataplane.pii_records import domain_scanner, scrub_fields
 
 # Built once: json.dumps would build the same encoder on every call. NaN and infinities are
 # refused: they are not JSON, and a stored record must read back anywhere.
@@ -76,43 +76,17 @@ def scrubbed_canonical(record: dict) -> tuple[dict, str]:
     """(the record with PII masked, its canonical JSON): what ingestion stores.
 
     PII is found as the record's domain finds it (`pii_records.domain_scanner`: its world keys
-    survive); a record without `domain` is the default domain's.
-
-    The free-form strings and `messages` (a few strings behind known keys, and where PII usually
-    is) are walked first; the free-form objects are walked only when `may_hold_pii_json` says their
-    text may hold PII: walking every string of a reference-world record (hundreds of
-    digit-bearing ids in initial_state) costs about three serialisations, the gate a fraction of
-    one. The gate is a search for shapes, so a text it clears has no part it would flag: when the
-    whole serialised record passes, no object in it needs walking, and the record is serialised
-    in one encoder call. The gate holds on this JSON: only quotes, backslashes and control
-    characters are escaped, PII holds none of them, and the gate reads each escape as a space.
+    survive); a record without `domain` is the default domain's. Every free-form field is walked
+    (`pii_records.scrub_field`: short and remembered strings cost a lookup) and the record is
+    serialised once. Nothing is gated on the serialised text first: the retail and airline
+    worlds hold customers' e-mail addresses, so their objects are walked whatever a gate said,
+    and a shape test of a whole record's text (ids, timestamps, prices) costs more than walking
+    a small record's few strings.
     """
-    scanner = domain_scanner(record.get("domain", DEFAULT_DOMAIN))
-    clean = _scrub_fields(record, record, _WALKED, scanner)
+    clean = scrub_fields(record, domain_scanner(record.get("domain", DEFAULT_DOMAIN)))
     text = _encode(clean)
-    if may_hold_pii_json(text):
-        gated = [key for key in _GATED if record[key] is not None and may_hold_pii_json(_encode(record[key]))]
-        if gated:
-            clean = _scrub_fields(record, clean, gated, scanner)
-            text = _encode(clean)
     _require_utf8(text)
     return clean, text
-
-
-_GATED = tuple(key for key in FREE_FORM_FIELDS if key in ("initial_state", "user_scenario", "gold", "human_label"))
-_WALKED = tuple(key for key in FREE_FORM_FIELDS if key not in _GATED)
-
-
-def _scrub_fields(record: dict, clean: dict, keys, scanner) -> dict:
-    """`clean` (`record` or a copy of it) with the fields `keys` of `record` scrubbed by `scanner`."""
-    for key in keys:
-        value = record[key]
-        new = scrub_field(value, key, scanner)
-        if new is not value:
-            if clean is record:
-                clean = dict(record)
-            clean[key] = new
-    return clean
 
 
 def _require_utf8(text: str) -> None:

@@ -145,52 +145,69 @@ def iban_ok(iban: str) -> bool:
 
 
 # ---- the patterns, on normalised text ------------------------------------------------------
-# Each pass: a regex, a judge of its matches (the replacement, or None to keep the span), the
-# fewest digits any span it replaces holds, and a necessary shape (see `_SHAPE`).
+# Each pass: a search for candidate spans, a judge of each (the replacement, or None to keep it),
+# and the fewest digits any span it replaces holds. Every pattern starts by consuming one
+# character of a small class (a digit, '+', '(', a capital) and checks what precedes the span
+# with a lookbehind placed after that character: Python's engine then skips every other
+# character in a C loop, where a pattern that starts with a lookbehind is tried at every
+# position (ten to fifty times slower on a record's text). E-mail addresses and IBANs are found
+# from their '@' and from their check digits (`_email_search`, `_iban_search`).
 
 _A = re.ASCII
 _RIGHT = r"(?![\w])"
 _NUMBER_END = r"(?![\w])(?!\.\d)"  # not followed by a decimal fraction either
 
-_EMAIL_RE = re.compile(
-    r"(?<![\w.%+-])[\w.%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])", _A
-)
-_IBAN_RE = re.compile(r"\b[A-Za-z]{2}\d{2}(?: ?[A-Za-z0-9]){11,30}\b", _A)
+# The local part: the run of [\w.%+-] (1-64) ending at the '@', not preceded by another of them.
+_EMAIL_LOCAL = re.compile(r"[\w.%+-]{1,64}\Z", _A)
+_EMAIL_LOCAL_CHAR = re.compile(r"[\w.%+-]", _A)
+_EMAIL_DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])", _A)
+# An IBAN from its check digits: two letters at a word's start before them, then 11-30 letters
+# and digits, single spaces allowed between them.
+_IBAN_DIGITS = re.compile(r"\d(?<=\b[A-Za-z]{2}\d)\d(?: ?[A-Za-z0-9]){11,30}\b", _A)
+# Cards: 13-19 digits in a row, or in 4-digit groups with one separator ('.', '-' or a space) or
+# Amex's 4-6-5, not glued to a word, '#' or a decimal point.
 _CARD_RE = re.compile(
-    r"(?<![\w#])(?<!\d\.)(?:"
-    r"\d{13,19}"
-    r"|\d{4}(?P<s1>[ .-])\d{4}(?P=s1)\d{4}(?P=s1)\d{1,7}"
-    r"|\d{4}(?P<s2>[ .-])\d{6}(?P=s2)\d{4,5}"
+    r"\d(?<![\w#]\d)(?<!\d\.\d)(?:"
+    r"\d{12,18}"
+    r"|\d{3}(?P<s1>[ .-])\d{4}(?P=s1)\d{4}(?P=s1)\d{1,7}"
+    r"|\d{3}(?P<s2>[ .-])\d{6}(?P=s2)\d{4,5}"
     r")" + _NUMBER_END,
     _A,
 )
 # US SSN: 3-2-4 digits with one separator or none. A bare run must not be glued to '-', '.',
 # '/' or '+' either (int-123456789, a decimal, a path, a phone number).
 _SSN_RE = re.compile(
-    r"(?<![\w#])(?:\d{3}(?P<s>[ -])\d{2}(?P=s)\d{4}|(?<![-./+])\d{9})" + _NUMBER_END,
+    r"\d(?<![\w#]\d)(?:\d{2}(?P<s>[ -])\d{2}(?P=s)\d{4}|(?<![-./+]\d)\d{8})" + _NUMBER_END,
     _A,
 )
 # UK National Insurance: two prefix letters (D, F, I, Q, U, V never; O never second; BG, GB,
 # KN, NK, NT, TN, ZZ unallocated), six digits, a suffix A-D; spaces between pairs optional.
 _NINO_RE = re.compile(
-    r"\b(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b",
+    r"[A-CEGHJ-PR-TW-Z](?<!\w[A-Z])[A-CEGHJ-NPR-TW-Z](?<!BG|GB|KN|NK|NT|TN|ZZ) ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b",
     _A,
 )
 # North American: optional 1, then (415) 555-0100 / 415-555-0100 / 415.555.0100 / 415 555 0100.
-_NANP_RE = re.compile(r"(?<![\w#+])(?:1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}" + _RIGHT, _A)
+_NANP_RE = re.compile(
+    r"(?:1(?<![\w#+]1)[ .-]?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])"
+    r"|\((?<![\w#+]\()\d{3}\)[ .-]?"
+    r"|\d(?<![\w#+]\d)\d{2}[ .-])"
+    r"\d{3}[ .-]\d{4}" + _RIGHT,
+    _A,
+)
 # International: '+', a country code, then digits with single separators, a trunk "(0)" or an
 # area code in brackets between them: +14155550100, +44 (0)20 7946 0958, +49 30/1234-5678.
-_INTL_RE = re.compile(r"(?<![\w+])\+[1-9](?:[ .\-/]?(?:\(0\)|\(\d{1,4}\)|\d)){6,20}" + _RIGHT, _A)
+_INTL_RE = re.compile(r"\+(?<![\w+]\+)[1-9](?:[ .\-/]?(?:\(0\)|\(\d{1,4}\)|\d)){6,20}" + _RIGHT, _A)
 # The same after an international prefix 00 and a country code followed by a separator.
-_INTL00_RE = re.compile(r"(?<![\w#+.\-/])00[1-9]\d{0,2}[ .\-/](?:[ .\-/]?(?:\(0\)|\d)){6,17}" + _RIGHT, _A)
+_INTL00_RE = re.compile(r"0(?<![\w#+.\-/]0)0[1-9]\d{0,2}[ .\-/](?:[ .\-/]?(?:\(0\)|\d)){6,17}" + _RIGHT, _A)
 # National numbers behind a trunk 0 (UK, DE, FR and most of Europe), in groups: one separator
-# throughout (020 7946 0958, 01 23 45 67 89, 030-1234-5678), or an area code in brackets or
-# before a slash ((020) 7946 0958, 030/1234 5678); or one run of 10-11 digits (07700900123).
+# throughout (020 7946 0958, 01 23 45 67 89, 030-1234-5678), or an area code before a slash or
+# in brackets (030/1234 5678, (020) 7946 0958); or one run of 10-11 digits (07700900123).
 _TRUNK_RE = re.compile(
-    r"(?<![\w#+.\-/])(?:"
-    r"0[1-9]\d{0,4}(?P<s>[ .-])\d{2,8}(?:(?P=s)\d{2,8}){0,4}"
-    r"|(?:\(0[1-9]\d{0,4}\) ?|0[1-9]\d{0,4}/ ?)\d{2,8}(?:(?P<t>[ .-])\d{2,8}(?:(?P=t)\d{2,8}){0,3})?"
-    r"|0[1-9]\d{8,9}"
+    r"(?:0(?<![\w#+.\-/]0)(?:"
+    r"[1-9]\d{0,4}(?P<s>[ .-])\d{2,8}(?:(?P=s)\d{2,8}){0,4}"
+    r"|[1-9]\d{0,4}/ ?\d{2,8}(?:(?P<t>[ .-])\d{2,8}(?:(?P=t)\d{2,8}){0,3})?"
+    r"|[1-9]\d{8,9})"
+    r"|\((?<![\w#+.\-/]\()0[1-9]\d{0,4}\) ?\d{2,8}(?:(?P<u>[ .-])\d{2,8}(?:(?P=u)\d{2,8}){0,3})?"
     r")" + _NUMBER_END,
     _A,
 )
@@ -259,23 +276,58 @@ def _judge_email(span: str, scanner: PiiScanner) -> str | None:
     return scanner.pseudonym(span)
 
 
+Search = Callable[[str, int], "tuple[int, int] | None"]
+
+
+def _regex_search(pattern: re.Pattern) -> Search:
+    find = pattern.search
+
+    def search(text: str, pos: int) -> tuple[int, int] | None:
+        match = find(text, pos)
+        return None if match is None else match.span()
+
+    return search
+
+
+def _email_search(text: str, pos: int) -> tuple[int, int] | None:
+    """The first e-mail address starting at `pos` or later: found from its '@'."""
+    at = text.find("@", pos)
+    while at != -1:
+        local = _EMAIL_LOCAL.search(text, max(pos, at - 64), at)
+        if local is not None:
+            start = local.start()
+            # The whole run before the '@', as a lookbehind would require: not one that goes on
+            # to the left (of over 64 characters, or cut at `pos` by a refused candidate).
+            if start == 0 or _EMAIL_LOCAL_CHAR.match(text, start - 1) is None:
+                domain = _EMAIL_DOMAIN.match(text, at + 1)
+                if domain is not None:
+                    return start, domain.end()
+        at = text.find("@", at + 1)
+    return None
+
+
+def _iban_search(text: str, pos: int) -> tuple[int, int] | None:
+    match = _IBAN_DIGITS.search(text, pos + 2)  # its letters start at `pos` or later
+    return None if match is None else (match.start() - 2, match.end())
+
+
 @dataclass(frozen=True)
 class _Pass:
     kind: str
-    pattern: re.Pattern
+    search: Search
     judge: Callable[[str, PiiScanner], str | None] | None  # None: the IBAN pass (`iban_prefix`)
     min_digits: int  # the fewest digits of any span it replaces
 
 
-EMAIL_PASS = _Pass("email", _EMAIL_RE, _judge_email, 0)
-IBAN_PASS = _Pass("iban", _IBAN_RE, None, 2)
-CARD_PASS = _Pass("card", _CARD_RE, _judge_card, 13)
-SSN_PASS = _Pass("national_id", _SSN_RE, _judge_ssn, 9)
-NINO_PASS = _Pass("national_id", _NINO_RE, _judge_national, 6)
-NANP_PASS = _Pass("phone", _NANP_RE, _judge_nanp, 10)
-INTL_PASS = _Pass("phone", _INTL_RE, _judge_intl, 8)
-INTL00_PASS = _Pass("phone", _INTL00_RE, _judge_intl, 8)
-TRUNK_PASS = _Pass("phone", _TRUNK_RE, _judge_trunk, 10)
+EMAIL_PASS = _Pass("email", _email_search, _judge_email, 0)
+IBAN_PASS = _Pass("iban", _iban_search, None, 2)
+CARD_PASS = _Pass("card", _regex_search(_CARD_RE), _judge_card, 13)
+SSN_PASS = _Pass("national_id", _regex_search(_SSN_RE), _judge_ssn, 9)
+NINO_PASS = _Pass("national_id", _regex_search(_NINO_RE), _judge_national, 6)
+NANP_PASS = _Pass("phone", _regex_search(_NANP_RE), _judge_nanp, 10)
+INTL_PASS = _Pass("phone", _regex_search(_INTL_RE), _judge_intl, 8)
+INTL00_PASS = _Pass("phone", _regex_search(_INTL00_RE), _judge_intl, 8)
+TRUNK_PASS = _Pass("phone", _regex_search(_TRUNK_RE), _judge_trunk, 10)
 # In this order: e-mail addresses and IBANs (letters and digits) before the digit-only kinds,
 # cards before national ids before phone numbers (a span replaced by one is not read by the next).
 _PASSES = (EMAIL_PASS, IBAN_PASS, CARD_PASS, SSN_PASS, NINO_PASS, NANP_PASS, INTL_PASS, INTL00_PASS, TRUNK_PASS)
@@ -287,21 +339,21 @@ _PSEUDONYM_RE = re.compile(r"user_[0-9a-f]{16}" + re.escape(_AT_PSEUDONYM))
 # (stored records hold pseudonyms, and are scanned again by every no-PII check).
 _REAL_AT = re.compile(r"@(?!" + re.escape(PSEUDONYM_DOMAIN) + r"(?![\w-]|\.[A-Za-z0-9]))")
 
-# The shape of ASCII text, one byte a character: '0' -> '0', other digits -> 'd', a space -> 's',
-# '.' and '-' -> 'S', capitals -> 'U', small letters -> 'l', '+', '(', ')' and '/' as themselves,
-# anything else '_'; a second shape has every digit 'd'. `_shape_passes` searches them for a
-# necessary condition of each pass replacing anything. Every search starts with a literal, which
-# Python's regex engine finds with a fast scan (one that starts with a class or a lookbehind tries
-# every position, ten times slower on a record's text); bytes.translate is one C loop.
+# The shape of ASCII text, one byte a character: '0' -> '0', other digits -> 'd', a space, '.'
+# or '-' -> 's', capitals -> 'U', small letters -> 'l', '+', '(', ')' and '/' as themselves,
+# anything else '_'; a second
+# shape has every digit 'd'. `_shape_passes` tests on them a necessary condition of each pass
+# replacing anything: substring tests where it can (bytes.translate and `in` are C loops), and a
+# regex only where a substring found first makes a match likely, always one that starts with a
+# literal (Python's engine finds it with a fast scan; one that starts with a class or a lookbehind
+# is tried at every position, ten times slower on a record's text).
 _SHAPE = bytes(
     ord("0")
     if b == 48
     else ord("d")
     if 49 <= b <= 57
     else ord("s")
-    if b == 32
-    else ord("S")
-    if b in b".-"
+    if b in b" .-"
     else ord("U")
     if 65 <= b <= 90
     else ord("l")
@@ -311,34 +363,30 @@ _SHAPE = bytes(
     else ord("_")
     for b in range(256)
 )
-_IBAN_SHAPE = re.compile(rb"dd(?<=[Ul][Ul]dd)")
-_CARD_SHAPE = re.compile(rb"dddd(?:ddddddddd|[sS]dddd)")
-_SSN_SHAPE = re.compile(rb"ddd(?:[sS]dd[sS]dddd|dddddd+)")  # grouped, or a run of 9 or more, each whole
-_NINO_SHAPE = re.compile(rb"UUs?dds?dds?dds?U")  # spaces only
-_NANP_SHAPE = re.compile(rb"ddd[sS]dddd")
+_IBAN_SHAPE = re.compile(rb"dd(?<=[Ul][Ul]dd)")  # two letters, then two digits
+_NINO_SHAPE = re.compile(rb"UUs?dds?dds?dds?U")
+# The international prefix 00 and a country code of 1-3 digits, then a separator.
+_INTL00_SHAPE = re.compile(rb"00d[0d]{0,2}[s/]")
 # A trunk number: "0d", up to 4 more digits, a separator, then 10-12 digits in all: a first group
 # of at most 6 leaves 4 or more after its separator, in one group or in two. Or 10 in a row.
-# Its "0" must not follow a digit, letter, '+', '/', '.' or '-' (checked on each match, see
-# `_unglued`).
-_TRUNK_SHAPE = re.compile(rb"0d(?:[0d]{0,4}(?:[sS]|\)s?|/s?)(?:[0d]{4}|[0d]{2,3}[sS][0d]{2})|[0d]{8})")
-# The international prefix 00 and a country code of 1-3 digits, then a separator.
-_INTL00_SHAPE = re.compile(rb"00d[0d]{0,2}[sS/]")
-_GLUED = frozenset(b"0dUl+/S")
+_TRUNK_SHAPE = re.compile(rb"0d(?:[0d]{0,4}(?:s|\)s?|/s?)(?:[0d]{4}|[0d]{2,3}s[0d]{2})|[0d]{8})")
+_GLUED = frozenset(b"0dUl+/")  # a '0' after one of these (or after '.' or '-') starts no number
 
 
-def _ssn_shape(shape: bytes) -> bool:
-    return any(len(m.group(0)) in (9, 11) for m in _SSN_SHAPE.finditer(shape))
-
-
-def _unglued(pattern: re.Pattern, zeros: bytes) -> bool:
-    """Whether `pattern` matches somewhere not right after a digit, letter, '+', '/', '.' or '-'."""
-    match = pattern.search(zeros)
-    while match is not None:
-        start = match.start()
-        if start == 0 or zeros[start - 1] not in _GLUED:
+def _unglued(needle: bytes, pattern: re.Pattern, zeros: bytes, text: str) -> bool:
+    """Whether `pattern` matches `zeros` at an occurrence of `needle` that the text before does
+    not glue to an identifier (a digit, letter, '+', '/', '.' or '-'); positions in `zeros` are
+    those of `text`. Occurrences are few, and `find` a C loop: cheaper than a regex search."""
+    at = zeros.find(needle)
+    while at != -1:
+        if (at == 0 or (zeros[at - 1] not in _GLUED and text[at - 1] not in ".-")) and pattern.match(zeros, at):
             return True
-        match = pattern.search(zeros, start + 1)
+        at = zeros.find(needle, at + 1)
     return False
+
+
+# The fewest characters of a text each kind needs: shorter texts skip its tests.
+_IBAN_MIN_LEN = 15
 
 
 def _shape_passes(text: str) -> tuple[_Pass, ...]:
@@ -350,32 +398,60 @@ def _shape_passes(text: str) -> tuple[_Pass, ...]:
         if _AT_PSEUDONYM in text:
             # A pseudonym's hex reads as letters and digits to the shape tests ("bb64" as an IBAN's
             # start), never to the patterns (glued to its own letters): leave it out of the shape.
-            text = _PSEUDONYM_RE.sub("_", text)
+            text = _PSEUDONYM_RE.sub(lambda m: "_" * len(m.group(0)), text)
     # Normalised text is ASCII but for letters and symbols outside it, which no pattern reads as a
     # letter, digit or separator (their \w and \d are ASCII): each shapes as '?', then '_'.
-    zeros = text.encode("ascii", "replace").translate(_SHAPE)
-    shape = zeros.replace(b"0", b"d")
-    digits = shape.count(b"d")
+    zeros = (text.encode() if text.isascii() else text.encode("ascii", "replace")).translate(_SHAPE)
+    digits = zeros.count(b"d") + zeros.count(b"0")
     if digits < 2:  # every pass but the e-mail one needs two digits or more
         return tuple(out)
-    if _IBAN_SHAPE.search(shape):
+    shape = zeros.replace(b"0", b"d")
+    if len(text) >= _IBAN_MIN_LEN and _IBAN_SHAPE.search(shape):
         out.append(IBAN_PASS)
     if digits < 6:
         return tuple(out)
-    if digits >= 13 and _CARD_SHAPE.search(shape):
-        out.append(CARD_PASS)
-    if digits >= 9 and _ssn_shape(shape):
-        out.append(SSN_PASS)
-    if _NINO_SHAPE.search(shape):
+    if digits >= 9:
+        if digits >= 13 and (b"ddddddddddddd" in shape or b"ddddsdddd" in shape):
+            out.append(CARD_PASS)
+        # A bare SSN is a run of exactly 9 digits. Counted without overlap, a run of L digits
+        # holds L // 9 nines and L // 10 tens: more nines than tens for L = 9 (and some longer L),
+        # never fewer, so a text with a run of 9 has more in all.
+        if b"dddsddsdddd" in shape or shape.count(b"ddddddddd") > shape.count(b"dddddddddd"):
+            out.append(SSN_PASS)
+    if b"UU" in shape and _NINO_SHAPE.search(shape):
         out.append(NINO_PASS)
     if digits >= 8:
-        if digits >= 10 and _NANP_SHAPE.search(shape):
+        if digits >= 10 and b"dddsdddd" in shape:
             out.append(NANP_PASS)
         if b"+d" in zeros:
             out.append(INTL_PASS)
-        if b"00d" in zeros and _unglued(_INTL00_SHAPE, zeros):
+        if b"00d" in zeros and _unglued(b"00d", _INTL00_SHAPE, zeros, text):
             out.append(INTL00_PASS)
-        if digits >= 10 and _unglued(_TRUNK_SHAPE, zeros):
+        if digits >= 10 and _unglued(b"0d", _TRUNK_SHAPE, zeros, text):
+            out.append(TRUNK_PASS)
+    return tuple(out)
+    if len(text) >= _IBAN_MIN_LEN and (b"Udd" in shape or b"ldd" in shape) and _IBAN_SHAPE.search(shape):
+        out.append(IBAN_PASS)
+    if digits < 6:
+        return tuple(out)
+    if digits >= 9:
+        if digits >= 13 and (b"ddddddddddddd" in shape or b"ddddsdddd" in shape):
+            out.append(CARD_PASS)
+        # A bare SSN is a run of exactly 9 digits. Counted without overlap, a run of L digits
+        # holds L // 9 nines and L // 10 tens: more nines than tens for L = 9 (and some longer L),
+        # never fewer, so a text with a run of 9 has more in all.
+        if b"dddsddsdddd" in shape or shape.count(b"ddddddddd") > shape.count(b"dddddddddd"):
+            out.append(SSN_PASS)
+    if (b"UUd" in shape or b"UUsd" in shape) and _NINO_SHAPE.search(shape):
+        out.append(NINO_PASS)
+    if digits >= 8:
+        if digits >= 10 and b"dddsdddd" in shape:
+            out.append(NANP_PASS)
+        if b"+" in zeros and b"+d" in zeros:
+            out.append(INTL_PASS)
+        if _unglued(b"00d", _INTL00_SHAPE, zeros, text):
+            out.append(INTL00_PASS)
+        if digits >= 10 and _unglued(b"0d", _TRUNK_SHAPE, zeros, text):
             out.append(TRUNK_PASS)
     return tuple(out)
 
@@ -406,7 +482,7 @@ class PiiScanner:
             self._tokens[(key, address)] = token
         return token
 
-    def _spans(self, norm: str, passes: Iterable[_Pass]) -> list[tuple[int, int, str, str]]:
+    def _spans(self, norm: str, passes: tuple[_Pass, ...]) -> list[tuple[int, int, str, str]]:
         """(start, end, replacement, kind) of every PII span in normalised text, in order.
 
         Passes run in turn over a working copy in which each span already replaced is filled
@@ -415,15 +491,18 @@ class PiiScanner:
         run failing Luhn, words an IBAN's pattern took in) cannot hide one that starts inside it.
         """
         spans: list[tuple[int, int, str, str]] = []
+        if not passes:
+            return spans
         work = norm
         keep = self.keep
+        last = passes[-1]
         for p in passes:
             found: list[tuple[int, int, str, str]] = []
-            search = p.pattern.search
-            match = search(work)
+            search = p.search
+            match = search(work, 0)
             while match is not None:
-                start, end = match.span()
-                text = match.group(0)
+                start, end = match
+                text = work[start:end]
                 token = None
                 if keep is None or keep.fullmatch(text) is None:
                     if p.judge is None:
@@ -437,15 +516,16 @@ class PiiScanner:
                     continue
                 found.append((start, end, token, p.kind))
                 match = search(work, end)
-            if found:
+            if found and p is not last:  # the last pass's spans are read by no other
                 pieces, pos = [], 0
                 for start, end, _token, _kind in found:
                     pieces += (work[pos:start], _FILL * (end - start))
                     pos = end
                 pieces.append(work[pos:])
                 work = "".join(pieces)
-                spans += found
-        spans.sort()
+            spans += found
+        if len(passes) > 1:
+            spans.sort()
         return spans
 
     def scan(self, text: str) -> tuple[str, list[str]]:
@@ -457,6 +537,18 @@ class PiiScanner:
         passes = _shape_passes(norm)
         if not passes:
             return text, []
+        return self._replace(text, norm, origin, passes)
+
+    def scrub(self, text: str) -> str:
+        """`text` with every PII span replaced (`scan` without the kinds: the walk's fast path)."""
+        if text.isascii():
+            passes = _shape_passes(text)
+            return self._replace(text, text, None, passes)[0] if passes else text
+        return self.scan(text)[0]
+
+    def _replace(
+        self, text: str, norm: str, origin: list[int] | None, passes: tuple[_Pass, ...]
+    ) -> tuple[str, list[str]]:
         spans = self._spans(norm, passes)
         if not spans:
             return text, []
@@ -471,9 +563,6 @@ class PiiScanner:
         out.append(text[pos:])
         return "".join(out), [span[3] for span in spans]
 
-    def scrub(self, text: str) -> str:
-        return self.scan(text)[0]
-
     def find(self, text: str) -> list[str]:
         return self.scan(text)[1]
 
@@ -481,34 +570,6 @@ class PiiScanner:
 def may_hold_pii(text: str) -> bool:
     """False only when no pass of any scanner could replace anything in `text`."""
     return bool(_shape_passes(text if text.isascii() else _normalised(text)[0]))
-
-
-# JSON escapes: a backslash and a character other than 'u' (an escaped backslash included, so
-# runs of them pair up), then the \uXXXX ones.
-_JSON_SHORT_ESCAPE = re.compile(r"\\[^u]", re.DOTALL)
-_JSON_U_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
-
-
-def _u_escape(match: re.Match) -> str:
-    code = int(match.group(1), 16)
-    return chr(code) if code >= 32 else " "
-
-
-def may_hold_pii_json(text: str) -> bool:
-    """`may_hold_pii` for JSON text: False only when no string in it could have anything replaced.
-
-    Some tests read what precedes a number (a digit, letter or '-' glues it to an identifier),
-    and in JSON text an escape stands before it instead of the character it encodes ("\\n0612..."
-    is a new line, then a phone number). So every escape of a quote, a backslash or a control
-    character is read as a space first (a space parts what it stands between as that character
-    does, and may join digit groups that it does not, which only makes the condition looser), and
-    any other \\uXXXX as its character.
-    """
-    if "\\" in text:
-        text = _JSON_SHORT_ESCAPE.sub(" ", text)
-        if "\\u" in text:
-            text = _JSON_U_ESCAPE.sub(_u_escape, text)
-    return may_hold_pii(text)
 
 
 def _end_of_prefix(text: str, start: int, size: int) -> int:
