@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from dataplane import ingest as ingest_module
 from dataplane.contract import validate_record
 from dataplane.ingest import InputPathError, ingest_paths
+from dataplane.scrub import scrub_json_text
 from dataplane.store import StoreLockedError, open_store, stored_record
 from tests.helpers_data import NOW, build_records, write_jsonl
 
@@ -98,7 +99,8 @@ def test_bad_line_is_quarantined_with_its_rule(tmp_path, records, rule, make):
     assert summary.quarantined_by_rule == {rule: 1}
     [(got_rule, line_no, rid, raw, file_level)] = _quarantine(tmp_path / "db.duckdb")
     assert (got_rule, line_no, rid, file_level) == (rule, 6, records[5]["interaction_id"], False)
-    assert raw == (bad if isinstance(bad, str) else json.dumps(bad))
+    # Kept as read, with PII masked (the record's e-mail as its pseudonym), like every stored text.
+    assert raw == scrub_json_text(bad if isinstance(bad, str) else json.dumps(bad))
 
 
 def test_duplicates_and_conflicts(tmp_path, records):
@@ -129,8 +131,15 @@ def test_pii_is_scrubbed_not_rejected(tmp_path, records):
     con = open_store(db, read_only=True)
     [stored] = [json.loads(r[0]) for r in con.execute("SELECT record FROM interactions").fetchall()]
     con.close()
-    assert stored["messages"][1]["content"] == "card [CARD], phone [PHONE], ssn [NATIONAL_ID], #W6067464"
-    assert stored["initial_state"] == records[0]["initial_state"]
+    # The number is masked as a North American one; the bare country code before it identifies nobody.
+    assert stored["messages"][1]["content"] == "card [CARD], phone +1 [PHONE], ssn [NATIONAL_ID], #W6067464"
+    # The world is kept as it was but for its e-mails, which become their consistent pseudonyms.
+    expected = copy.deepcopy(records[0]["initial_state"])
+    for user_id, user in expected["users"].items():
+        pseudonym = stored["initial_state"]["users"][user_id]["email"]
+        assert pseudonym.endswith("@masked.invalid") and pseudonym != user["email"]
+        user["email"] = pseudonym
+    assert stored["initial_state"] == expected
 
 
 def _corrupt_gzip(path: Path, records: list[dict]) -> Path:
