@@ -35,6 +35,7 @@ class EvalConfig(dg.Config):
     max_new_tokens: int = 128
     log_traces: bool = setting_field(TraceSettings, "log_traces")
     trace_successes: int = setting_field(TraceSettings, "trace_successes")
+    max_traces: int = setting_field(TraceSettings, "max_traces")
 
 
 class CalibrationConfig(EvalConfig):
@@ -104,7 +105,9 @@ def _week_traces(
         week=week,
         split=split,
         policy_versions={"candidate": f"{model}/candidate-{week}", "baseline": baseline},
-        settings=TraceSettings(log_traces=config.log_traces, trace_successes=config.trace_successes),
+        settings=TraceSettings(
+            log_traces=config.log_traces, trace_successes=config.trace_successes, max_traces=config.max_traces
+        ),
         seed=config.seed,
     )
 
@@ -118,7 +121,13 @@ def _trace_metadata(context: dg.AssetExecutionContext, traces: TrialTraces | Non
     sent = sum(traces.logged.values())
     if stored < sent:
         context.log.warning(f"{traces.split}: {sent} traces sent to MLflow, {stored} stored")
-    summary = {"experiment_id": traces.experiment_id, "run_id": traces.run_id, "sent": traces.logged, "stored": stored}
+    summary = {
+        "experiment_id": traces.experiment_id,
+        "run_id": traces.run_id,
+        "sent": traces.logged,
+        "stored": stored,
+        "untraced_failures": traces.untraced_failures,
+    }
     return {"traces": dg.MetadataValue.json(summary)}
 
 

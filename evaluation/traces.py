@@ -61,13 +61,20 @@ class TraceSettings:
     log_traces: bool = _setting(
         True,
         "log candidate and baseline conversations as MLflow traces linked to the week's run "
-        "(every failed trial, and a seeded sample of the successes)",
+        "(the failed trials, and a seeded sample of the successes)",
     )
     trace_successes: int = _setting(
+        5,
+        "successful trials traced per policy and evaluation set, a seeded sample (the same "
+        "conversations for candidate and baseline where both succeeded); 0: failures only",
+    )
+    max_traces: int = _setting(
         20,
-        "successful trials logged as traces per policy and evaluation set, a seeded sample "
-        "(the same conversations for candidate and baseline where both succeeded); every failed "
-        "trial is logged whatever this is; 0: failures only",
+        "the most trials traced per policy and evaluation set, successes included: every failed "
+        "trial while they fit, else a seeded sample of them (the rest are counted in the asset's "
+        "`traces` metadata); -1: no cap, every failed trial. A trace costs MLflow's sqlite store "
+        "about 50 ms of CPU, about what the tiny agent spends on a conversation, so the default "
+        "keeps a demo week's evaluation within 10% (bench/traces.py)",
     )
 
 
@@ -224,26 +231,37 @@ def _rank(seed: int, split: str, key: tuple[str, int]) -> str:
     return hashlib.sha256(f"{seed}:{split}:{key[0]}#{key[1]}".encode()).hexdigest()
 
 
-def select_trials(trials: Sequence[Trial], successes: int, seed: int, split: str) -> list[Trial]:
-    """Every failed trial and up to `successes` successful ones, in (record, trial) order.
+def select_trials(trials: Sequence[Trial], successes: int, seed: int, split: str, max_traces: int = -1) -> list[Trial]:
+    """Up to `successes` successful trials and the failed ones, at most `max_traces` in all (-1:
+    no cap), in (record, trial) order. The successes' places come first; every failure fits when
+    the cap allows, else those of the failures are taken.
 
-    The successes are those whose hash of (seed, split, record, trial) sorts first: the same
-    seed picks the same conversations again, and for candidate and baseline it picks the same
-    (record, trial) wherever both succeeded, so their traces can be read side by side.
+    Samples are the trials whose hash of (seed, split, record, trial) sorts first: the same seed
+    picks the same conversations again, and for candidate and baseline it picks the same
+    (record, trial) wherever both succeeded, or both failed, so their traces read side by side.
     """
-    failed = [t for t in trials if not t.success]
-    won = sorted((t for t in trials if t.success), key=lambda t: _rank(seed, split, t.key))
-    return sorted(failed + won[: max(0, successes)], key=lambda t: t.key)
+    order = lambda t: _rank(seed, split, t.key)  # noqa: E731 - one key for both samples
+    won = sorted((t for t in trials if t.success), key=order)[: max(0, successes)]
+    if max_traces >= 0:
+        won = won[:max_traces]
+    failed = sorted((t for t in trials if not t.success), key=order)
+    if max_traces >= 0:
+        failed = failed[: max_traces - len(won)]
+    return sorted(failed + won, key=lambda t: t.key)
 
 
 # MLflow writes finished spans in batches of MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE (default
 # 5): a conversation's dozen spans then cost several store transactions. Batches of up to 1,000
 # spans, sent at least every second, took the export from 117 to 51 ms of CPU a trace on the
-# tiny agent's conversations (bench/RESULTS.md, "Evaluation traces"). MLflow reads these when its
-# tracer starts; an operator's own values win.
+# tiny agent's conversations (bench/results/traces.md). With MLflow's 10 export threads, such
+# batches contend for the sqlite store's one writer lock, and MLflow drops the spans of traces
+# whose row it could not create in 10 tries (seen: "Could not create trace_info ... spans for these
+# traces will be dropped"); one export thread writes them in turn. MLflow reads these when its
+# tracer starts; an operator's own values win (a tracking server takes more threads).
 EXPORT_BATCHING = {
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "1000",
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS": "1000",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1",
 }
 
 
@@ -348,7 +366,8 @@ def _masked_span(doc: SpanDoc, where: str) -> SpanDoc:
 class TrialTraces:
     """The trace log of one evaluation set of a week: `__call__(policy, trials)` logs the chosen
     trials of one policy (`evaluation.reports.evaluate_pair` calls it as each policy finishes,
-    so the export overlaps the next policy's rollouts); `logged` counts traces per policy."""
+    so the export overlaps the next policy's rollouts); `logged` counts traces per policy,
+    `untraced_failures` the failed trials the cap left out."""
 
     experiment_id: str
     run_id: str
@@ -358,11 +377,15 @@ class TrialTraces:
     settings: TraceSettings = TraceSettings()
     seed: int = 0
     logged: dict[str, int] = field(default_factory=dict)
+    untraced_failures: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, policy: str, trials: Sequence[Trial]) -> None:
         if not self.settings.log_traces:
             return
-        chosen = select_trials(trials, self.settings.trace_successes, self.seed, self.split)
+        settings = self.settings
+        chosen = select_trials(trials, settings.trace_successes, self.seed, self.split, settings.max_traces)
+        failed = sum(not t.success for t in trials) - sum(not t.success for t in chosen)
+        self.untraced_failures[policy] = self.untraced_failures.get(policy, 0) + failed
         version = self.policy_versions.get(policy, policy)
         for trial in chosen:
             trace = trial_trace(trial, week=self.week, split=self.split, policy=policy, policy_version=version)

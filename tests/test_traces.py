@@ -96,6 +96,17 @@ def test_every_failure_and_a_seeded_capped_sample_of_the_successes_are_traced():
     ]
     assert select_trials(mixed, successes=0, seed=0, split="calibration") == [t for t in mixed if not t.success]
 
+    # The cap: the successes' places first, the failures fill the rest, a seeded sample of them.
+    capped = select_trials(mixed, successes=2, seed=0, split="calibration", max_traces=4)
+    assert len(capped) == 4 and sum(t.success for t in capped) == 2
+    lost_keys = {t.key for t in lost[6:]}
+    assert {t.key for t in capped if not t.success} < lost_keys
+    assert capped == select_trials(mixed, successes=2, seed=0, split="calibration", max_traces=4)
+    # Where candidate and baseline both failed, the sample draws the same conversations.
+    all_lost = [t.key for t in select_trials(lost, 0, 3, "shadow", max_traces=5)]
+    assert all_lost == [t.key for t in select_trials(list(reversed(lost)), 0, 3, "shadow", max_traces=5)]
+    assert [t.success for t in select_trials(mixed, successes=2, seed=0, split="calibration", max_traces=1)] == [True]
+
 
 def test_traces_are_linked_to_the_run_with_tags_spans_and_code_assessments(tmp_path):
     uri, client, experiment = _store(tmp_path)
@@ -183,18 +194,20 @@ def test_tracing_to_batches_mlflows_export_for_the_block_unless_the_environment_
     from evaluation.traces import EXPORT_BATCHING
 
     uri, _client, _experiment = _store(tmp_path)
-    batch, interval = EXPORT_BATCHING
+    batch, interval, workers = EXPORT_BATCHING
     monkeypatch.delenv(batch, raising=False)
+    monkeypatch.delenv(workers, raising=False)
     monkeypatch.setenv(interval, "250")  # an operator's own setting
     with tracing_to(uri):
-        assert os.environ[batch] == EXPORT_BATCHING[batch] and os.environ[interval] == "250"
-    assert batch not in os.environ and os.environ[interval] == "250"
+        assert os.environ[batch] == EXPORT_BATCHING[batch] and os.environ[workers] == "1"
+        assert os.environ[interval] == "250"
+    assert batch not in os.environ and workers not in os.environ and os.environ[interval] == "250"
 
 
 # --- a weekly evaluation ------------------------------------------------------------------------
 
 W1 = "2026-11-09"
-SMALL = {"trials": 2, "max_tasks": 4, "max_turns": 12, "max_new_tokens": 64, "trace_successes": 1}
+SMALL = {"trials": 2, "max_tasks": 4, "max_turns": 12, "max_new_tokens": 64, "trace_successes": 1, "max_traces": 4}
 
 
 def _stand_ins():
@@ -247,10 +260,15 @@ def test_a_weekly_evaluation_logs_its_trials_as_traces_of_the_weeks_run(home):
     assert client.get_run(run_id).info.experiment_id == summary["experiment_id"]
     for side, policy in (("candidate", report.pair.candidate), ("baseline", report.pair.baseline)):
         mine = [t for t in traces if t.info.tags["policy"] == side]
-        failures = [key for key, ok in zip(policy.keys, policy.success) if not ok]
+        failures = {key for key, ok in zip(policy.keys, policy.success) if not ok}
         traced = {f"{t.info.tags['task_id']}#{t.info.tags['trial']}" for t in mine}
-        assert set(failures) <= traced  # every failed trial
-        assert len(mine) == len(failures) + min(1, len(policy.keys) - len(failures))  # plus one success
+        successes = min(1, len(policy.keys) - len(failures))  # trace_successes: 1
+        traced_failures = traced & failures
+        # Every failure while they fit under max_traces (4) beside the success, else 4 in all.
+        assert len(traced_failures) == min(len(failures), 4 - successes) and len(mine) == successes + len(
+            traced_failures
+        )
+        assert summary["untraced_failures"][side] == len(failures) - len(traced_failures)
     expected_versions = {"candidate": f"retail-agent/candidate-{W1}", "baseline": "retail-agent/base:retail-agent-tiny"}
     for trace in traces:
         tags = trace.info.tags
