@@ -16,7 +16,7 @@ from typing import Any
 
 from dataplane.domain_rules import DEFAULT_DOMAIN, domain_rules
 from dataplane.errors import ContractError
-from dataplane.scrub import STRICT, PiiScanner, scanner_for
+from dataplane.scrub import _NINO_RE, STRICT, PiiScanner, scanner_for
 from dataplane.scrub import may_hold_pii as may_hold_pii
 
 # Free-form fields: text a producer writes (at any depth, keys included). The other fields are
@@ -33,6 +33,7 @@ _IBAN_MIN_LEN = 15
 # characters or more (an SSN or UK National Insurance number without separators). ASCII keys and
 # values shorter (roles, most keys, short ids) skip even the gate.
 _SHORTEST, _SHORTEST_BUT_EMAIL = 6, 9
+_SHORT = _SHORTEST_BUT_EMAIL  # the walk leaves ASCII strings shorter than this without an '@' inline
 
 
 def _int_may_hold_pii(value: int) -> bool:
@@ -129,10 +130,16 @@ class _Walk:
     def text(self, text: str) -> str:
         size = len(text)
         # Without an '@', a text under 15 characters can hold no IBAN, and any other kind needs 6
-        # digits or more (a UK National Insurance number; an SSN 9 characters). Lengths and digits
-        # of ASCII text only: normalising may lengthen other text ("⑽" -> "(10)").
+        # digits or more (a UK National Insurance number; 8 for the next, an international phone
+        # number). Lengths and digits of ASCII text only: normalising may lengthen other text
+        # ("⑽" -> "(10)").
+        # With fewer than 8 digits only that UK number can be there, which its own pattern (starting
+        # with a capital) finds faster than the shape tests.
         if size < _IBAN_MIN_LEN and "@" not in text and text.isascii():
-            if size < _SHORTEST_BUT_EMAIL or len(text.encode().translate(None, _NOT_DIGITS)) < 6:
+            if size < _SHORTEST_BUT_EMAIL:
+                return text
+            digits = len(text.encode().translate(None, _NOT_DIGITS))
+            if digits < 6 or (digits < 8 and _NINO_RE.search(text) is None):
                 return text
         elif size < _SHORTEST and text.isascii():
             return text
@@ -153,11 +160,15 @@ class _Walk:
 
     def message(self, message: dict) -> dict:
         content = message["content"]
-        new_content = content if len(content) < _SHORTEST and content.isascii() else self.text(content)
+        new_content = (
+            content if len(content) < _SHORT and "@" not in content and content.isascii() else self.text(content)
+        )
         calls = message.get("tool_calls")
         new_calls = _replaced(calls, [self.call(c) for c in calls]) if calls else calls
         name = message.get("name")
-        new_name = name if name is None or (len(name) < _SHORTEST and name.isascii()) else self.text(name)
+        new_name = (
+            name if name is None or (len(name) < _SHORT and "@" not in name and name.isascii()) else self.text(name)
+        )
         if new_content is content and new_calls is calls and new_name is name:
             return message
         out = {**message, "content": new_content}
@@ -169,7 +180,7 @@ class _Walk:
 
     def call(self, call: dict) -> dict:
         name, arguments = call["name"], call["arguments"]
-        new_name = name if len(name) < _SHORTEST and name.isascii() else self.text(name)
+        new_name = name if len(name) < _SHORT and "@" not in name and name.isascii() else self.text(name)
         new_arguments = self.value(arguments)
         if new_name is name and new_arguments is arguments:
             return call
@@ -187,9 +198,11 @@ class _Walk:
         if kind is dict:
             out = None  # built only from the first change on: most objects come back as they are
             for i, (key, item) in enumerate(value.items()):
-                new_key = key if len(key) < _SHORTEST and key.isascii() else self.text(key)
+                new_key = key if len(key) < _SHORT and "@" not in key and key.isascii() else self.text(key)
                 if type(item) is str:
-                    new_item = item if len(item) < _SHORTEST and item.isascii() else self.text(item)
+                    new_item = item if len(item) < _SHORT and "@" not in item and item.isascii() else self.text(item)
+                elif not item:  # an empty object or array, null, false, 0
+                    new_item = item
                 else:
                     new_item = self.value(item)
                 if out is None:
@@ -202,7 +215,7 @@ class _Walk:
             return value if out is None else out
         if kind is list:
             items = [
-                (item if len(item) < _SHORTEST and item.isascii() else self.text(item))
+                (item if len(item) < _SHORT and "@" not in item and item.isascii() else self.text(item))
                 if type(item) is str
                 else self.value(item)
                 for item in value

@@ -339,21 +339,22 @@ _PSEUDONYM_RE = re.compile(r"user_[0-9a-f]{16}" + re.escape(_AT_PSEUDONYM))
 # (stored records hold pseudonyms, and are scanned again by every no-PII check).
 _REAL_AT = re.compile(r"@(?!" + re.escape(PSEUDONYM_DOMAIN) + r"(?![\w-]|\.[A-Za-z0-9]))")
 
-# The shape of ASCII text, one byte a character: '0' -> '0', other digits -> 'd', a space, '.'
-# or '-' -> 's', capitals -> 'U', small letters -> 'l', '+', '(', ')' and '/' as themselves,
-# anything else '_'; a second
-# shape has every digit 'd'. `_shape_passes` tests on them a necessary condition of each pass
-# replacing anything: substring tests where it can (bytes.translate and `in` are C loops), and a
-# regex only where a substring found first makes a match likely, always one that starts with a
-# literal (Python's engine finds it with a fast scan; one that starts with a class or a lookbehind
-# is tried at every position, ten times slower on a record's text).
-_SHAPE = bytes(
+# The shape of ASCII text, one byte a character: '0' -> '0', other digits -> 'd', a space -> 's',
+# '.' and '-' -> 'S', capitals -> 'U', small letters -> 'l', '+', '(', ')' and '/' as themselves,
+# anything else '_'; a second shape has every digit 'd' and every separator 's'. `_shape_passes`
+# tests on them a necessary condition of each pass replacing anything: substring tests where it
+# can (bytes.translate and `in` are C loops), else a regex that starts with a literal (Python's
+# engine finds it with a fast scan; one that starts with a class or a lookbehind is tried at
+# every position, ten times slower on a record's text), its lookbehind placed after that literal.
+_ZEROS = bytes(
     ord("0")
     if b == 48
     else ord("d")
     if 49 <= b <= 57
     else ord("s")
-    if b in b" .-"
+    if b == 32
+    else ord("S")
+    if b in b".-"
     else ord("U")
     if 65 <= b <= 90
     else ord("l")
@@ -363,26 +364,16 @@ _SHAPE = bytes(
     else ord("_")
     for b in range(256)
 )
+_ZEROS_TO_SHAPE = bytes(ord("d") if b == 48 else ord("s") if b == ord("S") else b for b in range(256))
 _IBAN_SHAPE = re.compile(rb"dd(?<=[Ul][Ul]dd)")  # two letters, then two digits
 _NINO_SHAPE = re.compile(rb"UUs?dds?dds?dds?U")
-# The international prefix 00 and a country code of 1-3 digits, then a separator.
-_INTL00_SHAPE = re.compile(rb"00d[0d]{0,2}[s/]")
-# A trunk number: "0d", up to 4 more digits, a separator, then 10-12 digits in all: a first group
-# of at most 6 leaves 4 or more after its separator, in one group or in two. Or 10 in a row.
-_TRUNK_SHAPE = re.compile(rb"0d(?:[0d]{0,4}(?:s|\)s?|/s?)(?:[0d]{4}|[0d]{2,3}s[0d]{2})|[0d]{8})")
-_GLUED = frozenset(b"0dUl+/")  # a '0' after one of these (or after '.' or '-') starts no number
-
-
-def _unglued(needle: bytes, pattern: re.Pattern, zeros: bytes, text: str) -> bool:
-    """Whether `pattern` matches `zeros` at an occurrence of `needle` that the text before does
-    not glue to an identifier (a digit, letter, '+', '/', '.' or '-'); positions in `zeros` are
-    those of `text`. Occurrences are few, and `find` a C loop: cheaper than a regex search."""
-    at = zeros.find(needle)
-    while at != -1:
-        if (at == 0 or (zeros[at - 1] not in _GLUED and text[at - 1] not in ".-")) and pattern.match(zeros, at):
-            return True
-        at = zeros.find(needle, at + 1)
-    return False
+# On the shape with zeros: a '0' that no digit, letter, '+', '/', '.' or '-' glues to an identifier,
+# then the international prefix's second 0, a country code of 1-3 digits and a separator.
+_INTL00_SHAPE = re.compile(rb"0(?<![0dUl+/S]0)0d[0d]{0,2}[sS/]")
+# A trunk number after such a '0': a digit 1-9, up to 4 more digits, a separator, then 10-12
+# digits in all (a first group of at most 6 leaves 4 or more after its separator, in one group or
+# in two); or 10 in a row.
+_TRUNK_SHAPE = re.compile(rb"0(?<![0dUl+/S]0)d(?:[0d]{0,4}(?:[sS]|\)s?|/s?)(?:[0d]{4}|[0d]{2,3}[sS][0d]{2})|[0d]{8})")
 
 
 # The fewest characters of a text each kind needs: shorter texts skip its tests.
@@ -401,12 +392,12 @@ def _shape_passes(text: str) -> tuple[_Pass, ...]:
             text = _PSEUDONYM_RE.sub(lambda m: "_" * len(m.group(0)), text)
     # Normalised text is ASCII but for letters and symbols outside it, which no pattern reads as a
     # letter, digit or separator (their \w and \d are ASCII): each shapes as '?', then '_'.
-    zeros = (text.encode() if text.isascii() else text.encode("ascii", "replace")).translate(_SHAPE)
+    zeros = (text.encode() if text.isascii() else text.encode("ascii", "replace")).translate(_ZEROS)
     digits = zeros.count(b"d") + zeros.count(b"0")
     if digits < 2:  # every pass but the e-mail one needs two digits or more
         return tuple(out)
-    shape = zeros.replace(b"0", b"d")
-    if len(text) >= _IBAN_MIN_LEN and _IBAN_SHAPE.search(shape):
+    shape = zeros.translate(_ZEROS_TO_SHAPE)
+    if len(text) >= _IBAN_MIN_LEN and (b"Udd" in shape or b"ldd" in shape) and _IBAN_SHAPE.search(shape):
         out.append(IBAN_PASS)
     if digits < 6:
         return tuple(out)
@@ -425,33 +416,9 @@ def _shape_passes(text: str) -> tuple[_Pass, ...]:
             out.append(NANP_PASS)
         if b"+d" in zeros:
             out.append(INTL_PASS)
-        if b"00d" in zeros and _unglued(b"00d", _INTL00_SHAPE, zeros, text):
+        if b"00d" in zeros and _INTL00_SHAPE.search(zeros):
             out.append(INTL00_PASS)
-        if digits >= 10 and _unglued(b"0d", _TRUNK_SHAPE, zeros, text):
-            out.append(TRUNK_PASS)
-    return tuple(out)
-    if len(text) >= _IBAN_MIN_LEN and (b"Udd" in shape or b"ldd" in shape) and _IBAN_SHAPE.search(shape):
-        out.append(IBAN_PASS)
-    if digits < 6:
-        return tuple(out)
-    if digits >= 9:
-        if digits >= 13 and (b"ddddddddddddd" in shape or b"ddddsdddd" in shape):
-            out.append(CARD_PASS)
-        # A bare SSN is a run of exactly 9 digits. Counted without overlap, a run of L digits
-        # holds L // 9 nines and L // 10 tens: more nines than tens for L = 9 (and some longer L),
-        # never fewer, so a text with a run of 9 has more in all.
-        if b"dddsddsdddd" in shape or shape.count(b"ddddddddd") > shape.count(b"dddddddddd"):
-            out.append(SSN_PASS)
-    if (b"UUd" in shape or b"UUsd" in shape) and _NINO_SHAPE.search(shape):
-        out.append(NINO_PASS)
-    if digits >= 8:
-        if digits >= 10 and b"dddsdddd" in shape:
-            out.append(NANP_PASS)
-        if b"+" in zeros and b"+d" in zeros:
-            out.append(INTL_PASS)
-        if _unglued(b"00d", _INTL00_SHAPE, zeros, text):
-            out.append(INTL00_PASS)
-        if digits >= 10 and _unglued(b"0d", _TRUNK_SHAPE, zeros, text):
+        if digits >= 10 and _TRUNK_SHAPE.search(zeros):
             out.append(TRUNK_PASS)
     return tuple(out)
 
