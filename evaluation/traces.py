@@ -64,17 +64,19 @@ class TraceSettings:
         "(the failed trials, and a seeded sample of the successes)",
     )
     trace_successes: int = _setting(
-        5,
+        2,
         "successful trials traced per policy and evaluation set, a seeded sample (the same "
         "conversations for candidate and baseline where both succeeded); 0: failures only",
     )
     max_traces: int = _setting(
-        20,
+        10,
         "the most trials traced per policy and evaluation set, successes included: every failed "
         "trial while they fit, else a seeded sample of them (the rest are counted in the asset's "
         "`traces` metadata); -1: no cap, every failed trial. A trace costs MLflow's sqlite store "
-        "about 50 ms of CPU, about what the tiny agent spends on a conversation, so the default "
-        "keeps a demo week's evaluation within 10% (bench/traces.py)",
+        "about 50 ms of CPU and, written after the last rollout, about 250 ms of waiting, when the "
+        "tiny agent spends about 80 ms on a whole conversation: the default keeps a demo week's "
+        "evaluation within 10% (bench/traces.py); with a model that takes seconds a conversation, "
+        "raise it",
     )
 
 
