@@ -21,6 +21,10 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 # Tests expect the rule-based customer unless they choose another; a developer's own
 # RETRAIN_CUSTOMER must not send the whole suite to an LLM endpoint.
 os.environ.pop("RETRAIN_CUSTOMER", None)
+# One pseudonymisation key for the whole suite (dataplane.scrub): stored texts and their content
+# hashes are then the same on every machine, and no test writes a key file into the repository's
+# default home. Tests of the per-home key file unset it.
+os.environ["RETRAIN_PII_KEY"] = "agent-retrain test suite key"
 
 
 @pytest.fixture(scope="session")

@@ -231,7 +231,7 @@ def test_a_domains_world_keys_survive_where_they_would_read_as_pii(world, refere
     # A 10-digit item id starting with 0 reads as a French phone number; retail declares \b\d{10}\b
     # a world key, so its records keep it (and its window passes the no-PII check), where a
     # scanner without world keys masks it.
-    record = record_from_task(world, reference_tasks[0], 1)
+    record = copy.deepcopy(record_from_task(world, reference_tasks[0], 1))
     order = next(iter(record["initial_state"]["orders"].values()))
     order["items"][0]["item_id"] = "0612345678"
     record["messages"][1]["content"] += " Item 0612345678, phone 06 12 34 56 78."
@@ -251,13 +251,17 @@ def test_an_id_that_is_a_bare_ssn_is_quarantined_like_one_that_is_a_card(tmp_pat
     assert summary.quarantined_by_rule == {"pii_in_id": 1} and summary.accepted == 1
 
 
-def test_a_customer_identified_by_email_replays_to_the_same_outcome_once_stored(tmp_path, world, reference_tasks, home):
+def test_a_customer_identified_by_email_replays_to_the_same_outcome_once_stored(
+    tmp_path, world, reference_tasks, home, monkeypatch
+):
     from evaluation.replay import record_verified_success, replay_record
+
+    monkeypatch.delenv(PII_KEY_ENV)  # the home's own key, created on first use
 
     task = reference_tasks[0]
     email = world["users"][task["user_id"]]["email"]
     find = {"name": "find_user_id_by_email", "arguments": {"email": email.upper()}}  # the lookup ignores case
-    record = record_from_task(world, task, 1)
+    record = copy.deepcopy(record_from_task(world, task, 1))  # its gold shares the task's actions
     record["messages"][1:1] = [
         {"role": "user", "content": f"Hi, it's {email}."},
         {"role": "assistant", "content": "", "tool_calls": [find]},
