@@ -15,8 +15,8 @@ seen. Only the spans found are replaced, in the text as given: a text without PI
 exactly as it was, so a clean record hashes as it always did.
 
 The shapes are chosen so the worlds' own identifiers survive (the agent must copy them): digits
-glued to a letter, '#', '_' or '-' belong to an identifier (#W1234567, credit_card_4190576,
-int-123456789); a card is 13-19 digits with one separator or none, a known network's first digit
+glued to a letter, '#' or '_' (and for bare runs '-', '.', '/' or '+') belong to an identifier
+(#W1234567, credit_card_4190576, int-123456789); a card is 13-19 digits with one separator or none, a known network's first digit
 and a valid Luhn sum; a bare digit run is a phone number only after a '+' (E.164) or as a
 0-prefixed national number of 10-11 digits; national numbers with separators are matched by
 their grouping; 10-digit item ids, 12-digit tracking ids, zip codes, prices, dates and times
@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 
 CARD, PHONE, NATIONAL_ID, IBAN = "[CARD]", "[PHONE]", "[NATIONAL_ID]", "[IBAN]"
 PSEUDONYM_DOMAIN = "masked.invalid"  # RFC 2606's reserved `.invalid`: no mail can ever reach it
-KINDS = ("email", "iban", "card", "national_id", "phone")
 
 # ---- normalisation -------------------------------------------------------------------------
 
@@ -145,8 +144,8 @@ def iban_ok(iban: str) -> bool:
 
 
 # ---- the patterns, on normalised text ------------------------------------------------------
-# Each pass: a search for candidate spans, a judge of each (the replacement, or None to keep it),
-# and the fewest digits any span it replaces holds. Every pattern starts by consuming one
+# Each pass: a search for candidate spans and a judge of each (the replacement, or None to keep
+# it); `_shape_passes` knows the fewest digits each needs. Every pattern starts by consuming one
 # character of a small class (a digit, '+', '(', a capital) and checks what precedes the span
 # with a lookbehind placed after that character: Python's engine then skips every other
 # character in a C loop, where a pattern that starts with a lookbehind is tried at every
@@ -316,18 +315,17 @@ class _Pass:
     kind: str
     search: Search
     judge: Callable[[str, PiiScanner], str | None] | None  # None: the IBAN pass (`iban_prefix`)
-    min_digits: int  # the fewest digits of any span it replaces
 
 
-EMAIL_PASS = _Pass("email", _email_search, _judge_email, 0)
-IBAN_PASS = _Pass("iban", _iban_search, None, 2)
-CARD_PASS = _Pass("card", _regex_search(_CARD_RE), _judge_card, 13)
-SSN_PASS = _Pass("national_id", _regex_search(_SSN_RE), _judge_ssn, 9)
-NINO_PASS = _Pass("national_id", _regex_search(_NINO_RE), _judge_national, 6)
-NANP_PASS = _Pass("phone", _regex_search(_NANP_RE), _judge_nanp, 10)
-INTL_PASS = _Pass("phone", _regex_search(_INTL_RE), _judge_intl, 8)
-INTL00_PASS = _Pass("phone", _regex_search(_INTL00_RE), _judge_intl, 8)
-TRUNK_PASS = _Pass("phone", _regex_search(_TRUNK_RE), _judge_trunk, 10)
+EMAIL_PASS = _Pass("email", _email_search, _judge_email)
+IBAN_PASS = _Pass("iban", _iban_search, None)
+CARD_PASS = _Pass("card", _regex_search(_CARD_RE), _judge_card)
+SSN_PASS = _Pass("national_id", _regex_search(_SSN_RE), _judge_ssn)
+NINO_PASS = _Pass("national_id", _regex_search(_NINO_RE), _judge_national)
+NANP_PASS = _Pass("phone", _regex_search(_NANP_RE), _judge_nanp)
+INTL_PASS = _Pass("phone", _regex_search(_INTL_RE), _judge_intl)
+INTL00_PASS = _Pass("phone", _regex_search(_INTL00_RE), _judge_intl)
+TRUNK_PASS = _Pass("phone", _regex_search(_TRUNK_RE), _judge_trunk)
 # In this order: e-mail addresses and IBANs (letters and digits) before the digit-only kinds,
 # cards before national ids before phone numbers (a span replaced by one is not read by the next).
 _PASSES = (EMAIL_PASS, IBAN_PASS, CARD_PASS, SSN_PASS, NINO_PASS, NANP_PASS, INTL_PASS, INTL00_PASS, TRUNK_PASS)
