@@ -298,3 +298,7 @@ def test_the_mlflow_guard_reads_normalised_text_and_knows_emails(monkeypatch):
     for leak in ("call 415\u200b-555\u200b-0100", "mail jo@example.com", {"iban": "GB82 WEST 1234 5698 7654 32"}):
         with pytest.raises(run_log.PIILeakError):
             run_log.scrubbed_samples([{"transcript": leak}])
+
+
+def test_a_north_american_number_is_masked_with_its_country_code():
+    assert scrub_text("call me at +1 415-555-0100 or 1-415-555-0101") == "call me at [PHONE] or [PHONE]"
