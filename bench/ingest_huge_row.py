@@ -93,14 +93,14 @@ def main() -> None:
     print("| layout | file KiB | RSS before MiB | peak RSS MiB | peak - before MiB | s | accepted | quarantined |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for layout in ("shared", "own"):
+        for layout in ("together", "own"):
             path = Path(tmp) / f"{layout}.parquet"
             started = time.perf_counter()
             run(_BUILD, json.dumps(records), str(args.mib), str(path), layout)
             built = time.perf_counter() - started
             result = json.loads(run(_MEASURE, str(Path(tmp) / f"{layout}.duckdb"), str(path), NOW.isoformat()))
             base, peak = result["base_kib"] / 1024, result["peak_kib"] / 1024
-            name = "one row group (measured through DuckDB)" if layout == "shared" else "own row group (metadata)"
+            name = "one row group (measured through DuckDB)" if layout == "together" else "own row group (metadata)"
             print(
                 f"| {name} | {path.stat().st_size / 1024:.0f} | {base:.0f} | {peak:.0f} | {peak - base:.0f} | "
                 f"{result['seconds']:.2f} | {result['accepted']} | {result['quarantined_by_rule']} |",
