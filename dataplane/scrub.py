@@ -31,7 +31,8 @@ import hmac
 import os
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 CARD, PHONE, NATIONAL_ID, IBAN = "[CARD]", "[PHONE]", "[NATIONAL_ID]", "[IBAN]"
@@ -333,7 +334,7 @@ _PASSES = (EMAIL_PASS, IBAN_PASS, CARD_PASS, SSN_PASS, NINO_PASS, NANP_PASS, INT
 _FILL = "\x00"  # what a replaced span becomes for the later passes: no pattern reads across it
 
 _AT_PSEUDONYM = "@" + PSEUDONYM_DOMAIN
-_PSEUDONYM_RE = re.compile(r"user_[0-9a-f]{16}" + re.escape(_AT_PSEUDONYM))
+PSEUDONYM_RE = re.compile(r"user_[0-9a-f]{16}" + re.escape(_AT_PSEUDONYM))  # what `PiiScanner.pseudonym` writes
 # An '@' that does not start a pseudonym's domain: only then can the e-mail pass replace anything
 # (stored records hold pseudonyms, and are scanned again by every no-PII check).
 _REAL_AT = re.compile(r"@(?!" + re.escape(PSEUDONYM_DOMAIN) + r"(?![\w-]|\.[A-Za-z0-9]))")
@@ -388,7 +389,7 @@ def _shape_passes(text: str) -> tuple[_Pass, ...]:
         if _AT_PSEUDONYM in text:
             # A pseudonym's hex reads as letters and digits to the shape tests ("bb64" as an IBAN's
             # start), never to the patterns (glued to its own letters): leave it out of the shape.
-            text = _PSEUDONYM_RE.sub(lambda m: "_" * len(m.group(0)), text)
+            text = PSEUDONYM_RE.sub(lambda m: "_" * len(m.group(0)), text)
     # Normalised text is ASCII but for letters and symbols outside it, which no pattern reads as a
     # letter, digit or separator (their \w and \d are ASCII): each shapes as '?', then '_'.
     zeros = (text.encode() if text.isascii() else text.encode("ascii", "replace")).translate(_ZEROS)
@@ -563,6 +564,26 @@ def _pii_key() -> bytes:
     if key is None:
         key = _KEYS[setting] = Home.from_env().pii_key()
     return key
+
+
+@contextmanager
+def using_pii_key(key: str) -> Iterator[None]:
+    """Pseudonymise under `key` inside the block (`RETRAIN_PII_KEY` set, then restored).
+
+    For data made outside any home (a recipe's simulated traffic), so its pseudonyms are the same
+    on every machine; a home's own records always use `Home.pii_key`. A key too short is refused
+    where it is read (`Home.pii_key`)."""
+    from dataplane.home import PII_KEY_ENV
+
+    before = os.environ.get(PII_KEY_ENV)
+    os.environ[PII_KEY_ENV] = key
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PII_KEY_ENV, None)
+        else:
+            os.environ[PII_KEY_ENV] = before
 
 
 # ---- world keys ----------------------------------------------------------------------------

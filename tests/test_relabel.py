@@ -87,3 +87,29 @@ def test_sft_rows_hands_out_as_many_relabelled_rows_as_asked(demos):
         tuple(c["name"] for c in _calls(plain[0]["messages"]))
     }
     assert sft_rows(demos, relabelled=5, seed=2) == sft_rows(demos, relabelled=5, seed=2)  # seeded
+
+
+def test_an_email_pseudonym_gets_fresh_hex_the_same_throughout_the_conversation():
+    """Stored records carry `user_<16 hex>@masked.invalid` (dataplane.scrub): a copy must give each
+    pseudonym new hex, consistently, or a model could learn each training customer's hash."""
+    from dataplane.pii_records import FREE_FORM_FIELDS, domain_scanner, scrub_field
+    from dataplane.scrub import PSEUDONYM_RE, using_pii_key
+
+    def stored(record):
+        return {k: scrub_field(v, k, domain_scanner()) if k in FREE_FORM_FIELDS else v for k, v in record.items()}
+
+    with using_pii_key("relabel-test-key-0123456789"):
+        tasks = [as_level1(stored(r)) for r in make_records(40, seed=5)]
+    demos = [level1_demonstration(t) for t in tasks if t is not None]
+    demo = next(d for d in demos if d["messages"][2]["tool_calls"][0]["name"] == "find_user_id_by_email")
+    messages = replay_trajectory(demo)
+    [original] = set(PSEUDONYM_RE.findall(json.dumps(messages[1:])))
+    copies = [relabel_messages(messages, customer_names(demo), (), random.Random(seed)) for seed in range(5)]
+    fresh = set()
+    for copy in copies:
+        found = set(PSEUDONYM_RE.findall(json.dumps(copy[1:])))
+        assert len(found) == 1 and original not in found  # one new pseudonym, in the opening and the call alike
+        [pseudonym] = found
+        assert pseudonym in copy[1]["content"] and _calls(copy)[0]["arguments"]["email"] == pseudonym
+        fresh |= found
+    assert len(fresh) == len(copies)

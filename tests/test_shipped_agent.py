@@ -246,3 +246,29 @@ def test_a_recipe_with_bad_mistake_rates_is_refused(rates, rule):
 
     with pytest.raises(RecipeError, match=rule):
         AgentRecipe(mistake_rates=rates)
+
+
+def test_the_recipes_tasks_carry_e_mail_pseudonyms_as_ingestion_stores_them(tmp_path, monkeypatch):
+    """The shipped agent is served stored records, whose e-mail addresses are pseudonyms: its recipe
+    trains and measures on such tasks, under its own key, whatever key the environment holds."""
+    import os
+
+    from dataplane.home import PII_KEY_ENV
+    from dataplane.scrub import PSEUDONYM_RE
+    from domains.retail.tiny_agent import AgentRecipe, level1_tasks
+
+    monkeypatch.setenv(PII_KEY_ENV, "another-home-key-0123456789")
+    recipe = AgentRecipe(traffic=400, n_users=60, train_tasks=20, held_out_tasks=5)
+    train, held = level1_tasks(tmp_path / "a", recipe)
+    assert os.environ[PII_KEY_ENV] == "another-home-key-0123456789"  # restored after the recipe's block
+    by_email = [t for t in train + held if "@" in t["messages"][1]["content"]]
+    assert by_email, "no customer of this world identifies by e-mail"
+    for task in by_email:
+        email = task["user_scenario"]["known_info"]["email"]
+        assert PSEUDONYM_RE.fullmatch(email) and email in task["messages"][1]["content"]
+        users = task["initial_state"]["users"]
+        assert email in {user["email"] for user in users.values()}  # the world answers the pseudonym
+    assert "@example" not in json.dumps(train + held)
+    # The recipe's key, not the environment's: the same tasks on every machine.
+    monkeypatch.setenv(PII_KEY_ENV, "a-third-key-abcdefghijklmnop")
+    assert level1_tasks(tmp_path / "b", recipe) == (train, held)

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dataplane.pii_records import scrub_record
+from dataplane.scrub import using_pii_key
 from dataplane.splits import split_of
 from domains.retail.level1 import as_level1, level1_demonstration
 from domains.retail.traffic.agents import MISTAKES
@@ -89,6 +91,12 @@ class AgentRecipe:
     # copying zips and order ids wrong in most conversations (expert-only SFT 0.08 greedy success
     # on the held-out customers); two took it to 0.40 with the same steps.
     digit_group: int = 2
+    # The key the simulated traffic's e-mail addresses are pseudonymised under, as ingestion does
+    # to every stored record (dataplane.scrub): the agent is served prompts with
+    # `user_<16 hex>@masked.invalid` addresses, so it must learn to copy those. Not a secret: the
+    # traffic is simulated. A home's own key differs, and its pseudonyms are as unseen as any
+    # held-out customer's.
+    pii_key: str = "shipped-agent-recipe-pseudonyms"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.mistake_rates) - set(LEVEL1_MISTAKES))
@@ -128,7 +136,9 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
     """(training tasks, held-out tasks): simulated contract traffic on a generated world, restated
     as level-1 tasks, split by customer (`dataplane.splits.split_of`), so no held-out customer is
     ever trained on. Customers identify as the level-1 shop has them do (`level1_opening`): by
-    name and zip when they know both, else by email, as served traffic does."""
+    name and zip when they know both, else by email, as served traffic does. Each record is
+    scrubbed as ingestion stores it (`dataplane.pii_records.scrub_record`, under `recipe.pii_key`),
+    so e-mail addresses are pseudonyms in the prompt, the world and the gold alike."""
     summary = simulate(
         days=1,
         per_day=recipe.traffic,
@@ -141,19 +151,22 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
     train: list[dict] = []
     held: list[dict] = []
     seen: set[tuple[str, str]] = set()
-    for path in summary["files"]:
-        for line in Path(path).read_text().splitlines():
-            if not line:
-                continue
-            record = json.loads(line)
-            task = as_level1(record)
-            if task is None:
-                continue
-            key = (record["customer_id"], task["user_scenario"]["known_info"]["order_ids"][0])
-            if key in seen:
-                continue
-            seen.add(key)
-            (train if split_of(record["customer_id"]) == "train" else held).append(task)
+    with using_pii_key(recipe.pii_key):
+        records = [
+            scrub_record(json.loads(line))
+            for path in summary["files"]
+            for line in Path(path).read_text().splitlines()
+            if line
+        ]
+    for record in records:
+        task = as_level1(record)
+        if task is None:
+            continue
+        key = (record["customer_id"], task["user_scenario"]["known_info"]["order_ids"][0])
+        if key in seen:
+            continue
+        seen.add(key)
+        (train if split_of(record["customer_id"]) == "train" else held).append(task)
     if len(train) < recipe.train_tasks or len(held) < recipe.held_out_tasks:
         raise RecipeError(
             f"level1_tasks: world_seed={recipe.world_seed} gave {len(train)} training and {len(held)} held-out "

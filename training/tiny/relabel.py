@@ -7,7 +7,8 @@ then writes a training customer's zip for a customer it never saw: measured in
 bench/results/learning.md, copying took ~1,000 SFT steps to emerge. Relabelling removes the
 shortcut: each copy of a trajectory gets fresh identifiers, consistently throughout the
 conversation (every identifier-like run of digits becomes another run of the same length; the
-customer's names become other names from the log; amounts are kept), so an identifier in a call is predictable only from
+customer's names become other names from the log; an e-mail pseudonym, `user_<16 hex>@masked.invalid`
+as ingestion writes it, gets fresh hex; amounts are kept), so an identifier in a call is predictable only from
 where it appears earlier in the same conversation. The system prompt and the tool schemas are
 left as they are, and the structure (which tool, which argument, which words) never changes.
 """
@@ -19,6 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from dataplane.scrub import PSEUDONYM_RE
 from training.fields import as_dict
 
 # Identifiers are runs of four or more digits (zip, order id, user id suffix, item and payment
@@ -45,6 +47,7 @@ class Relabeller:
     def __init__(self, names: Sequence[str], pool: Sequence[str], rng: random.Random):
         self._rng = rng
         self._digits: dict[str, str] = {}
+        self._pseudonyms: dict[str, str] = {}
         self._names: dict[str, str] = {}
         for name in names:
             if name not in self._names:
@@ -62,7 +65,17 @@ class Relabeller:
             self._digits[run] = "".join(self._rng.choice("0123456789") for _ in run)
         return self._digits[run]
 
+    def _pseudonym(self, match: re.Match) -> str:
+        # A pseudonym is a keyed hash: without fresh hex, a model could learn each training
+        # customer's hash instead of copying the one in the conversation.
+        old = match.group(0)
+        if old not in self._pseudonyms:
+            fresh = "".join(self._rng.choice("0123456789abcdef") for _ in range(16))
+            self._pseudonyms[old] = f"user_{fresh}{old[len('user_') + 16 :]}"
+        return self._pseudonyms[old]
+
     def text(self, value: str) -> str:
+        value = PSEUDONYM_RE.sub(self._pseudonym, value)
         value = _DIGIT_RUN.sub(self._digit_run, value)
         if self._name_re is not None:
             value = self._name_re.sub(lambda m: self._names[m.group(0)], value)
