@@ -78,6 +78,23 @@ def kill_run_worker(instance, run_id: str) -> list[str]:
     return killed
 
 
+def run_failures(instance, run_id: str) -> list[str]:
+    """The messages of the run's failed steps and failed checks, as its event log holds them."""
+    import dagster as dg
+
+    failed = []
+    for record in instance.get_records_for_run(run_id).records:
+        event = record.event_log_entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            failed.append(f"{event.step_key}: {event.message}")
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION and not event.event_specific_data.passed:
+            check = event.event_specific_data
+            failed.append(f"check {check.check_name}: {dict((k, v.value) for k, v in check.metadata.items())}")
+    return failed
+
+
 def materialized(instance, run_id: str) -> set[str]:
     import dagster as dg
 
@@ -125,9 +142,21 @@ def scenario(tmp_path_factory):
             launcher = deploy.launch(week, config, tag)
             assert launcher.wait(timeout=300) == 0, (deploy.log_dir / f"launch-{tag}.log").read_text()[-3000:]
         with deploy.instance() as instance:
-            wait_for(
-                lambda: complete_steps(home, WEEK_B), RUN_BOUND_S, "week B's first checkpoint", on_timeout=daemon_log
-            )
+
+            def first_checkpoint():
+                # A week that ended before week B checkpointed (a failed blocking check, a crash)
+                # means the checkpoint will never come: say so now rather than after the bound.
+                for tag in ("a", "b"):
+                    record = launched_run(instance, tag)
+                    if record is not None and record.dagster_run.status == dg.DagsterRunStatus.FAILURE:
+                        raise AssertionError(
+                            f"week {tag.upper()} failed before week B's first checkpoint: "
+                            + "; ".join(run_failures(instance, record.dagster_run.run_id))
+                            + f"\n{daemon_log()}"
+                        )
+                return complete_steps(home, WEEK_B)
+
+            wait_for(first_checkpoint, RUN_BOUND_S, "week B's first checkpoint", on_timeout=daemon_log)
             a, b = launched_run(instance, "a"), launched_run(instance, "b")
             killed = kill_run_worker(instance, b.dagster_run.run_id)
             # Nothing writes once the worker and the trainer are dead: the step a retry must resume from.
