@@ -21,6 +21,7 @@ from evaluation.reports import CalibrationReport, PairReport, ShadowReport, eval
 from evaluation.traces import TraceSettings, TrialTraces, tracing_to, week_traces
 from evaluation.week_alignment import WeekAlignment, measure_alignment, read_week_labels
 from training.rewards import RewardWeights
+from training.sandbox.rollout import SERVING_MAX_TURNS
 
 
 class EvalConfig(dg.Config):
@@ -30,7 +31,7 @@ class EvalConfig(dg.Config):
     max_tasks: int = 200  # calibration tasks evaluated (the frozen set is larger when labels abound)
     shadow_size: int = 5000
     seed: int = 0
-    max_turns: int = 12
+    max_turns: int = SERVING_MAX_TURNS
     compact: bool = True  # short tool results, as the curriculum's first level trains with
     max_new_tokens: int = 128
     log_traces: bool = setting_field(TraceSettings, "log_traces")

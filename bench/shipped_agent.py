@@ -49,6 +49,7 @@ from evaluation.metrics import pass_hat_ks, success_rate, successes_by_task  # n
 from evaluation.rollout import run_rollouts  # noqa: E402
 from training.policies import HFPolicy  # noqa: E402
 from training.rewards import outcome_of  # noqa: E402
+from training.sandbox.rollout import SERVING_MAX_TURNS  # noqa: E402
 from training.tiny.manifest import (  # noqa: E402
     REBUILD_COMMAND,
     SHIPPED_AGENT_DIR,
@@ -60,7 +61,7 @@ from training.tiny.manifest import (  # noqa: E402
 
 EVAL_SEED = 0
 TRIALS = 2  # per held-out customer: pass^2 needs two
-MAX_TURNS = 12
+MAX_TURNS = SERVING_MAX_TURNS
 MAX_NEW_TOKENS = 128
 
 

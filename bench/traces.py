@@ -53,10 +53,11 @@ from evaluation.registry import mlflow_client  # noqa: E402
 from evaluation.reports import evaluate_pair  # noqa: E402
 from evaluation.run_log import open_week_run  # noqa: E402
 from evaluation.traces import TraceSettings, TrialTraces, conversation_spans, tracing_to, week_traces  # noqa: E402
+from training.sandbox.rollout import SERVING_MAX_TURNS  # noqa: E402
 from training.tiny.manifest import shipped_agent_path  # noqa: E402
 
 WEEK = "2026-11-09"
-MAX_TURNS, MAX_NEW_TOKENS = 12, 128  # calibration_report's and shadow_report's defaults
+MAX_TURNS, MAX_NEW_TOKENS = SERVING_MAX_TURNS, 128  # calibration_report's and shadow_report's defaults
 VERSIONS = {"candidate": f"retail-agent/candidate-{WEEK}", "baseline": "retail-agent/base"}
 
 

@@ -28,6 +28,7 @@ from evaluation.stats import (
     paired_bootstrap_ci,
 )
 from training.policies import HFPolicy
+from training.sandbox.rollout import SERVING_MAX_TURNS
 
 SAMPLES_PER_POLICY = 3
 # Errored trials named in a report (record, trial, error), so the first ones can be looked up.
@@ -197,7 +198,7 @@ def evaluate_pair(
     *,
     k: int = 1,
     seed: int = 0,
-    max_turns: int = 12,
+    max_turns: int = SERVING_MAX_TURNS,
     compact: bool = True,
     max_new_tokens: int = 128,
     batch_size: int | None = None,

@@ -35,7 +35,10 @@ from training.sandbox.prompting import domain_of, initial_messages
 
 Message = dict[str, Any]
 
-DEFAULT_MAX_TURNS = 30
+DEFAULT_MAX_TURNS = 30  # a generous bound for scripted traffic agents, which end on their own
+# The turn cap of an agent served to customers, and so of its evaluation: a conversation the
+# policy has not ended in 12 assistant turns is cut the same way in serving and in every report.
+SERVING_MAX_TURNS = 12
 ENDINGS = ("answer", "done", "max_turns", "context_full", "error")
 # How much of an exception's message a failed trial keeps (its class is always kept whole).
 _ERROR_CHARS = 500

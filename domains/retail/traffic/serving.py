@@ -18,7 +18,7 @@ from typing import Any
 from domains.retail.level1 import LEVEL1_INTENTS, LEVEL1_TOOLS, as_level1
 from domains.retail.traffic.agents import scenario_conversation, scenario_row
 from domains.retail.traffic.scenarios import Scenario, ScenarioSampler, sample_scenario
-from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
+from training.sandbox.rollout import SERVING_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
 
 SERVED_LEVELS = (None, 1)
 LEVEL1_MIX = {intent: 1.0 for intent in LEVEL1_INTENTS}  # the level-1 shop's requests, alike
@@ -67,7 +67,7 @@ def draw(world: dict[str, Any], intent: str, rng: random.Random, sampler: Scenar
     return Drawn(rng, scenario, task, rng.randrange(2**31))
 
 
-def serve(policy: Policy, drawn: Sequence[Drawn], max_turns: int = DEFAULT_MAX_TURNS) -> list[Conversation]:
+def serve(policy: Policy, drawn: Sequence[Drawn], max_turns: int = SERVING_MAX_TURNS) -> list[Conversation]:
     """Hold every drawn conversation with `policy`, in one batched rollout.
 
     A model answers every live conversation's next turn in one generate call (`roll_out` keeps the
