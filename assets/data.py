@@ -8,6 +8,7 @@ import dagster as dg
 from assets.handoffs import ValidatedWindow, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import DuckDBStore, HomeResource
+from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from dataplane.ingest import ingest_paths
 from dataplane.landing import ingested_since
@@ -16,7 +17,6 @@ from dataplane.validation import validate_window
 from dataplane.window import DEFAULT_SIZE, cut_window, window_frame, window_records
 from domains.registry import DEFAULT_DOMAIN
 
-DATA_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
 # The landing sensor ingests files as they land, so by Monday this run may find nothing new: the
 # window's quarantine rate is taken over every ingest of the past week, not this run's alone.
 RECENT_INGESTS = timedelta(days=7)
@@ -46,7 +46,7 @@ class SplitConfig(dg.Config):
     group_name="data",
     kinds={"duckdb"},
     partitions_def=weekly_partitions,
-    retry_policy=DATA_RETRY,
+    retry_policy=CONTENTION_RETRY,
     check_specs=[dg.AssetCheckSpec("no_row_lost", asset="raw_interactions", blocking=True)],
 )
 def raw_interactions(context: dg.AssetExecutionContext, config: IngestConfig, home: HomeResource, store: DuckDBStore):
@@ -93,7 +93,7 @@ WINDOW_CHECKS = ("window_gx_suite", "window_min_rows", "window_quarantine_rate",
     group_name="data",
     kinds={"duckdb", "great_expectations"},
     partitions_def=weekly_partitions,
-    retry_policy=DATA_RETRY,
+    retry_policy=CONTENTION_RETRY,
     check_specs=[dg.AssetCheckSpec(name, asset="interaction_window", blocking=True) for name in WINDOW_CHECKS],
 )
 def interaction_window(

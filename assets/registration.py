@@ -6,6 +6,7 @@ import dagster as dg
 from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
+from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
 from evaluation.registry import (
@@ -20,15 +21,13 @@ from evaluation.registry import (
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 
-_REGISTRY_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)
-
 
 @dg.asset(
     group_name="registry",
     kinds={"mlflow"},
     partitions_def=weekly_partitions,
     pool="retrain",
-    retry_policy=_REGISTRY_RETRY,
+    retry_policy=CONTENTION_RETRY,
 )
 def first_champion(
     context: dg.AssetExecutionContext,
@@ -92,7 +91,7 @@ def first_champion(
     kinds={"mlflow"},
     partitions_def=weekly_partitions,
     pool="retrain",
-    retry_policy=_REGISTRY_RETRY,
+    retry_policy=CONTENTION_RETRY,
     output_required=False,
 )
 def registered_model(

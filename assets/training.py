@@ -15,7 +15,9 @@ from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import weekly_partitions
 from assets.pipes_reporter import SPEC as PIPES_REPORTER
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
+from assets.retries import TRAINING_RETRY
 from assets.weekdata import at_level, train_records, week_dir
+from dataplane.hashing import sha256_files
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.registry import champion_info, local_champion
 from evaluation.run_log import open_week_run
@@ -56,9 +58,9 @@ PolicyConfig = config_from_dataclass(
     base=_PolicyKnobs,
     prefix="sft_",
     exclude=("tools",),  # the curriculum's tool list, so SFT renders the one GRPO and evaluation offer
-    # SFT on relabelled copies (training.tiny.relabel: fresh identifiers in every example), so the tiny
-    # model learns to copy ids instead of memorising the training customers'. In one run copying
-    # emerged by ~300 SFT steps instead of ~1,000, not in two others (bench/results/learning.md).
+    # SFT on relabelled copies (training.tiny.relabel: fresh identifiers in every example). An id that
+    # differs in every copy can be predicted only by copying it from earlier in the conversation, so
+    # the tiny model learns to copy ids instead of memorising the training customers'.
     defaults={"relabel": True},
     module=__name__,
 )
@@ -209,15 +211,10 @@ def policy_base(
 
 def weights_digest(model_dir: str) -> str:
     """sha256 over a model folder's safetensors files: equal digests mean identical weights."""
-    digest = hashlib.sha256()
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no safetensors weights in {model_dir}")
-    for path in files:
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return sha256_files(files)
 
 
 def weights_changed_check(
@@ -271,7 +268,7 @@ def _reward_curve(out_dir: Path) -> list[float]:
     kinds={"pytorch", "mlflow"},
     partitions_def=weekly_partitions,
     pool="retrain",
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=10),
+    retry_policy=TRAINING_RETRY,
     check_specs=[
         dg.AssetCheckSpec(name, asset="grpo_candidate", blocking=True)
         for name in ("finite_loss", "weights_changed", "reward_curve_logged")

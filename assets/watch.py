@@ -12,6 +12,7 @@ import dagster as dg
 from assets.configs import config_from_dataclass
 from assets.partitions import daily_partitions
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
+from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from dataplane.served import records_served_on, served_days
 from evaluation.registry import champion_info
@@ -31,7 +32,6 @@ from evaluation.watch_log import log_watch_day
 WatchConfig = config_from_dataclass(WatchSettings, "WatchConfig", module=__name__)
 
 WATCH_CHECKS = ("action_drift", "reward_distribution")
-_RETRY = dg.RetryPolicy(max_retries=3, delay=5, backoff=dg.Backoff.EXPONENTIAL)  # a weekly run may hold the store
 _BAR_WIDTH = 30
 
 
@@ -98,7 +98,7 @@ def _metadata(watch: DayWatch, outcome: AlarmOutcome, run_url: str) -> dict:
     group_name="watch",
     kinds={"duckdb", "mlflow"},
     partitions_def=daily_partitions,
-    retry_policy=_RETRY,
+    retry_policy=CONTENTION_RETRY,
     check_specs=[dg.AssetCheckSpec(name, asset="live_watch", blocking=False) for name in WATCH_CHECKS],
 )
 def live_watch(

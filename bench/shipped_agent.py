@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from dataplane.hashing import sha256_file  # noqa: E402
 from domains.retail.tiny_agent import (  # noqa: E402
     BUILD_SUMMARY,
     WEIGHTS_FILE,
@@ -54,7 +55,6 @@ from training.tiny.manifest import (  # noqa: E402
     REBUILD_COMMAND,
     SHIPPED_AGENT_DIR,
     build_machine,
-    sha256_of,
     verify_shipped,
     write_manifest,
 )
@@ -112,7 +112,7 @@ def measured(model_path: Path, work: Path, recipe: AgentRecipe) -> dict:
     """`measure` on the held-out customers, kept in the work folder under the weights' sha256, so a
     figure measured once (the expert reference, while the weakness stage still trains) is not
     measured again and a changed model is never given another model's figures."""
-    digest = sha256_of(model_path / WEIGHTS_FILE)
+    digest = sha256_file(model_path / WEIGHTS_FILE)
     cached = work / "eval" / f"figures-{digest}.json"
     if not cached.is_file():
         figures = measure(model_path, held_out(work, recipe))

@@ -8,7 +8,7 @@ or removed) after the decision is refused, and the copy closes the window betwee
 folder and uploading it.
 
 The digest is sha256 over every file of the folder (sorted relative paths, each with its own
-chunked sha256, by the shipped agent's manifest helper): every file registration uploads, the
+chunked sha256, by `dataplane.hashing.sha256_file`): every file registration uploads, the
 weights, configs and tokenizer files included.
 """
 
@@ -18,7 +18,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from training.tiny.manifest import sha256_of
+from dataplane.hashing import sha256_file
 
 MODEL_DIGEST_KEY = "model_digest"
 
@@ -34,5 +34,5 @@ def model_digest(folder: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     for path in files:
         # The path is hashed too: moving bytes between files changes the model as much as changing them.
-        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_of(path)}\n".encode())
+        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
     return digest.hexdigest()

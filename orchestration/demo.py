@@ -46,8 +46,10 @@ DEMO_TODAY = date(2026, 12, 1)
 _SIZES = {
     "demo": {
         "policy_base": {"probe_prompts": 8},
-        # 10 steps of 4 customers x 8 rollouts at the product's learning rate: on the shipped agent
-        # this took held-out greedy success from 0.33 to 0.59 in 72 s (bench/results/learning.md, B3).
+        # 10 steps of 4 customers x 8 rollouts at the product's learning rate. GRPO learns only from
+        # a group of rollouts whose rewards differ; with 8 rollouts a customer fewer groups score
+        # alike than with the default 4, so few of the 10 steps pass without a gradient, and the 320
+        # rollouts in all keep training to about a minute on the demo's 2 CPU cores.
         "grpo_candidate": {
             "max_steps": 10,
             "save_steps": 5,

@@ -156,11 +156,12 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
 
     from assets import data
     from assets.resources import default_resources
+    from assets.retries import CONTENTION_RETRY
 
     write_jsonl(home.landing / "day" / "a.jsonl", build_records(world, reference_tasks, 30))
     open_store(home.duckdb_path).close()
     hold_s = 3.0
-    assert data.DATA_RETRY.max_retries >= 1 and data.DATA_RETRY.delay > hold_s, (
+    assert CONTENTION_RETRY.max_retries >= 1 and CONTENTION_RETRY.delay > hold_s, (
         "the test assumes the first retry comes after the holder lets go"
     )
     holder = _child(_HOLDER, str(home.duckdb_path), str(hold_s))
@@ -185,7 +186,7 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
         retry.event_specific_data.error
     )
     assert result.output_for_node("raw_interactions")["accepted"] == 30
-    assert elapsed < data.DATA_RETRY.delay * 3  # one retry, not the whole budget
+    assert elapsed < CONTENTION_RETRY.delay * 3  # one retry, not the whole budget
 
 
 # --- two retrains of the same home at once -------------------------------------------------------

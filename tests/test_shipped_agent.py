@@ -166,14 +166,15 @@ def test_a_manifest_edited_after_it_was_written_is_refused(copy_of, edit):
 
 def test_weights_swapped_with_their_recorded_sha256_updated_are_refused(copy_of, tmp_path):
     """Changing a file and its recorded sha256 together still breaks the manifest's own digest."""
-    from training.tiny.manifest import MANIFEST_NAME, ManifestError, sha256_of, verify_shipped
+    from dataplane.hashing import sha256_file
+    from training.tiny.manifest import MANIFEST_NAME, ManifestError, verify_shipped
 
     path = copy_of / "tokenizer.json"
     data = bytearray(path.read_bytes())
     data[100] ^= 1
     path.write_bytes(bytes(data))
     manifest = json.loads((copy_of / MANIFEST_NAME).read_text())
-    manifest["files"]["tokenizer.json"]["sha256"] = sha256_of(path)
+    manifest["files"]["tokenizer.json"]["sha256"] = sha256_file(path)
     (copy_of / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     with pytest.raises(ManifestError, match=r"manifest_digest: manifest\.json's content has sha256"):
         verify_shipped(copy_of)

@@ -170,11 +170,11 @@ def train_tokenizer(
             # (`..."first_name": "Nora", "last_name": "`), a token no other customer's call can use.
             pre_tokenizers.Split(Regex(_CAPITALISED_WORD), behavior="isolated"),
             # ...and spelled one letter a token, unless it is one of the corpus's fixed words. As one
-            # token a name, the tiny policy learnt to copy names for one seed in three, writing one
-            # constant name into every call for the others (bench/results/learning.md, runs E11-E14),
-            # while digits, spelled, were copied every time. Spelled, a name never seen in training
-            # uses only letters the policy has copied before. The fixed words (the system policy's,
-            # the catalogue's) stay whole, so the prompt read at every turn stays short.
+            # token, a name never seen in training is a token the policy has never emitted, and a
+            # tiny policy then writes a name it knows (one constant name in every call) instead of
+            # copying it. Spelled, that name uses only letters the policy has copied before. The
+            # fixed words (the system policy's, the catalogue's) stay whole, so the prompt read at
+            # every turn stays short.
             pre_tokenizers.Split(Regex(spelled_word_pattern(whole_words)), behavior="isolated"),
             # A run of digits is cut into groups of `digit_group` from its left, so an identifier
             # tokenises the same wherever it appears. With one digit a token, a zip or an order id

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dataplane.hashing import sha256_file
 from training.checkpoints import load_policy
 from training.tiny.bootstrap import TOKENIZER_FORMAT
 
@@ -46,7 +47,6 @@ MAX_SHIPPED_BYTES = 5 * 1024 * 1024
 SHIPPED_AGENT_DIR = Path(__file__).resolve().parents[2] / "models" / "retail-agent-tiny"
 REBUILD_COMMAND = "python bench/shipped_agent.py build --out models/retail-agent-tiny"
 _REQUIRED_KEYS = ("manifest_version", "files", "rebuild_command", "recipe", "tokenizer_format", "build", "figures")
-_CHUNK = 1 << 20
 
 
 class ManifestError(ValueError):
@@ -59,18 +59,10 @@ class ManifestError(ValueError):
         self.detail = detail
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def file_entries(folder: Path) -> dict[str, dict[str, Any]]:
     """{file name: {sha256, bytes}} for every file of `folder` except the manifest itself."""
     return {
-        path.name: {"sha256": sha256_of(path), "bytes": path.stat().st_size}
+        path.name: {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         for path in sorted(folder.iterdir())
         if path.name != MANIFEST_NAME
     }
@@ -215,7 +207,7 @@ def _check_files(folder: Path, manifest: Mapping[str, Any]) -> None:
     for name in sorted(present - set(listed)):
         raise ManifestError(folder, "extra_file", f"{name} is not listed in {MANIFEST_NAME}")
     for name in sorted(listed):
-        actual = sha256_of(folder / name)
+        actual = sha256_file(folder / name)
         if actual != listed[name]["sha256"]:
             raise ManifestError(
                 folder, "sha256_mismatch", f"{name} has sha256 {actual}, the manifest says {listed[name]['sha256']}"
