@@ -1,7 +1,8 @@
 """One function per promotion gate: the measured value, its threshold and the verdict.
 
-Definitions (thresholds in `GateConfig`) are in `evaluation.gates`; each function reads
-`GateInputs` only, so a gate can be tested on scripted outcomes without a model.
+Each is registered, with the rule text users see and the `GateConfig` settings it reads, in
+`evaluation.gate_registry`, which fixes the gates' order. Every function takes `(GateInputs,
+GateConfig)` and reads nothing else, so a gate can be tested on scripted outcomes without a model.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def _rate(flags: Sequence[bool]) -> float:
     return float(np.mean(np.asarray(flags, dtype=float))) if len(flags) else 0.0
 
 
-def data_valid(inp: GateInputs) -> Gate:
+def data_valid(inp: GateInputs, cfg: GateConfig | None = None) -> Gate:
+    # No threshold: `cfg` is taken only so the registry calls every gate alike.
     return _gate(
         "data_valid",
         1.0 if inp.data_valid else 0.0,
@@ -412,7 +414,9 @@ def tool_call_drift(inp: GateInputs, cfg: GateConfig) -> Gate:
     )
 
 
-def live_watch(inp: GateInputs) -> Gate:
+def live_watch(inp: GateInputs, cfg: GateConfig | None = None) -> Gate:
+    # Its threshold is the watch's (WatchSettings), carried by the pause: `cfg` is taken only so the
+    # registry calls every gate alike.
     pause = inp.watch_pause
     if pause is None:
         return _gate("live_watch", 0.0, 0.0, "==", True, "promotions are not paused by the live watch")

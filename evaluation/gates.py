@@ -10,7 +10,8 @@ Decision: any fail -> 'reject'; else any hold -> 'hold'; else 'promote'. `approv
 promotions (`retrain resume`, which records who and why) lifts it, and `approve` then carries
 that record onto the week it registers.
 
-Each gate's definition is in `GATE_RULES`, its thresholds in `GateConfig`. Two need more words:
+Each gate is one entry of `gate_registry.GATES` (its rule text, also in `GATE_RULES`, its function
+in `gate_rules`, the `GateConfig` thresholds it reads), which fixes their order. Two need more words:
 reward_alignment is not measurable with too few human labels (or one class) and then follows
 `on_insufficient_labels` ('hold' by default), never a silent pass, saying how many labels would lift
 it; reward_hacking_alarm puts the held-out proxy-reward gain in verified successes' worth and fires
@@ -27,12 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from evaluation import gate_rules
+from evaluation.gate_registry import GATE_NAMES, GATE_RULES, GATES, GateEntry
 from evaluation.gate_rules import reward_rise
 from evaluation.gate_types import (
     APPROVABLE_HOLDS,
-    GATE_NAMES,
-    GATE_RULES,
     Decision,
     Gate,
     GateConfig,
@@ -48,10 +47,12 @@ __all__ = [
     "APPROVABLE_HOLDS",
     "GATE_NAMES",
     "GATE_RULES",
+    "GATES",
     "ApprovalError",
     "Decision",
     "Gate",
     "GateConfig",
+    "GateEntry",
     "GateInputs",
     "GateReport",
     "PolicyOutcomes",
@@ -110,20 +111,9 @@ def outcomes_from_trials(
 
 
 def evaluate_gates(inputs: GateInputs, config: GateConfig | None = None) -> GateReport:
-    """Every gate, in GATE_NAMES order."""
+    """Every registered gate (`GATES`), in their order."""
     cfg = config or GateConfig()
-    gates = (
-        gate_rules.data_valid(inputs),
-        gate_rules.errored_trials(inputs, cfg),
-        gate_rules.shadow_non_inferiority(inputs, cfg),
-        gate_rules.calibration_improvement(inputs, cfg),
-        gate_rules.policy_violations_not_up(inputs, cfg),
-        gate_rules.reward_alignment(inputs, cfg),
-        gate_rules.reward_hacking_alarm(inputs, cfg),
-        gate_rules.tool_call_drift(inputs, cfg),
-        gate_rules.live_watch(inputs),
-    )
-    return GateReport(gates, inputs.baseline_kind, cfg)
+    return GateReport(tuple(entry.evaluate(inputs, cfg) for entry in GATES), inputs.baseline_kind, cfg)
 
 
 def approve(report: GateReport, approver: str, resumed: Mapping[str, Any] | None = None) -> GateReport:

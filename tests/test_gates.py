@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -10,9 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluation.gates import (
+    APPROVABLE_HOLDS,
     GATE_NAMES,
+    GATE_RULES,
+    GATES,
     ApprovalError,
     GateConfig,
+    GateEntry,
     GateInputs,
     GateReport,
     PolicyOutcomes,
@@ -397,3 +404,47 @@ def test_outcomes_refuse_cluster_or_error_lists_that_do_not_match_the_trials():
         PolicyOutcomes([True, False], [], 0.0, {}, calibration_clusters=["a"])
     with pytest.raises(ValueError, match="shadow_errors has 2 entries for 1"):
         PolicyOutcomes([], [True], 0.0, {}, shadow_errors=[None, None])
+
+
+# GateConfig settings no gate reads: the failure-mode warning's threshold rides on the gate config.
+NOT_A_GATES_SETTING = {"failure_mode_jump"}
+
+
+def _registry_problems(entries: tuple[GateEntry, ...]) -> list[str]:
+    """What is wrong with a gate registry: a duplicate name, or declared settings that GateConfig
+    lacks or that differ from the `cfg.<setting>` reads in the gate's function (its source)."""
+    fields = {f.name for f in dataclasses.fields(GateConfig)}
+    names = [e.name for e in entries]
+    problems = [f"{n} registered twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    for entry in entries:
+        declared = set(entry.settings)
+        if declared - fields:
+            problems.append(f"{entry.name} declares settings GateConfig lacks: {sorted(declared - fields)}")
+        reads = set(re.findall(r"\bcfg\.(\w+)", inspect.getsource(entry.evaluate)))
+        if reads != declared:
+            problems.append(f"{entry.name} reads {sorted(reads)} but declares {sorted(declared)}")
+    return problems
+
+
+def test_the_registry_declares_each_gate_once_with_the_settings_it_reads():
+    assert _registry_problems(GATES) == []
+    assert tuple(e.name for e in GATES) == GATE_NAMES and {e.name: e.rule for e in GATES} == GATE_RULES
+    assert set(APPROVABLE_HOLDS) <= set(GATE_NAMES)
+    # Every threshold belongs to a gate, so a setting left behind by a removed gate shows up here.
+    used = {s for e in GATES for s in e.settings}
+    assert {f.name for f in dataclasses.fields(GateConfig)} - used == NOT_A_GATES_SETTING
+    # The check bites: a setting GateConfig lacks, one the function does not read, a duplicate name.
+    data_valid, drift = GATES[0], GATES[-2]
+    bad = (
+        replace(drift, settings=("max_tool_drift", "no_such_setting")),
+        replace(data_valid, settings=("shadow_margin",)),
+    )
+    problems = _registry_problems((*bad, data_valid))
+    assert any("GateConfig lacks: ['no_such_setting']" in p for p in problems)
+    assert any("data_valid reads [] but declares ['shadow_margin']" in p for p in problems)
+    assert "data_valid registered twice" in problems
+
+
+def test_evaluate_gates_returns_exactly_the_registered_gates_in_order():
+    report = evaluate_gates(gate_inputs("better"))
+    assert [g.name for g in report.gates] == [e.name for e in GATES]
