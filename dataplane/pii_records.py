@@ -138,8 +138,12 @@ class _Walk:
         if size < _IBAN_MIN_LEN and "@" not in text and text.isascii():
             if size < _SHORTEST_BUT_EMAIL:
                 return text
+            if text in self.known:
+                return text
             digits = len(text.encode().translate(None, _NOT_DIGITS))
             if digits < 6 or (digits < 8 and _NINO_RE.search(text) is None):
+                if not digits:  # keys and canned words recur (ids, with digits, mostly do not)
+                    self._remember(text)
                 return text
         elif size < _SHORTEST and text.isascii():
             return text
@@ -147,10 +151,13 @@ class _Walk:
             return text
         clean = self.scrub(text)
         if clean is text and size <= _REMEMBER_UP_TO:
-            if len(self.known) >= _KNOWN_CLEAN_MAX:
-                self.known.clear()
-            self.known.add(text)
+            self._remember(text)
         return clean
+
+    def _remember(self, text: str) -> None:
+        if len(self.known) >= _KNOWN_CLEAN_MAX:
+            self.known.clear()
+        self.known.add(text)
 
     def messages(self, messages: list[dict]) -> list[dict]:
         # Validated messages have only the contract's keys (role, content, tool_calls, name) and a
@@ -159,15 +166,22 @@ class _Walk:
         return _replaced(messages, [self.message(m) for m in messages])
 
     def message(self, message: dict) -> dict:
+        # `in known` after the short-text test: a text remembered clean costs a set lookup, not a
+        # call (known is only ever cleared, never replaced, so it can be held in a local).
+        known = self.known
         content = message["content"]
         new_content = (
-            content if len(content) < _SHORT and "@" not in content and content.isascii() else self.text(content)
+            content
+            if (len(content) < _SHORT and "@" not in content and content.isascii()) or content in known
+            else self.text(content)
         )
         calls = message.get("tool_calls")
         new_calls = _replaced(calls, [self.call(c) for c in calls]) if calls else calls
         name = message.get("name")
         new_name = (
-            name if name is None or (len(name) < _SHORT and "@" not in name and name.isascii()) else self.text(name)
+            name
+            if name is None or (len(name) < _SHORT and "@" not in name and name.isascii()) or name in known
+            else self.text(name)
         )
         if new_content is content and new_calls is calls and new_name is name:
             return message
@@ -180,7 +194,11 @@ class _Walk:
 
     def call(self, call: dict) -> dict:
         name, arguments = call["name"], call["arguments"]
-        new_name = name if len(name) < _SHORT and "@" not in name and name.isascii() else self.text(name)
+        new_name = (
+            name
+            if (len(name) < _SHORT and "@" not in name and name.isascii()) or name in self.known
+            else self.text(name)
+        )
         new_arguments = self.value(arguments)
         if new_name is name and new_arguments is arguments:
             return call
@@ -195,12 +213,19 @@ class _Walk:
             return self.text(value)
         if not value:
             return value
+        known = self.known  # as in `message`: a remembered clean text costs a set lookup
         if kind is dict:
             out = None  # built only from the first change on: most objects come back as they are
             for i, (key, item) in enumerate(value.items()):
-                new_key = key if len(key) < _SHORT and "@" not in key and key.isascii() else self.text(key)
+                new_key = (
+                    key if (len(key) < _SHORT and "@" not in key and key.isascii()) or key in known else self.text(key)
+                )
                 if type(item) is str:
-                    new_item = item if len(item) < _SHORT and "@" not in item and item.isascii() else self.text(item)
+                    new_item = (
+                        item
+                        if (len(item) < _SHORT and "@" not in item and item.isascii()) or item in known
+                        else self.text(item)
+                    )
                 elif not item:  # an empty object or array, null, false, 0
                     new_item = item
                 else:
@@ -215,7 +240,11 @@ class _Walk:
             return value if out is None else out
         if kind is list:
             items = [
-                (item if len(item) < _SHORT and "@" not in item and item.isascii() else self.text(item))
+                (
+                    item
+                    if (len(item) < _SHORT and "@" not in item and item.isascii()) or item in known
+                    else self.text(item)
+                )
                 if type(item) is str
                 else self.value(item)
                 for item in value

@@ -256,7 +256,11 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
                 "customer_not_in_state",
                 f"customer_id={obj['customer_id']!r} not in initial_state.{rules.customer_table}",
             )
-    messages = [_message(msg, i) for i, msg in enumerate(obj["messages"])]
+    # A message of role and content alone breaks no rule of `_message` unless it is a tool's (which
+    # needs a name) and comes back as it is: most messages are, and skip the call.
+    messages = [
+        msg if len(msg) == 2 and msg["role"] != "tool" else _message(msg, i) for i, msg in enumerate(obj["messages"])
+    ]
     label = obj.get("human_label")
     if label is not None:
         _instant(label["labeled_at"], "human_label.labeled_at")

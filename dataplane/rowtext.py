@@ -72,8 +72,11 @@ def canonical_json(record: dict) -> str:
     return text
 
 
-def scrubbed_canonical(record: dict) -> tuple[dict, str]:
+def scrubbed_canonical(record: dict, leave_out_domain: bool = False) -> tuple[dict, str]:
     """(the record with PII masked, its canonical JSON): what ingestion stores.
+
+    `leave_out_domain`: drop the record's `domain` key from both (the store leaves the default
+    domain out of its text); the dict is copied once, by the scrub when it changed something.
 
     PII is found as the record's domain finds it (`pii_records.domain_scanner`: its world keys
     survive); a record without `domain` is the default domain's. Every free-form field is walked
@@ -84,6 +87,10 @@ def scrubbed_canonical(record: dict) -> tuple[dict, str]:
     a small record's few strings.
     """
     clean = scrub_fields(record, domain_scanner(record.get("domain", DEFAULT_DOMAIN)))
+    if leave_out_domain and "domain" in clean:
+        if clean is record:  # nothing was masked: `record` is the caller's, not to be changed
+            clean = record.copy()
+        del clean["domain"]
     text = _encode(clean)
     _require_utf8(text)
     return clean, text

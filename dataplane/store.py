@@ -213,10 +213,7 @@ def prepare_row(record: dict, replayable: bool = True) -> PreparedRow:
     Raises ContractError for a record that cannot be stored (see `rowtext.scrubbed_canonical`).
     """
     domain = record.get("domain", DEFAULT_DOMAIN)
-    if "domain" in record and domain == DEFAULT_DOMAIN:
-        record = record.copy()
-        del record["domain"]
-    clean, text = scrubbed_canonical(record)
+    clean, text = scrubbed_canonical(record, leave_out_domain=domain == DEFAULT_DOMAIN)
     label = clean["human_label"]
     return PreparedRow(
         (
@@ -278,11 +275,16 @@ class RowBatch:
             table = table.filter(pc.invert(pc.is_in(table.column("interaction_id"), pa.array(list(stored)))))
         insert_interactions(con, table, self.source_file, self.ingested_at)
         inserted = table.column("interaction_id").to_pylist()
-        not_inserted = {
-            r.interaction_id: (tag, stored[r.interaction_id])
-            for r, tag in zip(self.rows, self.tags)
-            if r.interaction_id in stored
-        }
+        # Stored ids are rare (a re-sent file): without any, no row of the chunk needs visiting.
+        not_inserted = (
+            {
+                r.interaction_id: (tag, stored[r.interaction_id])
+                for r, tag in zip(self.rows, self.tags)
+                if r.interaction_id in stored
+            }
+            if stored
+            else {}
+        )
         self.rows, self.tags, self.ids_in_batch = [], [], set()
         return FlushResult(inserted, not_inserted)
 
