@@ -3,8 +3,8 @@
 What is found (README, "PII"): payment card numbers ([CARD]), IBANs ([IBAN]), US social security
 and UK National Insurance numbers ([NATIONAL_ID]), phone numbers ([PHONE]) and e-mail addresses.
 E-mail addresses are pseudonymised rather than masked: a customer is identified by one (the
-retail world's `find_user_id_by_email`), so each becomes `user_<16 letters>@masked.invalid`, a
-keyed HMAC of the lower-cased address (64 bits, one letter a-p per four bits) (`dataplane.home.Home.pii_key`): the same in the customer's
+retail world's `find_user_id_by_email`), so each becomes `user_<16 hex>@masked.invalid`, a keyed
+HMAC of the lower-cased address (`dataplane.home.Home.pii_key`): the same in the customer's
 message, the tool call's argument, `initial_state` and gold, so a stored conversation replays.
 
 Detection reads the text normalised: every character NFKC-normalised, format characters (Unicode
@@ -36,7 +36,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 CARD, PHONE, NATIONAL_ID, IBAN = "[CARD]", "[PHONE]", "[NATIONAL_ID]", "[IBAN]"
-_NIBBLE_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
 PSEUDONYM_DOMAIN = "masked.invalid"  # RFC 2606's reserved `.invalid`: no mail can ever reach it
 
 # ---- normalisation -------------------------------------------------------------------------
@@ -335,7 +334,7 @@ _PASSES = (EMAIL_PASS, IBAN_PASS, CARD_PASS, SSN_PASS, NINO_PASS, NANP_PASS, INT
 _FILL = "\x00"  # what a replaced span becomes for the later passes: no pattern reads across it
 
 _AT_PSEUDONYM = "@" + PSEUDONYM_DOMAIN
-PSEUDONYM_RE = re.compile(r"user_[a-p]{16}" + re.escape(_AT_PSEUDONYM))  # what `PiiScanner.pseudonym` writes
+PSEUDONYM_RE = re.compile(r"user_[0-9a-f]{16}" + re.escape(_AT_PSEUDONYM))  # what `PiiScanner.pseudonym` writes
 # An '@' that does not start a pseudonym's domain: only then can the e-mail pass replace anything
 # (stored records hold pseudonyms, and are scanned again by every no-PII check).
 _REAL_AT = re.compile(r"@(?!" + re.escape(PSEUDONYM_DOMAIN) + r"(?![\w-]|\.[A-Za-z0-9]))")
@@ -388,8 +387,8 @@ def _shape_passes(text: str) -> tuple[_Pass, ...]:
         if _REAL_AT.search(text) is not None:
             out.append(EMAIL_PASS)
         if _AT_PSEUDONYM in text:
-            # A pseudonym never matches a pattern (its letters are glued to one another), but
-            # blanking it keeps the shape tests to the rest of the text.
+            # A pseudonym's hex reads as letters and digits to the shape tests ("bb64" as an IBAN's
+            # start), never to the patterns (glued to its own letters): leave it out of the shape.
             text = PSEUDONYM_RE.sub(lambda m: "_" * len(m.group(0)), text)
     # Normalised text is ASCII but for letters and symbols outside it, which no pattern reads as a
     # letter, digit or separator (their \w and \d are ASCII): each shapes as '?', then '_'.
@@ -438,18 +437,13 @@ class PiiScanner:
     _tokens: dict[tuple[bytes, str], str] = field(default_factory=dict, repr=False)
 
     def pseudonym(self, email: str) -> str:
-        """`user_<16 letters>@masked.invalid`: a keyed HMAC of the lower-cased address.
-
-        The HMAC's first 64 bits are written one letter a-p per four bits rather than as hex: an
-        agent must copy the pseudonym into `find_user_id_by_email`, and digits inside it were
-        copied as parts of the order ids and zips around them (the shipped agent's recipe built on
-        hex pseudonyms: 0 of 38 held-out e-mail customers identified)."""
+        """`user_<16 hex>@masked.invalid`: a keyed HMAC of the lower-cased address."""
         key = _pii_key()
         address = email.lower()
         token = self._tokens.get((key, address))
         if token is None:
             digest = hmac.new(key, address.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
-            token = f"user_{digest.translate(_NIBBLE_LETTERS)}@{PSEUDONYM_DOMAIN}"
+            token = f"user_{digest}@{PSEUDONYM_DOMAIN}"
             if len(self._tokens) >= 65_536:
                 self._tokens.clear()
             self._tokens[(key, address)] = token

@@ -32,7 +32,7 @@ from tests.helpers_data import NOW, build_records, record_from_task, write_jsonl
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 AIRLINE_DATA = Path(__file__).resolve().parent.parent / "domains" / "airline" / "data"
-PSEUDONYM = re.compile(r"user_[a-p]{16}@masked\.invalid")
+PSEUDONYM = re.compile(r"user_[0-9a-f]{16}@masked\.invalid")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[a-z]+")
 
 MASKED = [
@@ -107,7 +107,7 @@ KEPT = [
     "ids int-123456789, conv-0612345678, run_4111111111111111",
     "version 1.2.3, port 8080, 3 of 10, room 101",
     "time zone UTC+14:00 and +05:30",
-    "user_abcdefghijklmnop@masked.invalid is a pseudonym already",
+    "user_0123456789abcdef@masked.invalid is a pseudonym already",
 ]
 
 

@@ -89,9 +89,9 @@ def test_sft_rows_hands_out_as_many_relabelled_rows_as_asked(demos):
     assert sft_rows(demos, relabelled=5, seed=2) == sft_rows(demos, relabelled=5, seed=2)  # seeded
 
 
-def test_an_email_pseudonym_gets_fresh_letters_the_same_throughout_the_conversation():
-    """Stored records carry `user_<16 letters>@masked.invalid` (dataplane.scrub): a copy must give each
-    pseudonym new letters, consistently, or a model could learn each training customer's hash."""
+def test_an_email_pseudonym_gets_fresh_hex_the_same_throughout_the_conversation():
+    """Stored records carry `user_<16 hex>@masked.invalid` (dataplane.scrub): a copy must give each
+    pseudonym new hex, consistently, or a model could learn each training customer's hash."""
     from dataplane.pii_records import FREE_FORM_FIELDS, domain_scanner, scrub_field
     from dataplane.scrub import PSEUDONYM_RE, using_pii_key
 

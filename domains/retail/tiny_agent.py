@@ -93,7 +93,7 @@ class AgentRecipe:
     digit_group: int = 2
     # The key the simulated traffic's e-mail addresses are pseudonymised under, as ingestion does
     # to every stored record (dataplane.scrub): the agent is served prompts with
-    # `user_<16 letters>@masked.invalid` addresses, so it must learn to copy those. Not a secret: the
+    # `user_<16 hex>@masked.invalid` addresses, so it must learn to copy those. Not a secret: the
     # traffic is simulated. A home's own key differs, and its pseudonyms are as unseen as any
     # held-out customer's.
     pii_key: str = "shipped-agent-recipe-pseudonyms"

@@ -7,8 +7,8 @@ then writes a training customer's zip for a customer it never saw: measured in
 bench/results/learning.md, copying took ~1,000 SFT steps to emerge. Relabelling removes the
 shortcut: each copy of a trajectory gets fresh identifiers, consistently throughout the
 conversation (every identifier-like run of digits becomes another run of the same length; the
-customer's names become other names from the log; an e-mail pseudonym, `user_<16 letters>@masked.invalid`
-as ingestion writes it, gets fresh letters; amounts are kept), so an identifier in a call is predictable only from
+customer's names become other names from the log; an e-mail pseudonym, `user_<16 hex>@masked.invalid`
+as ingestion writes it, gets fresh hex; amounts are kept), so an identifier in a call is predictable only from
 where it appears earlier in the same conversation. The system prompt and the tool schemas are
 left as they are, and the structure (which tool, which argument, which words) never changes.
 """
@@ -66,11 +66,11 @@ class Relabeller:
         return self._digits[run]
 
     def _pseudonym(self, match: re.Match) -> str:
-        # A pseudonym is a keyed hash: without fresh letters, a model could learn each training
+        # A pseudonym is a keyed hash: without fresh hex, a model could learn each training
         # customer's hash instead of copying the one in the conversation.
         old = match.group(0)
         if old not in self._pseudonyms:
-            fresh = "".join(self._rng.choice("abcdefghijklmnop") for _ in range(16))
+            fresh = "".join(self._rng.choice("0123456789abcdef") for _ in range(16))
             self._pseudonyms[old] = f"user_{fresh}{old[len('user_') + 16 :]}"
         return self._pseudonyms[old]
 
