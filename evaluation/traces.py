@@ -291,6 +291,8 @@ def tracing_to(tracking_uri: str) -> Iterator[None]:
         yield
     finally:
         mlflow.flush_trace_async_logging()
+        global _queued_spans
+        _queued_spans = 0
         if switch:
             mlflow.set_tracking_uri(before)
         for name in added:
@@ -316,11 +318,36 @@ def _send_span(doc: SpanDoc) -> None:
             span.set_status(SpanStatus(SpanStatusCode.ERROR, doc.error))
 
 
+# MLflow hands finished spans to OpenTelemetry's batch processor, whose queue holds 2,048 spans
+# (max(batch size, 2048)) and drops what arrives when it is full ("Queue full, dropping Span."):
+# a review export of 200 conversations queued faster than one export thread wrote them, on a loaded
+# machine, and 10 of its 200 traces never reached the store. Flushing whenever this many spans
+# have been queued since the last flush keeps the queue at half its size or less.
+FLUSH_EVERY_SPANS = 1000
+_queued_spans = 0
+
+
+def _span_count(docs: Sequence[SpanDoc]) -> int:
+    return sum(1 + _span_count(doc.children) for doc in docs)
+
+
+def _queued(spans: int) -> None:
+    """Count `spans` queued for export; flush MLflow's trace export once FLUSH_EVERY_SPANS are."""
+    import mlflow  # heavy (~1 s): see the module docstring
+
+    global _queued_spans
+    _queued_spans += spans
+    if _queued_spans >= FLUSH_EVERY_SPANS:
+        mlflow.flush_trace_async_logging()
+        _queued_spans = 0
+
+
 def send_trace(trace: ConversationTrace, experiment_id: str, run_id: str | None = None) -> str:
     """Mask `trace`, start it in `experiment_id` (linked to `run_id` when given) and return its id.
 
     Must run inside `tracing_to`: the trace is queued for MLflow's export threads, and written
-    when the block flushes. Raises PIILeakError, before anything is sent, when masking leaves PII.
+    when the block flushes (or earlier, once FLUSH_EVERY_SPANS spans wait). Raises PIILeakError,
+    before anything is sent, when masking leaves PII.
     """
     import mlflow  # heavy (~1 s): see the module docstring
     from mlflow.entities import AssessmentSource, AssessmentSourceType
@@ -350,6 +377,7 @@ def send_trace(trace: ConversationTrace, experiment_id: str, run_id: str | None 
         for name, value in clean.feedback.items():
             mlflow.log_feedback(trace_id=root.trace_id, name=name, value=value, source=source)
         root.set_outputs(clean.outputs)
+    _queued(1 + _span_count(clean.spans))
     return root.trace_id
 
 

@@ -320,3 +320,23 @@ def test_a_retried_set_replaces_its_traces_and_an_errored_trial_says_why(tmp_pat
     assert errored.info.tags["error"] == "ValueError: boom" and errored.info.tags["success"] == "false"
     names = {a.name for a in errored.info.assessments}
     assert "verified_success" in names and "proxy_reward" not in names  # NaN: never judged, no number
+
+
+def test_many_traces_in_one_block_flush_before_the_export_queue_fills(tmp_path, monkeypatch):
+    """OpenTelemetry's span queue drops spans once full: a long block flushes every
+    FLUSH_EVERY_SPANS queued spans, and every trace sent reaches the store."""
+    import mlflow
+
+    from evaluation import traces
+
+    uri, client, experiment = _store(tmp_path)
+    flushes = []
+    real_flush = mlflow.flush_trace_async_logging
+    monkeypatch.setattr(traces, "FLUSH_EVERY_SPANS", 6)
+    monkeypatch.setattr(mlflow, "flush_trace_async_logging", lambda *a, **k: (flushes.append(1), real_flush(*a, **k)))
+    spans = [SpanDoc("assistant 1", "CHAT_MODEL", children=[SpanDoc("lookup", "TOOL")])]  # 3 spans with the root
+    with tracing_to(uri):
+        ids = [send_trace(ConversationTrace(f"t{i}", {}, {}, spans, {}), experiment) for i in range(6)]
+        during = len(flushes)
+    assert during == 3  # after the 2nd, 4th and 6th trace (6 spans each time)
+    assert all(client.get_trace(trace_id) is not None for trace_id in ids)
