@@ -290,9 +290,7 @@ def tracing_to(tracking_uri: str) -> Iterator[None]:
             mlflow.set_tracking_uri(tracking_uri)  # the tracer restarts, reading the batching above
         yield
     finally:
-        mlflow.flush_trace_async_logging()
-        global _queued_spans
-        _queued_spans = 0
+        _flush_export()
         if switch:
             mlflow.set_tracking_uri(before)
         for name in added:
@@ -331,15 +329,21 @@ def _span_count(docs: Sequence[SpanDoc]) -> int:
     return sum(1 + _span_count(doc.children) for doc in docs)
 
 
-def _queued(spans: int) -> None:
-    """Count `spans` queued for export; flush MLflow's trace export once FLUSH_EVERY_SPANS are."""
+def _flush_export() -> None:
+    """Wait until MLflow has written every queued trace; nothing is queued after."""
     import mlflow  # heavy (~1 s): see the module docstring
 
     global _queued_spans
+    mlflow.flush_trace_async_logging()
+    _queued_spans = 0
+
+
+def _queued(spans: int) -> None:
+    """Count `spans` queued for export; flush MLflow's trace export once FLUSH_EVERY_SPANS are."""
+    global _queued_spans
     _queued_spans += spans
     if _queued_spans >= FLUSH_EVERY_SPANS:
-        mlflow.flush_trace_async_logging()
-        _queued_spans = 0
+        _flush_export()
 
 
 def send_trace(trace: ConversationTrace, experiment_id: str, run_id: str | None = None) -> str:
