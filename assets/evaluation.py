@@ -18,8 +18,8 @@ from dataplane.window import window_ids
 from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER, WeekCalibration, week_calibration
 from evaluation.eval_sets import EvalSetError, build_shadow_set, shadow_counts
 from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
-from evaluation.traces import TraceSettings, TrialTraces, tracing_to, week_traces
 from evaluation.week_alignment import WeekAlignment, measure_alignment, read_week_labels
+from tracking.traces import TraceSettings, TrialTraces, tracing_to, week_traces
 from training.rewards import RewardWeights
 from training.sandbox.rollout import SERVING_MAX_TURNS
 

@@ -27,12 +27,12 @@ from evaluation.gate_floors import (
     run_config_gates,
 )
 from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.pause import active_pause
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
-from evaluation.run_log import DatasetRef, WeekRun, log_week_run
-from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 from evaluation.week_alignment import alignment_series
+from monitoring.pause import active_pause
+from monitoring.watch import EVALUATED_MIX_TAG, fold_unknown_tools
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.run_log import DatasetRef, WeekRun, log_week_run
 from training.rewards import RewardWeights
 
 # The thresholds are declared once, on GateConfig; the Dagster config is built from its fields. What a

@@ -9,7 +9,9 @@ from assets.resources import HomeResource, MLflowTracking
 from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
-from evaluation.registry import (
+from evaluation.reports import CalibrationReport, ShadowReport, outcomes
+from monitoring.watch import EVALUATED_MIX_TAG, fold_unknown_tools
+from tracking.registry import (
     ModelDigestError,
     ModelDirError,
     NotPromotableError,
@@ -18,8 +20,6 @@ from evaluation.registry import (
     register_base_champion,
     register_candidate,
 )
-from evaluation.reports import CalibrationReport, ShadowReport, outcomes
-from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 
 
 @dg.asset(

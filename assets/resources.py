@@ -17,7 +17,7 @@ from assets.configs import setting_field
 from dataplane.home import Home
 from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN
-from evaluation.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_client
+from tracking.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_client
 from training.curriculum import CurriculumError, levels_for_domain, parse_mix, tools_for_levels
 from training.grpo_config import GRPORunConfig
 

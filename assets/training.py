@@ -19,8 +19,8 @@ from assets.retries import TRAINING_RETRY
 from assets.weekdata import at_level, train_records, week_dir
 from dataplane.hashing import sha256_files
 from domains.registry import DEFAULT_DOMAIN, load_domain
-from evaluation.registry import champion_info, local_champion
-from evaluation.run_log import open_week_run
+from tracking.registry import champion_info, local_champion
+from tracking.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
 from training.policies import HFPolicy
 from training.reporting import REPORTER_ENV

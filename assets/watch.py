@@ -1,5 +1,5 @@
 """The live watch: one UTC day of the traffic the champion served, measured against what it was
-evaluated to do (`evaluation.watch`), with alarms, the promotion pause and the MLflow log.
+evaluated to do (`monitoring.watch`), with alarms, the promotion pause and the MLflow log.
 
 Its numbers and tables are the materialization's metadata; its two checks (action drift, reward
 distribution) warn and never block: an alarm is acted on here (an incident, and for drift a pause
@@ -15,8 +15,7 @@ from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from dataplane.served import records_served_on, served_days
-from evaluation.registry import champion_info
-from evaluation.watch import (
+from monitoring.watch import (
     DayWatch,
     EvaluatedMixError,
     Finding,
@@ -25,8 +24,9 @@ from evaluation.watch import (
     reference_day,
     watch_day,
 )
-from evaluation.watch_alarms import AlarmOutcome, sound_alarms
-from evaluation.watch_log import log_watch_day
+from monitoring.watch_alarms import AlarmOutcome, sound_alarms
+from monitoring.watch_log import log_watch_day
+from tracking.registry import champion_info
 
 # The thresholds are declared once, on WatchSettings; the Dagster config is built from its fields.
 WatchConfig = config_from_dataclass(WatchSettings, "WatchConfig", module=__name__)

@@ -11,7 +11,7 @@ conversation is a conversation), `calibration_report`'s turns, tokens and compac
 sizes are the demo's week: calibration 60 tasks x 2 trials, shadow 269 conversations x 1
 (the README's demo table), each for candidate and baseline.
 
-"With traces" is what `calibration_report` and `shadow_report` do: `evaluation.traces.week_traces`
+"With traces" is what `calibration_report` and `shadow_report` do: `tracking.traces.week_traces`
 into a week run of a sqlite MLflow store (as `open_week_run` opens it), `tracing_to` around
 `evaluate_pair(on_trials=...)` (MLflow's asynchronous, batched export overlapping the second
 policy's rollouts, flushed before it returns), then the count of stored traces the assets put in
@@ -49,10 +49,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
 
 from domains.retail.tiny_agent import AgentRecipe, level1_tasks, level1_tools  # noqa: E402
-from evaluation.registry import mlflow_client  # noqa: E402
 from evaluation.reports import evaluate_pair  # noqa: E402
-from evaluation.run_log import open_week_run  # noqa: E402
-from evaluation.traces import TraceSettings, TrialTraces, conversation_spans, tracing_to, week_traces  # noqa: E402
+from tracking.registry import mlflow_client  # noqa: E402
+from tracking.run_log import open_week_run  # noqa: E402
+from tracking.traces import TraceSettings, TrialTraces, conversation_spans, tracing_to, week_traces  # noqa: E402
 from training.sandbox.rollout import SERVING_MAX_TURNS  # noqa: E402
 from training.tiny.manifest import shipped_agent_path  # noqa: E402
 

@@ -116,7 +116,7 @@ def record_sample(
 ) -> ReviewSample:
     """Record the sample of `week` holding `ids` (kept as it was when already recorded) and return it.
 
-    `exported_by` is stored as given; the caller masks it (`orchestration.review` passes the OS
+    `exported_by` is stored as given; the caller masks it (`orchestration.cli.review` passes the OS
     account through the PII scrub)."""
     if not ids:
         raise ValueError(f"a review sample of week {week} needs at least one interaction")

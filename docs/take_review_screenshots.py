@@ -70,7 +70,7 @@ def prepare_home(root: Path) -> dict:
     simulate(days=7, per_day=30, seed=11, out_dir=str(home.landing), start=date.fromisoformat(WEEK), n_users=80)
     if main(["ingest", str(home.landing)]) != 0:
         raise SystemExit("ingest failed")
-    from orchestration.review_mlflow import export_to_mlflow
+    from orchestration.cli.review_mlflow import export_to_mlflow
 
     summary = export_to_mlflow(WEEK, n=20, seed=0)
     print(json.dumps({k: summary[k] for k in ("experiment", "experiment_id", "logged", "sample_id")}))
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = prepare_home(root)
     experiment = summary["experiment_id"]
 
-    from evaluation.registry import mlflow_client
+    from tracking.registry import mlflow_client
 
     client = mlflow_client(f"sqlite:///{root / 'mlflow.db'}")
     traces = client.search_traces(locations=[experiment], max_results=50, include_spans=False)

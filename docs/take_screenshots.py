@@ -55,7 +55,7 @@ def prepare_home(root: Path) -> str:
     os.environ["RETRAIN_HOME"] = str(root)
     from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
-    from orchestration.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
+    from orchestration.cli.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
     from orchestration.runner import run_week
 
     home = Home.from_env().ensure()

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from evaluation.failure_modes import ModeJump
-from evaluation.gate_types import Decision, GateReport
+from evaluation.gates import Decision, GateReport
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from evaluation.gate_types import GateConfig
+from evaluation.gates import GateConfig
 
 FLOORS_ENV = "RETRAIN_GATE_FLOORS"
 INSTANCE_FLOORS_FILE = "gate_floors.yaml"
@@ -55,7 +55,7 @@ class GateFloors:
 
 
 def tightens(name: str) -> Any:
-    """How setting `name` gets stricter (see `gate_types.Tightens`); an error for a setting that does
+    """How setting `name` gets stricter (see `evaluation.gates.Tightens`); an error for a setting that does
     not declare it, so a new threshold cannot slip past the floors unclassified."""
     fields = {f.name: f for f in dataclasses.fields(GateConfig)}
     if name not in fields:

@@ -8,6 +8,11 @@ assistant's tool calls in order through a new sandbox of the record's domain, bu
 unfolds exactly as it did. Whatever the agent wrote as plain assistant text counts as told to
 the customer too (a model may talk without the `send_message_to_customer` tool).
 
+`judge_record` judges a recorded conversation like a rollout: its replayed episode, proxy reward
+and, when it carries gold, the `Trial` that failure modes and metrics read. The review export and
+the daily watch both judge served traffic this way, so a conversation gets the same reward and
+failure mode wherever it is looked at.
+
     >>> from domains.registry import load_domain
     >>> from training.sandbox.environment import environment_class
     >>> customer = RecordedCustomer("Hi", ["My email is a@b.c"])
@@ -25,8 +30,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from domains.registry import DomainNotFoundError
+from evaluation.rollout import Trial
 from evaluation.stats import agreement_rate, roc_auc
-from training.rewards import GoldError, RewardWeights, total_reward, verified_success
+from training.rewards import GoldError, RewardWeights, score_episode, total_reward, verified_success
 from training.sandbox.environment import call_tool, environment_class
 from training.sandbox.episode import MESSAGE_TOOL, Episode
 from training.sandbox.prompting import domain_of
@@ -44,6 +50,8 @@ __all__ = [
     "AlignmentEvidence",
     "alignment_evidence",
     "reward_alignment",
+    "JudgedRecord",
+    "judge_record",
 ]
 
 
@@ -337,3 +345,51 @@ def reward_alignment(
     """`alignment_evidence`'s summary with its `skipped` list, as one dict."""
     evidence = alignment_evidence(records, weights)
     return {**evidence.summary, "skipped": evidence.skipped}
+
+
+@dataclass(frozen=True)
+class JudgedRecord:
+    """`trial` is None when the record carries no gold: verified success, and so a failure mode,
+    is undefined there (not False)."""
+
+    interaction_id: str
+    episode: Episode
+    reward_terms: dict[str, float]
+    trial: Trial | None
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.reward_terms.values()))
+
+    @property
+    def success(self) -> bool | None:
+        return None if self.trial is None else self.trial.success
+
+
+def judge_record(record: Mapping[str, Any], weights: Any = None) -> JudgedRecord:
+    """Replay `record` and score it under `weights` (None: the playbook).
+
+    Raises `ReplayError` or `training.rewards.GoldError` when it cannot be judged.
+    """
+    episode = recorded_episode(record)
+    terms = dict(score_episode(episode, weights))
+    interaction_id = str(record["interaction_id"])
+    trial = None
+    if episode.gold is not None:
+        messages = list(record.get("messages") or [])
+        trial = Trial(
+            record_id=interaction_id,
+            trial=0,
+            seed=0,
+            episode=episode,
+            success=bool(verified_success(episode)),
+            messages=messages,
+            turns=sum(m.get("role") == "assistant" for m in messages),
+            tool_calls=len(episode.audit_log),
+            tool_errors=sum(bool(e.error) for e in episode.audit_log),
+            ended_by="done" if episode.transferred else "answer",
+            reward=sum(terms.values()),
+            reward_terms=terms,
+            intent=record.get("intent"),
+        )
+    return JudgedRecord(interaction_id, episode, terms, trial)

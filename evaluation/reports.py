@@ -14,10 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evaluation.drift import total_variation
 from evaluation.failure_modes import failure_mode_shares, policy_violations, primary_failure_mode
 from evaluation.gates import PolicyOutcomes
-from evaluation.metrics import summarize
+from evaluation.metrics import summarize, total_variation
 from evaluation.rollout import Trial, run_rollouts
 from evaluation.stats import (
     BootstrapCI,
@@ -211,7 +210,7 @@ def evaluate_pair(
     `reward_weights` (the run's overrides of the playbook; None: the playbook).
 
     `on_trials(side, trials)` sees each policy's trials as soon as they are rolled out, before they
-    are reduced to the report (the week's traces, `evaluation.traces.TrialTraces`)."""
+    are reduced to the report (the week's traces, `tracking.traces.TrialTraces`)."""
     if not records:
         raise ValueError("no records to evaluate on")
     trials = {}

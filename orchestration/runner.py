@@ -20,12 +20,12 @@ from domains.registry import DEFAULT_DOMAIN
 from evaluation.decision import PromotionDecision
 from evaluation.gate_floors import check_run_config, resolve_floors
 from evaluation.gates import approve
-from evaluation.pause import ResumeError, last_resume, resume_promotions
-from evaluation.registry import check_decision_digest, register_candidate, rollback
-from evaluation.run_log import record_approval
+from monitoring.pause import ResumeError, last_resume, resume_promotions
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
+from tracking.registry import check_decision_digest, register_candidate, rollback
+from tracking.run_log import record_approval
 
 
 class RetrainBusyError(RuntimeError):

@@ -14,19 +14,16 @@ import dagster as dg
 
 from assets.partitions import daily_partitions
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
-from dataplane.home import Home
 from dataplane.incidents import record_incident
 from dataplane.landing import ingest_landed
-from dataplane.served import latest_served
-from dataplane.store import StoreLockedError, open_store
-from evaluation.health import assess_champion_health
-from evaluation.registry import champion_info, rollback
+from dataplane.store import StoreLockedError
+from monitoring.health import DEFAULT_HEALTH_WINDOW, check_champion
 from orchestration.jobs import daily_watch, domain_run_requests, weekly_retrain
 from orchestration.switches import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
 
-HEALTH_WINDOW = int(os.environ.get("RETRAIN_HEALTH_WINDOW", "500"))
+HEALTH_WINDOW = int(os.environ.get("RETRAIN_HEALTH_WINDOW", str(DEFAULT_HEALTH_WINDOW)))
 # A sensor tick has about a minute (Dagster's gRPC timeout): a backlog of landed files (a first
 # start on a full landing folder) is ingested over several ticks, each file in its own transaction.
 LANDING_FILES_PER_TICK = 20
@@ -52,65 +49,6 @@ def retrain_failure_incident(context: dg.RunFailureSensorContext, home: HomeReso
     )
 
 
-def champion_records(store_path: str, policy_version: str, limit: int) -> list[dict]:
-    """The latest `limit` interactions served by `policy_version`, read-only (newest first): with
-    the landing sensor ingesting files as they land, that is yesterday's traffic, not last week's."""
-    con = open_store(store_path, read_only=True)
-    try:
-        return latest_served(con, policy_version, limit)
-    finally:
-        con.close()
-
-
-def check_champion(
-    home: Home,
-    store_path: str,
-    tracking_uri: str,
-    model_name: str,
-    margin: float = 0.10,
-    min_interactions: int = 30,
-    violation_spike: float = 0.10,
-) -> dict:
-    """Judge the champion on the traffic it served; roll back and record an incident if it fails."""
-    champion = champion_info(tracking_uri, model_name)
-    if champion is None:
-        return {"action": "none", "reason": "no champion yet"}
-    served_by = f"{model_name}/{champion.version}"
-    expected = champion.tags.get("shadow_success")
-    if expected is None:
-        return {"action": "none", "reason": f"champion v{champion.version} carries no shadow_success tag"}
-    baseline = champion.tags.get("violation_rate")
-    records = champion_records(store_path, served_by, HEALTH_WINDOW)
-    # The newest interaction judged: shows which day of traffic the verdict rests on.
-    latest = records[0]["ended_at"] if records else None
-    verdict = assess_champion_health(
-        records,
-        float(expected),
-        margin=margin,
-        min_interactions=min_interactions,
-        violation_spike=violation_spike,
-        violation_baseline=None if baseline is None else float(baseline),
-        champion=served_by,
-    )
-    if verdict.healthy:
-        return {"action": "none", "reason": verdict.reason, "n": verdict.n, "champion": served_by, "latest": latest}
-    result = rollback(tracking_uri, model_name)
-    path = record_incident(
-        home,
-        "champion_rollback",
-        f"champion {served_by} rolled back to v{result.to_version}: {verdict.reason}",
-        {"verdict": verdict.to_dict(), "from_version": result.from_version, "to_version": result.to_version},
-    )
-    return {
-        "action": "rollback",
-        "from_version": result.from_version,
-        "to_version": result.to_version,
-        "reason": verdict.reason,
-        "latest": latest,
-        "incident": str(path),
-    }
-
-
 @dg.sensor(
     name="champion_health",
     minimum_interval_seconds=900,
@@ -130,6 +68,7 @@ def champion_health(
             mlflow.uri(h),
             mlflow.model_name,
             margin=float(os.environ.get("RETRAIN_HEALTH_MARGIN", "0.10")),
+            window=HEALTH_WINDOW,
         )
     except StoreLockedError as err:
         # A retrain holds the DuckDB writer lock; the next tick looks again.

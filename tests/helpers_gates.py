@@ -13,8 +13,8 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from evaluation.drift import distribution
 from evaluation.gates import GateInputs, PolicyOutcomes
+from evaluation.metrics import distribution
 
 WRITE_FOR_INTENT = {
     "cancel_order": "cancel_pending_order",

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from orchestration.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
+from orchestration.cli.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
 from tests.helpers_webserver import REPO_ROOT, free_port, server_env
 
 PG_HOST, PG_PORT = "127.0.0.1", 5432

@@ -20,9 +20,9 @@ from assets.promotion import promotion_gate
 from assets.registration import champion_is_this_version, first_champion, registered_model
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.reports import CalibrationReport, PairReport, PolicyReport, ShadowReport
-from evaluation.run_log import open_week_run
 from evaluation.stats import mcnemar_exact, paired_bootstrap_ci, roc_auc
 from tests.helpers_gates import POLICIES, human_labels, make_tasks
+from tracking.run_log import open_week_run
 
 
 def fake_model(path: Path) -> Path:

@@ -51,7 +51,7 @@ def test_an_airline_week_at_the_defaults_ends_in_an_honest_reject(tmp_path):
 
     from assets.decisions import latest_decision
     from dataplane.home import Home
-    from evaluation.registry import champion_info
+    from tracking.registry import champion_info
 
     with dg.DagsterInstance.from_config(str(Home(home).dagster_home)) as instance:
         decision = latest_decision(instance, WEEK, "airline")

@@ -136,7 +136,7 @@ def test_a_bad_grpo_setting_fails_before_any_compute_or_mlflow_run(landed):
     """The asset validates the run config it builds, so a bad setting never starts the trainer."""
     from assets.handoffs import PolicyBase
     from assets.partitions import weekly_partitions
-    from evaluation.registry import mlflow_client
+    from tracking.registry import mlflow_client
 
     @dg.asset(name="policy_base", partitions_def=weekly_partitions)
     def stub_policy_base():

@@ -22,10 +22,10 @@ from assets.partitions import weekly_partitions
 from assets.resources import Curriculum, default_resources
 from domains.retail.traffic.simulate import simulate
 from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER
-from evaluation.registry import mlflow_client
-from evaluation.run_log import find_week_runs, week_step
 from orchestration.cli import main
 from tests.helpers_promotion import run_promotion
+from tracking.registry import mlflow_client
+from tracking.run_log import find_week_runs, week_step
 from training.tiny.manifest import SHIPPED_AGENT_DIR
 
 W1, W2 = "2026-11-09", "2026-11-16"  # Mondays
@@ -114,8 +114,8 @@ def test_the_week_run_logs_the_calibration_version_and_a_weekly_alignment_series
 
 
 def test_the_refresh_threshold_is_calibration_report_config_only():
+    from orchestration.cli.demo import demo_run_config
     from orchestration.definitions import defs
-    from orchestration.demo import demo_run_config
 
     job = defs.resolve_job_def("weekly_retrain")
     config = demo_run_config("ci")

@@ -16,12 +16,12 @@ from safetensors.numpy import save_file
 from assets.decisions import PROMOTION_ASSET, decision_metadata, latest_decision
 from evaluation.decision import PromotionDecision
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.pause import active_pause, lifted_pauses, pause_promotions
-from evaluation.registry import champion_info, find_week_version, mlflow_client
-from evaluation.run_log import load_gate_report, open_week_run
+from monitoring.pause import active_pause, lifted_pauses, pause_promotions
 from orchestration.instance import prepare_dagster_home
 from tests.helpers_gates import gate_inputs
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import champion_info, find_week_version, mlflow_client
+from tracking.run_log import load_gate_report, open_week_run
 
 WEEK = "2026-11-16"
 

@@ -30,7 +30,7 @@ WEEK = "2026-11-16"
 
 def _product_settings() -> dict:
     """The demo's CI-sized run config: stage sizes only, no training or gate override."""
-    from orchestration.demo import demo_run_config
+    from orchestration.cli.demo import demo_run_config
 
     config = demo_run_config("ci")
     assert "grpo_overrides" not in config["ops"]["grpo_candidate"]["config"]  # the product's trainer
@@ -93,7 +93,7 @@ def test_the_week_trains_the_shipped_agent_and_its_update_moves_the_weights(week
 
 def test_an_ordinary_week_at_default_gates_is_a_successful_rejection(week_runs):
     from dataplane.incidents import list_incidents
-    from evaluation.registry import champion_info, find_week_version
+    from tracking.registry import champion_info, find_week_version
 
     home, run = week_runs
     assert run.success, run
@@ -108,7 +108,7 @@ def test_an_ordinary_week_at_default_gates_is_a_successful_rejection(week_runs):
 
 
 def test_the_first_champion_is_the_base_model_with_its_shadow_estimate(week_runs):
-    from evaluation.registry import mlflow_client
+    from tracking.registry import mlflow_client
 
     home, run = week_runs
     base = mlflow_client(home.mlflow_uri).get_model_version("retail-agent", "1")
@@ -122,7 +122,7 @@ def test_the_first_champion_is_the_base_model_with_its_shadow_estimate(week_runs
 def test_the_rejected_week_keeps_its_evidence_in_mlflow_and_dagster(week_runs):
     import dagster as dg
 
-    from evaluation.registry import mlflow_client
+    from tracking.registry import mlflow_client
 
     home, run = week_runs
     run_id = run.decision.mlflow_run_id

@@ -18,7 +18,7 @@ import pytest
 from domains.registry import load_domain
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE = ("orchestration", "assets", "training", "evaluation", "dataplane")
+ENGINE = ("orchestration", "assets", "monitoring", "tracking", "training", "evaluation", "dataplane")
 SHARED_WORDS = {"users", "other", "think", "calculate", "transfer"}
 
 

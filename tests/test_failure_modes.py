@@ -15,7 +15,7 @@ from evaluation.failure_modes import (
     policy_violations,
     primary_failure_mode,
 )
-from evaluation.gate_types import GateConfig
+from evaluation.gates import GateConfig
 from tests.helpers_eval import expert_steps, record_with_intent, scripted_trial
 
 

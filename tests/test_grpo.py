@@ -279,7 +279,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
     artifacts = {a.path for a in client.list_artifacts(run_id, "model")}
     assert "model/model.safetensors" in artifacts
     # Nothing that unpickles is left in the final model or logged with it (the registry refuses it).
-    from evaluation.registry import check_model_dir
+    from tracking.registry import check_model_dir
 
     check_model_dir(summary["model_path"])
     assert not [a for a in artifacts if a.endswith((".bin", ".pt", ".pkl", ".pickle"))]

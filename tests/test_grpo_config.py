@@ -12,8 +12,8 @@ from assets.configs import config_from_dataclass, dataclass_kwargs
 from assets.resources import Curriculum
 from assets.training import SUPPLIED_BY_ASSET, GRPOTrainingConfig, PolicyConfig
 from domains.retail.level1 import LEVEL1_TOOLS
+from orchestration.cli.demo import demo_run_config
 from orchestration.definitions import defs
-from orchestration.demo import demo_run_config
 from training.grpo_config import GRPORunConfig
 from training.sft import SFTSettings
 

@@ -1,4 +1,4 @@
-"""evaluation.health: the champion-health circuit breaker on simulated production traffic, with and
+"""monitoring.health: the champion-health circuit breaker on simulated production traffic, with and
 without the degraded-agent drift of `domains.retail.traffic.simulate.simulate`."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from domains.retail.traffic.simulate import DEFAULT_POLICY_VERSION, Drift, simulate
 from evaluation.failure_modes import episode_violations
-from evaluation.health import INSUFFICIENT_DATA, HealthConfigError, assess_champion_health
 from evaluation.replay import record_verified_success, recorded_episode
+from monitoring.health import INSUFFICIENT_DATA, HealthConfigError, assess_champion_health
 from tests.helpers_traffic import generated_world, read_records
 
 CHAMPION = DEFAULT_POLICY_VERSION

@@ -23,18 +23,19 @@ from dataplane.landing import ingest_landed
 from dataplane.store import open_store
 from domains.retail.traffic.simulate import simulate
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.pause import active_pause, lifted_pauses
-from evaluation.registry import champion_info, mlflow_client, register_candidate
-from evaluation.watch import EVALUATED_MIX_TAG, judge_day, served_tool_mix
-from evaluation.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT
-from evaluation.watch_log import WATCH_EXPERIMENT
+from monitoring.health import check_champion
+from monitoring.pause import active_pause, lifted_pauses
+from monitoring.watch import EVALUATED_MIX_TAG, judge_day, served_tool_mix
+from monitoring.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT
+from monitoring.watch_log import WATCH_EXPERIMENT
 from orchestration.cli import main
 from orchestration.definitions import defs
-from orchestration.sensors import check_champion, landing_ingest
+from orchestration.sensors import landing_ingest
 from tests.helpers_gates import gate_inputs
 from tests.helpers_promotion import fake_model, run_promotion
 from tests.helpers_traffic import day_files, read_records
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import champion_info, mlflow_client, register_candidate
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,10 @@ import requests
 from safetensors.numpy import save_file
 
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.registry import champion_info, register_candidate
 from tests.helpers_gates import gate_inputs
 from tests.helpers_postgres import MLFLOW_SERVER_SH, MLFLOW_TEST_PASSWORD, MLFLOW_TEST_USER, script_mlflow_server
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import champion_info, register_candidate
 
 REQUIRED = {
     "MLFLOW_BACKEND_STORE_URI": "postgresql://mlflow:pw@db:5432/mlflow",

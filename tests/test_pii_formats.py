@@ -291,7 +291,7 @@ def test_a_customer_identified_by_email_replays_to_the_same_outcome_once_stored(
 
 
 def test_the_mlflow_guard_reads_normalised_text_and_knows_emails(monkeypatch):
-    from evaluation import run_log
+    from tracking import run_log
 
     assert "user_" in run_log.scrubbed_samples([{"transcript": "mail jo@example.com"}])["transcript"][0]
     monkeypatch.setattr(run_log, "scrub_text", lambda text: text)  # a scrubber that misses everything

@@ -15,10 +15,10 @@ from mlflow.exceptions import MlflowException
 from safetensors.numpy import save_file
 
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 from tests.helpers_gates import gate_inputs
 from tests.helpers_postgres import fresh_database, mlflow_server, query, require_postgres
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 
 pytestmark = [pytest.mark.postgres, pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(600)]
 

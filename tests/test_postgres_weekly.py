@@ -120,7 +120,7 @@ def scenario(tmp_path_factory):
     from assets.decisions import latest_decision
     from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
-    from evaluation.registry import champion_info, find_base_version, find_week_version
+    from tracking.registry import champion_info, find_base_version, find_week_version
 
     require_postgres()
     tmp = tmp_path_factory.mktemp("pg-weekly")

@@ -18,11 +18,11 @@ from assets.decisions import latest_decision, run_decision
 from dataplane.incidents import list_incidents
 from evaluation.gate_floors import FLOORS_ENV, INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import GATE_NAMES, GATE_RULES
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.registry import champion_info, find_base_version, find_week_version, mlflow_client
-from orchestration.demo import _summary_rows
+from orchestration.cli.demo import _summary_rows
 from orchestration.runner import WeekRun
 from tests.helpers_promotion import run_promotion
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import champion_info, find_base_version, find_week_version, mlflow_client
 
 WEEK, NEXT = "2026-11-16", "2026-11-23"
 
@@ -89,7 +89,7 @@ def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
     done = approve_week(WEEK, "alice", home)
     assert done["version"] == champion_info(home.mlflow_uri).version == 2
     # The run the version points to carries the report it was promoted on, and the held one beside it.
-    from evaluation.run_log import load_gate_report
+    from tracking.run_log import load_gate_report
 
     run_id = latest_decision(instance, WEEK).mlflow_run_id
     version = mlflow_client(home.mlflow_uri).get_model_version("retail-agent", "2")
@@ -107,7 +107,7 @@ def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
 
 
 def test_the_demo_stands_in_for_the_reviewer_only_on_an_approvable_hold(home, instance, tmp_path):
-    from orchestration.demo import DEMO_REVIEWER, review_hold
+    from orchestration.cli.demo import DEMO_REVIEWER, review_hold
 
     def week_run(week, policy, gate_config=None):
         result = run_promotion(home, instance, week, policy, tmp_path / week, gate_config)

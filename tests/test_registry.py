@@ -16,8 +16,9 @@ from mlflow.exceptions import MlflowException
 from safetensors.numpy import save_file
 
 from evaluation.gates import approve, evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.registry import (
+from tests.helpers_gates import gate_inputs
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import (
     CHAMPION,
     PREVIOUS,
     ModelDigestError,
@@ -34,7 +35,6 @@ from evaluation.registry import (
     register_candidate,
     rollback,
 )
-from tests.helpers_gates import gate_inputs
 
 _names = itertools.count()
 
@@ -318,13 +318,13 @@ def test_no_champion_yet(store):
     assert champion_info(store[0], "never-registered") is None
 
 
-# --- the week's MLflow run (evaluation.run_log) --------------------------------------------------
+# --- the week's MLflow run (tracking.run_log) --------------------------------------------------
 
 
 def week_run(report, week="2025-W07", samples=None):
     from dataplane.window import records_frame
-    from evaluation.run_log import WeekRun
     from tests.helpers_gates import make_record
+    from tracking.run_log import WeekRun
 
     frame = records_frame([make_record(i) for i in range(30)]).drop(columns=["text"])
     metrics = {
@@ -363,7 +363,7 @@ def week_run(report, week="2025-W07", samples=None):
 
 def test_week_run_logs_stable_metrics_window_input_and_artifacts(store, tmp_path):
     from dataplane.scrub import find_pii
-    from evaluation.run_log import find_week_runs, load_gate_report, log_week_run
+    from tracking.run_log import find_week_runs, load_gate_report, log_week_run
 
     uri, artifacts = store
     report = evaluate_gates(gate_inputs("random"))  # a rejected candidate keeps every number too
@@ -400,7 +400,7 @@ def test_week_run_logs_stable_metrics_window_input_and_artifacts(store, tmp_path
 
 
 def test_week_run_refuses_samples_that_still_carry_pii(store, monkeypatch):
-    import evaluation.run_log as run_log
+    import tracking.run_log as run_log
 
     monkeypatch.setattr(run_log, "scrub_text", lambda text: text)  # a scrubber that misses everything
     report = evaluate_gates(gate_inputs("better"))
@@ -414,6 +414,6 @@ def test_week_run_refuses_samples_that_still_carry_pii(store, monkeypatch):
 
 def test_importing_the_registry_and_run_log_leaves_mlflow_unimported():
     # The CLI and every Dagster code-location load import these modules; mlflow costs ~1 s.
-    code = "import sys, evaluation.registry, evaluation.run_log; print(sorted(m for m in sys.modules if m.startswith('mlflow')))"
+    code = "import sys, tracking.registry, tracking.run_log; print(sorted(m for m in sys.modules if m.startswith('mlflow')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"

@@ -20,9 +20,9 @@ import requests
 from safetensors.numpy import save_file
 
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 from tests.helpers_gates import gate_inputs
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 READY_TIMEOUT_S = 90

@@ -24,7 +24,7 @@ from dataplane.labels import (
 from dataplane.review_sample import allocate, record_sample, stratified_sample
 from dataplane.store import open_store
 from orchestration.cli import main
-from orchestration.review import transcript
+from orchestration.cli.review import transcript
 from tests.helpers_traffic import simulated_store
 
 WEEK = "2026-11-23"  # a Monday

@@ -13,11 +13,11 @@ import pytest
 from mlflow.entities import AssessmentSource, AssessmentSourceType
 
 from dataplane.store import open_store
-from evaluation.registry import mlflow_client
-from evaluation.traces import tracing_to
 from orchestration.cli import main
-from orchestration.review_mlflow import REVIEW_EXPERIMENT
+from orchestration.cli.review_mlflow import REVIEW_EXPERIMENT
 from tests.helpers_traffic import simulated_store
+from tracking.registry import mlflow_client
+from tracking.traces import tracing_to
 
 WEEK = "2026-11-23"  # a Monday
 

@@ -244,8 +244,8 @@ def test_no_pii_in_the_mlflow_artifacts_of_a_week_run(pii_store, tmp_path):
 
     from dataplane.window import window_frame
     from evaluation.gates import evaluate_gates
-    from evaluation.run_log import WeekRun, log_week_run
     from tests.helpers_gates import gate_inputs
+    from tracking.run_log import WeekRun, log_week_run
 
     home, con, week, calibration, shadow = pii_store
     uri, artifacts = home.mlflow_uri, home.mlflow_artifacts
@@ -300,7 +300,7 @@ def test_no_pii_in_the_mlflow_artifacts_of_a_week_run(pii_store, tmp_path):
 
 
 def test_run_log_scrubs_nested_sample_cells_at_any_depth():
-    from evaluation.run_log import scrubbed_samples
+    from tracking.run_log import scrubbed_samples
 
     sample = {
         "interaction_id": "int-1",
@@ -317,7 +317,7 @@ def test_run_log_scrubs_nested_sample_cells_at_any_depth():
 
 
 def test_run_log_refuses_nested_pii_its_scrubber_missed(monkeypatch):
-    import evaluation.run_log as run_log
+    import tracking.run_log as run_log
 
     monkeypatch.setattr(run_log, "scrub_text", lambda text: text)  # a scrubber that misses everything
     nested = {"interaction_id": "int-1", "transcript": "fine", "tool_args": [{"arguments": {"a": {"b": PHONE}}}]}
@@ -330,8 +330,8 @@ def test_run_log_refuses_pii_in_params_before_logging_anything(tmp_path):
     import pandas as pd
 
     from evaluation.gates import evaluate_gates
-    from evaluation.run_log import PIILeakError, WeekRun, log_week_run
     from tests.helpers_gates import gate_inputs
+    from tracking.run_log import PIILeakError, WeekRun, log_week_run
 
     run = WeekRun(
         week="2026-W47",
@@ -349,7 +349,7 @@ def test_run_log_refuses_pii_in_params_before_logging_anything(tmp_path):
 
 # --- SQL is built with parameters only -----------------------------------------------------------
 
-SQL_DIRS = ("dataplane", "evaluation", "orchestration", "assets", "training")
+SQL_DIRS = ("dataplane", "evaluation", "monitoring", "tracking", "orchestration", "assets", "training")
 _SQL_CALLS = {"execute", "executemany", "sql", "query", "from_query"}
 _SQL_START = (
     "SELECT ",

@@ -22,10 +22,11 @@ from dataplane.incidents import list_incidents, record_incident
 from dataplane.ingest import ingest_paths
 from domains.retail.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
-from evaluation.registry import champion_info, register_candidate
-from orchestration.sensors import champion_health, check_champion
+from monitoring.health import check_champion
+from orchestration.sensors import champion_health
 from tests.helpers_gates import gate_inputs
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.registry import champion_info, register_candidate
 
 pytestmark = pytest.mark.slow
 

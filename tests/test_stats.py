@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
-from evaluation.drift import distribution, total_variation
+from evaluation.metrics import distribution, total_variation
 from evaluation.stats import (
     PairingError,
     agreement_rate,

@@ -14,9 +14,10 @@ from datetime import date
 import dagster as dg
 import pytest
 
-from evaluation.registry import ensure_experiment, mlflow_client
 from evaluation.rollout import run_rollouts
-from evaluation.traces import (
+from tests.helpers_eval import escalator_policy, expert_policy, make_records
+from tracking.registry import ensure_experiment, mlflow_client
+from tracking.traces import (
     CODE_SOURCE_ID,
     ConversationTrace,
     SpanDoc,
@@ -27,7 +28,6 @@ from evaluation.traces import (
     send_trace,
     tracing_to,
 )
-from tests.helpers_eval import escalator_policy, expert_policy, make_records
 from training.sandbox.episode import MESSAGE_TOOL
 
 
@@ -191,7 +191,7 @@ def test_tracing_to_puts_the_tracking_uri_back_as_it_was(tmp_path, monkeypatch):
 
 
 def test_tracing_to_batches_mlflows_export_for_the_block_unless_the_environment_says_otherwise(tmp_path, monkeypatch):
-    from evaluation.traces import EXPORT_BATCHING
+    from tracking.traces import EXPORT_BATCHING
 
     uri, _client, _experiment = _store(tmp_path)
     batch, interval, workers = EXPORT_BATCHING
@@ -214,7 +214,7 @@ def _stand_ins():
     from assets.handoffs import GRPOCandidate, PolicyBase
     from assets.partitions import weekly_partitions
     from assets.resources import HomeResource, MLflowTracking
-    from evaluation.run_log import open_week_run
+    from tracking.run_log import open_week_run
     from training.tiny.manifest import SHIPPED_AGENT_DIR
 
     @dg.asset(name="policy_base", partitions_def=weekly_partitions)
@@ -299,7 +299,7 @@ def test_a_retried_set_replaces_its_traces_and_an_errored_trial_says_why(tmp_pat
     import dataclasses
     import math
 
-    from evaluation.traces import week_traces
+    from tracking.traces import week_traces
 
     uri, client, experiment = _store(tmp_path)
     run_id = client.create_run(experiment).info.run_id
@@ -327,7 +327,7 @@ def test_many_traces_in_one_block_flush_before_the_export_queue_fills(tmp_path, 
     FLUSH_EVERY_SPANS queued spans, and every trace sent reaches the store."""
     import mlflow
 
-    from evaluation import traces
+    from tracking import traces
 
     uri, client, experiment = _store(tmp_path)
     flushes = []

@@ -176,7 +176,7 @@ def test_report_metadata_and_the_week_run_show_errored_trials_and_the_clustered_
     import pandas as pd
 
     from assets.evaluation import _report_metadata
-    from evaluation.run_log import WeekRun, flatten_metrics
+    from tracking.run_log import WeekRun, flatten_metrics
 
     poisoned = copy.deepcopy(records)
     poisoned[0]["initial_state"] = None
@@ -201,7 +201,7 @@ def test_report_metadata_and_the_week_run_show_errored_trials_and_the_clustered_
 
 
 def test_an_errored_trial_is_traced_as_errored_without_a_made_up_reward(records):
-    from evaluation.traces import trial_trace
+    from tracking.traces import trial_trace
 
     poisoned = copy.deepcopy(records[:1])
     poisoned[0]["initial_state"]["users"] = "not a table"

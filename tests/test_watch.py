@@ -14,7 +14,7 @@ from dataplane.served import ServedDay
 from domains.retail.traffic.agents import EXPERT_RATES
 from domains.retail.traffic.simulate import simulate
 from evaluation.gates import ApprovalError, approve, evaluate_gates
-from evaluation.pause import (
+from monitoring.pause import (
     PauseStateError,
     ResumeError,
     active_pause,
@@ -23,7 +23,7 @@ from evaluation.pause import (
     pause_promotions,
     resume_promotions,
 )
-from evaluation.watch import (
+from monitoring.watch import (
     EVALUATED_MIX_TAG,
     UNKNOWN_TOOL,
     EvaluatedMixError,
@@ -35,7 +35,7 @@ from evaluation.watch import (
     reward_shift,
     watch_day,
 )
-from evaluation.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT, sound_alarms
+from monitoring.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT, sound_alarms
 from tests.helpers_gates import gate_inputs
 from tests.helpers_traffic import day_files, generated_world, read_records
 

@@ -25,9 +25,10 @@ from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
-from evaluation.registry import champion_info, find_base_version, find_week_version, local_champion
+from monitoring.health import check_champion
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
-from orchestration.sensors import check_champion
+from orchestration.sensors import HEALTH_WINDOW
+from tracking.registry import champion_info, find_base_version, find_week_version, local_champion
 from training.policies import HFPolicy
 from training.tiny.manifest import shipped_agent_path
 from training.traffic.simulate import simulate
@@ -162,7 +163,7 @@ def _champion_line(champion, name: str) -> str:
 # retrained, the last is judged by the champion-health check, as the sensor does in production.
 LEGACY_WEEKS = 4
 LEGACY_VERSION = "rules-agent/legacy"
-# Who approves a week held only for a shift in how the agent works (`gate_types.APPROVABLE_HOLDS`). In
+# Who approves a week held only for a shift in how the agent works (`evaluation.gates.APPROVABLE_HOLDS`). In
 # production a person reads the transcripts and runs `retrain approve`; the demo has no person, so
 # it stands in for one through the same call, and says so.
 DEMO_REVIEWER = "demo-reviewer (standing in for a person)"
@@ -279,7 +280,8 @@ def run_demo(
             approvals[result.week] = approval
     _serve_week(home, judged, per_day, uri, model_name)
     ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the retrains ingested the weeks before
-    health = check_champion(home, str(home.duckdb_path), uri, model_name)
+    # The window the `champion_health` sensor judges (RETRAIN_HEALTH_WINDOW), as in production.
+    health = check_champion(home, str(home.duckdb_path), uri, model_name, window=HEALTH_WINDOW)
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
     base = find_base_version(uri, model_name)
     for result in results:

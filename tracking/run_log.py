@@ -19,7 +19,7 @@ at any depth, and checked with `dataplane.scrub.find_pii`, as are params, tags a
 results: a leak raises instead of being logged) and four
 plots under `plots/`. Plots use matplotlib's object API (`Figure`), so no pyplot global state and
 no display backend is touched. mlflow is imported inside the functions that log, as in
-`evaluation.registry` (it takes about a second to import).
+`tracking.registry` (it takes about a second to import).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from matplotlib.figure import Figure
 from dataplane.pii_records import suspect_texts
 from dataplane.scrub import find_pii, scrub_text
 from evaluation.gates import GateReport
-from evaluation.registry import DEFAULT_EXPERIMENT, ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
+from tracking.registry import DEFAULT_EXPERIMENT, ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
 
 if TYPE_CHECKING:
     from mlflow.entities import DatasetInput
@@ -193,7 +193,7 @@ def _refuse_pii(value: Any, row: int | None, column: str) -> None:
 
 def masked(value: Any, where: str) -> Any:
     """`value` scrubbed at any depth as the run's samples are; PIILeakError naming `where` if any PII
-    survives. Whatever else goes to MLflow (the conversations' traces, `evaluation.traces`) passes here."""
+    survives. Whatever else goes to MLflow (the conversations' traces, `tracking.traces`) passes here."""
     clean = _scrub_cell(value)
     _refuse_pii(clean, None, where)
     return clean

@@ -7,8 +7,10 @@ for policy violations (`evaluation.failure_modes.episode_violations`: a write be
 owner was authenticated, a write on an order whose status does not allow it, a write without a
 prior read of the record). The breaker trips when verified success falls more than `margin` below
 the shadow estimate, or when the share of interactions with a violation rises more than
-`violation_spike` above its baseline. The sensor that rolls the alias back lives in
-`orchestration/`; this module only decides, and says why with evidence.
+`violation_spike` above its baseline. `assess_champion_health` only decides, and says why with
+evidence; `check_champion` reads the champion's latest served traffic, asks it, and on a trip rolls
+the alias back and files an incident. The `champion_health` sensor in `orchestration/sensors.py`
+is only its Dagster schedule, and the demo calls it the same way.
 
 With fewer than `min_interactions` judged interactions nothing is concluded: the verdict is
 healthy, with reason "insufficient data", because rolling back on noise is itself an outage.
@@ -22,12 +24,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dataplane.home import Home
+from dataplane.incidents import record_incident
+from dataplane.served import latest_served
+from dataplane.store import open_store
 from evaluation.failure_modes import episode_violations
 from evaluation.replay import ReplayError, recorded_episode
+from tracking.registry import champion_info, rollback
 from training.rewards import GoldError, verified_success
 
-__all__ = ["HealthConfigError", "HealthVerdict", "assess_champion_health", "EVIDENCE_PER_FINDING", "INSUFFICIENT_DATA"]
+__all__ = [
+    "DEFAULT_HEALTH_WINDOW",
+    "EVIDENCE_PER_FINDING",
+    "INSUFFICIENT_DATA",
+    "HealthConfigError",
+    "HealthVerdict",
+    "assess_champion_health",
+    "champion_records",
+    "check_champion",
+]
 
+# How many of the champion's latest served interactions `check_champion` judges; the sensor's
+# `RETRAIN_HEALTH_WINDOW` (orchestration/sensors.py) overrides it.
+DEFAULT_HEALTH_WINDOW = 500
 EVIDENCE_PER_FINDING = 5
 INSUFFICIENT_DATA = "insufficient data"
 
@@ -179,3 +198,64 @@ def assess_champion_health(
         evidence=dict(evidence),
         skipped=skipped,
     )
+
+
+def champion_records(store_path: str, policy_version: str, limit: int) -> list[dict]:
+    """The latest `limit` interactions served by `policy_version`, read-only (newest first): with
+    the landing sensor ingesting files as they land, that is yesterday's traffic, not last week's."""
+    con = open_store(store_path, read_only=True)
+    try:
+        return latest_served(con, policy_version, limit)
+    finally:
+        con.close()
+
+
+def check_champion(
+    home: Home,
+    store_path: str,
+    tracking_uri: str,
+    model_name: str,
+    margin: float = 0.10,
+    min_interactions: int = 30,
+    violation_spike: float = 0.10,
+    window: int = DEFAULT_HEALTH_WINDOW,
+) -> dict:
+    """Judge the champion on the `window` latest interactions it served; roll back and record an
+    incident if it fails."""
+    champion = champion_info(tracking_uri, model_name)
+    if champion is None:
+        return {"action": "none", "reason": "no champion yet"}
+    served_by = f"{model_name}/{champion.version}"
+    expected = champion.tags.get("shadow_success")
+    if expected is None:
+        return {"action": "none", "reason": f"champion v{champion.version} carries no shadow_success tag"}
+    baseline = champion.tags.get("violation_rate")
+    records = champion_records(store_path, served_by, window)
+    # The newest interaction judged: shows which day of traffic the verdict rests on.
+    latest = records[0]["ended_at"] if records else None
+    verdict = assess_champion_health(
+        records,
+        float(expected),
+        margin=margin,
+        min_interactions=min_interactions,
+        violation_spike=violation_spike,
+        violation_baseline=None if baseline is None else float(baseline),
+        champion=served_by,
+    )
+    if verdict.healthy:
+        return {"action": "none", "reason": verdict.reason, "n": verdict.n, "champion": served_by, "latest": latest}
+    result = rollback(tracking_uri, model_name)
+    path = record_incident(
+        home,
+        "champion_rollback",
+        f"champion {served_by} rolled back to v{result.to_version}: {verdict.reason}",
+        {"verdict": verdict.to_dict(), "from_version": result.from_version, "to_version": result.to_version},
+    )
+    return {
+        "action": "rollback",
+        "from_version": result.from_version,
+        "to_version": result.to_version,
+        "reason": verdict.reason,
+        "latest": latest,
+        "incident": str(path),
+    }

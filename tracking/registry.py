@@ -37,7 +37,7 @@ import requests
 import sqlalchemy.exc
 
 from evaluation.gates import GateReport
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
+from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -23,12 +23,11 @@ from dataplane.record_schema import record_schema_text
 from domains.registry import DomainNotFoundError, load_domain
 from evaluation.gate_floors import GateFloorsFileError, LoosenedGateError
 from evaluation.gates import ApprovalError
-from evaluation.pause import PauseStateError, ResumeError
-from evaluation.registry import ModelDirError, RegistryError
-from orchestration.calibration_cli import add_calibration_parser
-from orchestration.cli_errors import CliError
-from orchestration.demo import run_demo, serving_policy
-from orchestration.review import add_review_parser
+from monitoring.pause import PauseStateError, ResumeError
+from orchestration.cli.calibration import add_calibration_parser
+from orchestration.cli.demo import run_demo, serving_policy
+from orchestration.cli.errors import CliError
+from orchestration.cli.review import add_review_parser
 from orchestration.run_config import RunConfigFileError
 from orchestration.runner import (
     NoDecisionError,
@@ -38,6 +37,7 @@ from orchestration.runner import (
     rollback_champion,
     run_week,
 )
+from tracking.registry import ModelDirError, RegistryError
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
 
@@ -330,7 +330,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as err:
         print(f"retrain {args.command}: error: {err}", file=sys.stderr)
         return err.code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """What the live watch does about a day's alarms: incidents, and the promotion pause for drift.
 
 An action-drift alarm files a `live_watch_action_drift` incident and pauses promotions
-(`evaluation.pause`) unless a person already lifted a pause covering that day; a reward-shift
+(`monitoring.pause`) unless a person already lifted a pause covering that day; a reward-shift
 alarm files a `live_watch_reward_shift` incident. Each incident is filed once per (kind, day,
 champion): re-running a day does not page anyone twice.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from dataplane.home import Home
 from dataplane.incidents import record_incident
-from evaluation.pause import Pause, acknowledged_by, active_pause, pause_promotions
-from evaluation.watch import DayWatch, Finding
+from monitoring.pause import Pause, acknowledged_by, active_pause, pause_promotions
+from monitoring.watch import DayWatch, Finding
 
 ACTION_DRIFT_INCIDENT = "live_watch_action_drift"
 REWARD_SHIFT_INCIDENT = "live_watch_reward_shift"

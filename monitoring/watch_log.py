@@ -14,9 +14,9 @@ from datetime import UTC, date, datetime
 
 from matplotlib.figure import Figure
 
-from evaluation.registry import ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
-from evaluation.run_log import bar_figure, metric_key
-from evaluation.watch import DayWatch
+from monitoring.watch import DayWatch
+from tracking.registry import ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
+from tracking.run_log import bar_figure, metric_key
 
 WATCH_EXPERIMENT = "live-watch"
 CHAMPION_TAG = "watch_champion"
@@ -68,7 +68,7 @@ def _histogram_figure(watch: DayWatch) -> Figure:
 
 def log_watch_day(tracking_uri: str, watch: DayWatch, artifact_location: str | None = None) -> str:
     """Log the day into its champion's watch run; returns the run id."""
-    from mlflow.entities import Metric  # heavy (~1 s): see evaluation.registry
+    from mlflow.entities import Metric  # heavy (~1 s): see tracking.registry
 
     metric_key(watch.champion.replace("/", "-"))  # quoted into a filter string: plain characters only
     client = mlflow_client(tracking_uri)

@@ -27,9 +27,8 @@ from dataplane.review_sample import ReviewSample, record_sample, stratified_samp
 from dataplane.store import StoreLockedError, load_records, open_store
 from domains.registry import DEFAULT_DOMAIN
 from evaluation.failure_modes import primary_failure_mode
-from evaluation.recorded import judge_record
-from evaluation.replay import ReplayError
-from orchestration.cli_errors import CliError
+from evaluation.replay import ReplayError, judge_record
+from orchestration.cli.errors import CliError
 from training.rewards import GoldError
 from training.sandbox.episode import MESSAGE_TOOL
 
@@ -204,7 +203,7 @@ def import_review(path: str | os.PathLike, rater: str) -> ImportSummary:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     if args.to == "mlflow":
-        from orchestration import review_mlflow  # it builds on this module
+        from orchestration.cli import review_mlflow  # it builds on this module
 
         return _week_errors(review_mlflow.cmd_export, args)
     if args.out is None:
@@ -231,7 +230,7 @@ def _week_errors(command: Any, args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     if args.from_mlflow:
-        from orchestration import review_mlflow  # it builds on this module
+        from orchestration.cli import review_mlflow  # it builds on this module
 
         return _week_errors(review_mlflow.cmd_import, args)
     if args.file is None or args.by is None or args.week is not None:

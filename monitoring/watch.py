@@ -1,6 +1,6 @@
 """The live watch's numbers for one UTC day of the traffic the champion served.
 
-Every interaction the champion served that day is replayed and judged (`evaluation.recorded`),
+Every interaction the champion served that day is replayed and judged (`evaluation.replay`),
 and three things are measured, each against a reference:
 
 - **action drift**: the served tool-call mix (each tool's share of the calls in the replayed
@@ -35,10 +35,9 @@ from scipy.stats import ks_2samp
 
 from dataplane.served import ServedDay
 from domains.registry import DEFAULT_DOMAIN
-from evaluation.drift import distribution, total_variation
 from evaluation.failure_modes import failure_mode_shares
-from evaluation.recorded import JudgedRecord, judge_record
-from evaluation.replay import ReplayError
+from evaluation.metrics import distribution, total_variation
+from evaluation.replay import JudgedRecord, ReplayError, judge_record
 from training.rewards import GoldError
 from training.sandbox.environment import tool_names
 

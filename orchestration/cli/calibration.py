@@ -25,7 +25,7 @@ from evaluation.calibration_versions import (
     version_listing,
 )
 from evaluation.eval_sets import EvalSetError, current_calibration_set
-from orchestration.cli_errors import CliError
+from orchestration.cli.errors import CliError
 
 
 def list_versions() -> dict[str, Any]:

@@ -10,7 +10,7 @@ numbers (verified success, the proxy reward and each weighted reward term) are f
 assessments whose source is CODE, beside which a reviewer's own `task_success` (source HUMAN)
 reads naturally.
 
-Every text a trace carries is masked as the week's run artifacts are (`evaluation.run_log.masked`):
+Every text a trace carries is masked as the week's run artifacts are (`tracking.run_log.masked`):
 scrubbed at any depth, and refused (PIILeakError) if anything still reads as PII.
 
 Logging is MLflow's own asynchronous trace export (`MLFLOW_ENABLE_ASYNC_TRACE_LOGGING`, on by
@@ -21,7 +21,7 @@ exports to the process-wide tracking URI, not to a client's, so `tracing_to` poi
 store for the block and restores the previous setting after the flush.
 
 mlflow is imported inside the functions that use it (about a second to import), as in
-`evaluation.registry`.
+`tracking.registry`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evaluation.failure_modes import primary_failure_mode
-from evaluation.registry import mlflow_client, mlflow_step
 from evaluation.rollout import Trial
-from evaluation.run_log import masked
+from tracking.registry import mlflow_client, mlflow_step
+from tracking.run_log import masked
 from training.rewards import outcome_of
 from training.sandbox.episode import MESSAGE_TOOL
 

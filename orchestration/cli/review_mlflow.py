@@ -1,8 +1,8 @@
 """The weekly review queue in the browser: the week's sample as MLflow traces, verdicts read back.
 
 `retrain review export --week W --to mlflow` draws the same recorded, stratified, seeded sample as
-the JSONL export (`orchestration.review.draw_review_sample`) and logs each sampled interaction as
-one trace (`evaluation.traces`: a span per customer turn, assistant turn and tool call) in the
+the JSONL export (`orchestration.cli.review.draw_review_sample`) and logs each sampled interaction as
+one trace (`tracking.traces`: a span per customer turn, assistant turn and tool call) in the
 experiment `REVIEW_EXPERIMENT`, tagged `interaction_id`, `review_week` and `sample_id`, with what
 the JSONL line says beside the transcript: intent, outcome, policy version and failure mode as
 tags, the replayed verified success, proxy reward and reward terms as CODE feedback. Exporting
@@ -42,8 +42,10 @@ from dataplane.home import Home
 from dataplane.labels import ImportSummary, LabelFileError, LineProblem, disagreements, import_label_rows, labels_for
 from dataplane.store import StoreLockedError, open_store
 from domains.registry import DEFAULT_DOMAIN
-from evaluation.registry import RegistryError, ensure_experiment, mlflow_client, mlflow_step
-from evaluation.traces import (
+from orchestration.cli.errors import CliError
+from orchestration.cli.review import DEFAULT_SAMPLE, draw_review_sample, review_line
+from tracking.registry import RegistryError, ensure_experiment, mlflow_client, mlflow_step
+from tracking.traces import (
     KIND_TAG,
     REVIEW_KIND,
     ConversationTrace,
@@ -52,8 +54,6 @@ from evaluation.traces import (
     send_trace,
     tracing_to,
 )
-from orchestration.cli_errors import CliError
-from orchestration.review import DEFAULT_SAMPLE, draw_review_sample, review_line
 
 REVIEW_EXPERIMENT = "weekly-review"
 VERDICT = "task_success"  # the feedback a reviewer adds, as in the JSONL file
