@@ -27,6 +27,7 @@ import dagster as dg
 from dagster_k8s import PipesK8sClient
 
 from orchestration.definitions import defs as embedded_defs
+from orchestration.environment import value
 
 TRAINING_CLIENT_KEY = "pipes_subprocess_client"  # the resource key grpo_candidate asks for
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -85,10 +86,10 @@ def _current_namespace() -> str:
 
 
 def training_pod_client_from_env(environ: Mapping[str, str] = os.environ) -> TrainingPodClient:
-    image = environ.get("RETRAIN_TRAINING_IMAGE", "").strip()
+    image = (value("RETRAIN_TRAINING_IMAGE", environ) or "").strip()
     if not image:
         raise TrainingPodSettingsError("RETRAIN_TRAINING_IMAGE is not set: name the image the training pod runs")
-    raw_spec = environ.get("RETRAIN_TRAINING_POD_SPEC_JSON", "{}")
+    raw_spec = value("RETRAIN_TRAINING_POD_SPEC_JSON", environ) or "{}"
     try:
         pod_spec = json.loads(raw_spec)
     except json.JSONDecodeError as err:
@@ -99,9 +100,9 @@ def training_pod_client_from_env(environ: Mapping[str, str] = os.environ) -> Tra
         raise TrainingPodSettingsError(f"RETRAIN_TRAINING_POD_SPEC_JSON must be a JSON object, got {raw_spec[:200]!r}")
     return TrainingPodClient(
         image=image,
-        namespace=environ.get("RETRAIN_TRAINING_NAMESPACE") or _current_namespace(),
+        namespace=value("RETRAIN_TRAINING_NAMESPACE", environ) or _current_namespace(),
         pod_spec=pod_spec,
-        launcher=shlex.split(environ.get("RETRAIN_TRAINING_LAUNCHER", "")),
+        launcher=shlex.split(value("RETRAIN_TRAINING_LAUNCHER", environ) or ""),
     )
 
 

@@ -22,11 +22,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dataplane.settings import setting
 from evaluation.failure_modes import episode_violations
 from evaluation.replay import ReplayError, recorded_episode
 from training.rewards import GoldError, verified_success
 
-__all__ = ["HealthConfigError", "HealthVerdict", "assess_champion_health", "EVIDENCE_PER_FINDING", "INSUFFICIENT_DATA"]
+__all__ = [
+    "HealthConfigError",
+    "HealthSettings",
+    "HealthVerdict",
+    "assess_champion_health",
+    "EVIDENCE_PER_FINDING",
+    "INSUFFICIENT_DATA",
+]
 
 EVIDENCE_PER_FINDING = 5
 INSUFFICIENT_DATA = "insufficient data"
@@ -34,6 +42,22 @@ INSUFFICIENT_DATA = "insufficient data"
 
 class HealthConfigError(ValueError):
     """A breaker setting out of range; names the setting, the value and the rule."""
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """The champion-health circuit breaker's thresholds; the defaults are the product's."""
+
+    margin: float = setting(
+        0.10, "roll back when verified success falls more than this (absolute) below the champion's shadow estimate"
+    )
+    min_interactions: int = setting(
+        30, "fewest judged interactions (with gold, for the success check) before a check concludes anything"
+    )
+    violation_spike: float = setting(
+        0.10, "roll back when the share of interactions with a policy violation rises more than this above its baseline"
+    )
+    window: int = setting(500, "the champion's latest served interactions each check judges")
 
 
 @dataclass(frozen=True)
@@ -53,7 +77,7 @@ class HealthVerdict:
     margin: float
     violation_rate: float | None
     baseline: float | None
-    violation_spike: float = 0.10
+    violation_spike: float = HealthSettings.violation_spike
     n_verified: int = 0
     champion: str | None = None
     tripped: tuple[str, ...] = ()
@@ -87,10 +111,10 @@ def _note(evidence: dict[str, list[str]], finding: str, interaction_id: Any) -> 
 def assess_champion_health(
     records: Iterable[Mapping[str, Any]],
     shadow_success_estimate: float,
-    margin: float = 0.10,
-    min_interactions: int = 30,
+    margin: float = HealthSettings.margin,
+    min_interactions: int = HealthSettings.min_interactions,
     violation_baseline: float | None = None,
-    violation_spike: float = 0.10,
+    violation_spike: float = HealthSettings.violation_spike,
     *,
     champion: str | None = None,
 ) -> HealthVerdict:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from assets.decisions import DecisionRecordError
 from assets.partitions import WeekError
 from dataplane.domain_rules import DEFAULT_DOMAIN, domain_listing
-from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
 from dataplane.ingest_settings import IngestSettings
 from dataplane.readers import FORMATS
@@ -25,6 +24,7 @@ from evaluation.gate_floors import GateFloorsFileError, LoosenedGateError
 from evaluation.gates import ApprovalError
 from evaluation.pause import PauseStateError, ResumeError
 from evaluation.registry import ModelDirError, RegistryError
+from orchestration import environment
 from orchestration.calibration_cli import add_calibration_parser
 from orchestration.cli_errors import CliError
 from orchestration.demo import run_demo, serving_policy
@@ -43,7 +43,7 @@ from training.traffic.tasks_import import import_tasks
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     try:
         settings = IngestSettings(
             **{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(IngestSettings)}

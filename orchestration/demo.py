@@ -26,6 +26,7 @@ from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
 from evaluation.registry import champion_info, find_base_version, find_week_version, local_champion
+from orchestration import environment
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from orchestration.sensors import check_champion
 from training.policies import HFPolicy
@@ -242,7 +243,7 @@ def run_demo(
     # Library progress bars would drown the pipeline's own progress lines.
     for name in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
         os.environ.setdefault(name, "1")
-    home = Home.from_env()
+    home = environment.home()
     if fresh and home.root.exists():
         print(f"agent-retrain demo: starting from an empty home (removed {home.root})")
         shutil.rmtree(home.root)

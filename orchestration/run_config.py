@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from evaluation.gate_floors import check_run_config, resolve_floors
+from evaluation.gate_floors import FLOORS_ENV, check_run_config, resolve_floors
+from orchestration.environment import value
 
 RUN_CONFIG_ENV = "RETRAIN_RUN_CONFIG"
 
@@ -43,12 +44,12 @@ def scheduled_run_config(environ: Mapping[str, str] = os.environ) -> dict[str, A
     A preset is run config like any other: one that loosens a gate below the deployment's floors
     (evaluation.gate_floors) is refused here, so the code location fails to load naming the
     setting instead of every scheduled week failing at its gate."""
-    path = environ.get(RUN_CONFIG_ENV)
+    path = value(RUN_CONFIG_ENV, environ)
     if not path:
         return None
     try:
         config = load_run_config(path) or None
-        check_run_config(config, resolve_floors(environ.get("DAGSTER_HOME"), environ))
+        check_run_config(config, resolve_floors(environ.get("DAGSTER_HOME"), value(FLOORS_ENV, environ)))
         return config
     except (OSError, ValueError, yaml.YAMLError) as err:  # LoosenedGateError and GateFloorsFileError too
         raise RunConfigFileError(f"{RUN_CONFIG_ENV}={path}: {err}") from err

@@ -7,7 +7,6 @@ reject or hold succeeds, so it files no incident.
 
 import hashlib
 import json
-import os
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -19,14 +18,14 @@ from dataplane.incidents import record_incident
 from dataplane.landing import ingest_landed
 from dataplane.served import latest_served
 from dataplane.store import StoreLockedError, open_store
-from evaluation.health import assess_champion_health
+from evaluation.health import HealthSettings, assess_champion_health
 from evaluation.registry import champion_info, rollback
+from orchestration import environment
+from orchestration.environment import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 from orchestration.jobs import daily_watch, domain_run_requests, weekly_retrain
-from orchestration.switches import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
 
-HEALTH_WINDOW = int(os.environ.get("RETRAIN_HEALTH_WINDOW", "500"))
 # A sensor tick has about a minute (Dagster's gRPC timeout): a backlog of landed files (a first
 # start on a full landing folder) is ingested over several ticks, each file in its own transaction.
 LANDING_FILES_PER_TICK = 20
@@ -36,7 +35,7 @@ LANDING_FILES_PER_TICK = 20
     monitored_jobs=[weekly_retrain], name="retrain_failure_incident", default_status=dg.DefaultSensorStatus.RUNNING
 )
 def retrain_failure_incident(context: dg.RunFailureSensorContext, home: HomeResource):
-    """Record an incident (and post it to RETRAIN_WEBHOOK_URL) whenever a weekly retrain fails."""
+    """Record an incident (and post it to the home's webhook, RETRAIN_WEBHOOK_URL) whenever a weekly retrain fails."""
     run = context.dagster_run
     failed_steps = [e.step_key for e in context.get_step_failure_events()]
     record_incident(
@@ -67,9 +66,7 @@ def check_champion(
     store_path: str,
     tracking_uri: str,
     model_name: str,
-    margin: float = 0.10,
-    min_interactions: int = 30,
-    violation_spike: float = 0.10,
+    settings: HealthSettings = HealthSettings(),
 ) -> dict:
     """Judge the champion on the traffic it served; roll back and record an incident if it fails."""
     champion = champion_info(tracking_uri, model_name)
@@ -80,15 +77,15 @@ def check_champion(
     if expected is None:
         return {"action": "none", "reason": f"champion v{champion.version} carries no shadow_success tag"}
     baseline = champion.tags.get("violation_rate")
-    records = champion_records(store_path, served_by, HEALTH_WINDOW)
+    records = champion_records(store_path, served_by, settings.window)
     # The newest interaction judged: shows which day of traffic the verdict rests on.
     latest = records[0]["ended_at"] if records else None
     verdict = assess_champion_health(
         records,
         float(expected),
-        margin=margin,
-        min_interactions=min_interactions,
-        violation_spike=violation_spike,
+        margin=settings.margin,
+        min_interactions=settings.min_interactions,
+        violation_spike=settings.violation_spike,
         violation_baseline=None if baseline is None else float(baseline),
         champion=served_by,
     )
@@ -129,7 +126,7 @@ def champion_health(
             store.resolved_path(h),
             mlflow.uri(h),
             mlflow.model_name,
-            margin=float(os.environ.get("RETRAIN_HEALTH_MARGIN", "0.10")),
+            environment.health_settings(),
         )
     except StoreLockedError as err:
         # A retrain holds the DuckDB writer lock; the next tick looks again.
