@@ -18,7 +18,6 @@ variables of the user-code deployment, which the Kubernetes run launcher passes 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -85,7 +84,7 @@ def _current_namespace() -> str:
         return "default"
 
 
-def training_pod_client_from_env(environ: Mapping[str, str] = os.environ) -> TrainingPodClient:
+def training_pod_client_from_env(environ: Mapping[str, str] | None = None) -> TrainingPodClient:
     image = (value("RETRAIN_TRAINING_IMAGE", environ) or "").strip()
     if not image:
         raise TrainingPodSettingsError("RETRAIN_TRAINING_IMAGE is not set: name the image the training pod runs")
@@ -106,7 +105,7 @@ def training_pod_client_from_env(environ: Mapping[str, str] = os.environ) -> Tra
     )
 
 
-def kubernetes_definitions(environ: Mapping[str, str] = os.environ) -> dg.Definitions:
+def kubernetes_definitions(environ: Mapping[str, str] | None = None) -> dg.Definitions:
     """The embedded definitions with the training step's Pipes client running pods."""
     return dg.Definitions(
         assets=embedded_defs.assets,

@@ -27,6 +27,7 @@ from evaluation.registry import ModelDirError, RegistryError
 from orchestration import environment
 from orchestration.calibration_cli import add_calibration_parser
 from orchestration.cli_errors import CliError
+from orchestration.config_show import add_config_parser
 from orchestration.demo import run_demo, serving_policy
 from orchestration.review import add_review_parser
 from orchestration.run_config import RunConfigFileError
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_review_parser(sub)
     add_calibration_parser(sub)
+    add_config_parser(sub)
     return parser
 
 

@@ -8,7 +8,7 @@ switches (`switched_on`). No room below reads a `RETRAIN_*` variable itself, exc
 row names another module in `read_in`, each for the reason its help gives (a separate process the
 variable is the one way into, or a definition Dagster takes at import, below this room);
 `tests/test_settings_declared_once.py` holds the code to that. `retrain config show` prints the
-effective value of every setting with its source (`orchestration.settings_report`).
+effective value of every setting with its source (`orchestration.config_show`).
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ HERE = "orchestration.environment"
 @dataclass(frozen=True)
 class Variable:
     """One environment variable: `sets` names the setting it sets, `default` what holds when it is
-    unset; `read_in` is the module that reads it (this one unless the help says why not)."""
+    unset; `read_in` names the modules that read it (this one, and others only where the help says why)."""
 
     name: str
     sets: str
     default: str
     help: str
-    read_in: str = HERE
+    read_in: tuple[str, ...] = (HERE,)
     secret: bool = False
 
 
@@ -64,7 +64,13 @@ TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"  # MLflow's own variable, read where th
 _POD = "the training pod (deploy/k8s_location.py)"
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable(HOME_ENV, "Home.root", ".retrain/ in the repository root", "the folder every embedded store lives under"),
+    Variable(
+        HOME_ENV,
+        "Home.root",
+        ".retrain/ in the repository root",
+        "the folder every embedded store lives under; dataplane.scrub reads it too, beside RETRAIN_PII_KEY",
+        read_in=(HERE, "dataplane.scrub"),
+    ),
     Variable(DUCKDB_ENV, "DuckDBStore.path", "<home>/interactions.duckdb", "the interaction store's DuckDB file"),
     Variable(TRACKING_URI_ENV, "MLflowTracking.tracking_uri", "sqlite:///<home>/mlflow.db", "the MLflow store"),
     Variable(MODEL_NAME_ENV, "MLflowTracking.model_name", DEFAULT_MODEL_NAME, "the default domain's registered model"),
@@ -77,7 +83,7 @@ VARIABLES: tuple[Variable, ...] = (
         DEFAULT_START,
         "a Monday; read in assets.partitions because Dagster takes an asset's partitions when its module "
         "is imported, below this room",
-        read_in="assets.partitions",
+        read_in=("assets.partitions",),
     ),
     Variable(DOMAINS_ENV, "the domains the schedules run", "retail", "comma-separated installed domain names"),
     Variable(RUN_CONFIG_ENV, "weekly_retrain's default run config", "none", "a preset file (configs/*.yaml)"),
@@ -93,7 +99,7 @@ VARIABLES: tuple[Variable, ...] = (
         "<home>/pii.key",
         "read in dataplane.scrub (process_pii_setting, with RETRAIN_HOME): the scrubber is process-wide, "
         "deep in the store, and every process that stores a record must use the deployment's one key",
-        read_in="dataplane.scrub",
+        read_in=("dataplane.scrub",),
         secret=True,
     ),
     Variable(
@@ -102,14 +108,14 @@ VARIABLES: tuple[Variable, ...] = (
         "rules",
         "rules, openai:<model>@<url> or transformers:<path>; read in training.customers.config "
         "(configured_backend) because the out-of-process trainer inherits it",
-        read_in="training.customers.config",
+        read_in=("training.customers.config",),
     ),
     Variable(
         API_KEY_SETTING,
         "the LLM customer's bearer key",
         "none",
-        "read beside RETRAIN_CUSTOMER: a secret stays out of the trainer's config file, which is logged",
-        read_in="training.customers.config",
+        "read beside RETRAIN_CUSTOMER in training.customers.config: a secret stays out of the trainer's config file, which is logged",
+        read_in=("training.customers.config",),
         secret=True,
     ),
     Variable(
@@ -118,7 +124,7 @@ VARIABLES: tuple[Variable, ...] = (
         "JSON lines on stdout",
         "module:Class; set by the training asset for its subprocess, the one way a launcher's bridge "
         "reaches `python -m training.grpo`; read in training.reporting (make_reporter)",
-        read_in="training.reporting",
+        read_in=("training.reporting",),
     ),
     Variable("RETRAIN_TRAINING_IMAGE", "the training pod's image", "required", _POD),
     Variable("RETRAIN_TRAINING_NAMESPACE", "the training pod's namespace", "the run's", _POD),

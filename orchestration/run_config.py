@@ -16,9 +16,7 @@ from typing import Any
 import yaml
 
 from evaluation.gate_floors import FLOORS_ENV, check_run_config, resolve_floors
-from orchestration.environment import value
-
-RUN_CONFIG_ENV = "RETRAIN_RUN_CONFIG"
+from orchestration.environment import RUN_CONFIG_ENV, value
 
 
 class RunConfigFileError(ValueError):
@@ -38,7 +36,7 @@ def load_run_config(path: str | None) -> dict[str, Any]:
     return config
 
 
-def scheduled_run_config(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
+def scheduled_run_config(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The run config named by RETRAIN_RUN_CONFIG, or None (the job's own defaults).
 
     A preset is run config like any other: one that loosens a gate below the deployment's floors
@@ -49,7 +47,12 @@ def scheduled_run_config(environ: Mapping[str, str] = os.environ) -> dict[str, A
         return None
     try:
         config = load_run_config(path) or None
-        check_run_config(config, resolve_floors(environ.get("DAGSTER_HOME"), value(FLOORS_ENV, environ)))
+        check_run_config(
+            config,
+            resolve_floors(
+                (os.environ if environ is None else environ).get("DAGSTER_HOME"), value(FLOORS_ENV, environ)
+            ),
+        )
         return config
     except (OSError, ValueError, yaml.YAMLError) as err:  # LoosenedGateError and GateFloorsFileError too
         raise RunConfigFileError(f"{RUN_CONFIG_ENV}={path}: {err}") from err
