@@ -6,7 +6,6 @@ Only an error (an exception, a failed data check upstream) fails the run.
 """
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import os
 
 import dagster as dg
 import pandas as pd
@@ -40,11 +39,14 @@ from training.rewards import RewardWeights
 GateSettings = config_from_dataclass(GateConfig, "GateSettings", module=__name__)
 
 
-def floored_gate_config(context: dg.AssetExecutionContext, config: dg.Config) -> tuple[GateConfig, dict]:
-    """The run's gate thresholds (the deployment's floors, tightened by what the run config names)
-    and the floors with their source; a run config that loosens a gate fails the step, naming the setting."""
+def floored_gate_config(
+    context: dg.AssetExecutionContext, config: dg.Config, floors_file: str | None = None
+) -> tuple[GateConfig, dict]:
+    """The run's gate thresholds (the deployment's floors, from `floors_file` else the instance's,
+    tightened by what the run config names) and the floors with their source; a run config that
+    loosens a gate fails the step, naming the setting."""
     try:
-        floors = resolve_floors(context.instance.root_directory)
+        floors = resolve_floors(context.instance.root_directory, floors_file)
         # Only the settings the run config names: an unset one takes its floor, not the product default.
         # Dagster leaves a value equal to the default out of `model_fields_set`, so the run's own
         # config is read too: naming the product's default where the floor is stricter loosens the gate.
@@ -53,11 +55,6 @@ def floored_gate_config(context: dg.AssetExecutionContext, config: dg.Config) ->
         return apply_floors(requested, floors), floors_summary(floors)
     except (LoosenedGateError, GateFloorsFileError) as err:
         raise dg.Failure(str(err), allow_retries=False) from err
-
-
-def _dagster_run_url(run_id: str) -> str:
-    """Where the week's Dagster run opens (RETRAIN_DAGSTER_UI_URL, default `dagster dev` locally)."""
-    return f"{os.environ.get('RETRAIN_DAGSTER_UI_URL', 'http://127.0.0.1:3000').rstrip('/')}/runs/{run_id}"
 
 
 def _gate_table(report: GateReport) -> str:
@@ -172,7 +169,7 @@ def promotion_gate(
     mlflow: MLflowTracking,
 ):
     """The promotion decision with every gate's value, threshold and verdict (logged to MLflow on every decision)."""
-    gate_config, floors = floored_gate_config(context, config)
+    gate_config, floors = floored_gate_config(context, config, home.gate_floors)
     h, week, domain = home.home, context.partition_key, interaction_window.domain
     candidate, baseline = outcomes(calibration_report.pair, shadow_report.pair)
     report = evaluate_gates(
@@ -233,7 +230,7 @@ def promotion_gate(
                 "calibration_version": calibration_report.version,
                 "alignment_labels_week": str(calibration_report.alignment.get("labels_week", "")),
                 "dagster_run_id": context.run_id,
-                "dagster_run_url": _dagster_run_url(context.run_id),
+                "dagster_run_url": home.dagster_run_url(context.run_id),
                 "gate_reason": report.reason[:4000],
                 "failure_mode_rises": ", ".join(j.mode for j in rises) or "none",
             },

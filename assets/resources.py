@@ -1,12 +1,12 @@
-"""External systems as Dagster resources, configured from environment variables.
+"""External systems as Dagster resources.
 
 Every setting defaults to the embedded store under the home folder (`dataplane.home`); production
-swaps a URI or a path by environment, never by code. Resources are read-only at run time.
+swaps a URI or a path by environment, never by code: `orchestration.environment.default_resources`
+reads the variables and configures these. Resources are read-only at run time.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,10 +21,8 @@ from tracking.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_cli
 from training.curriculum import CurriculumError, levels_for_domain, parse_mix, tools_for_levels
 from training.grpo_config import GRPORunConfig
 
-
-def _env_or_default(name: str, default: str | None) -> dg.EnvVar | str | None:
-    # EnvVar keeps the value out of the UI and run storage; the default keeps a fresh clone working.
-    return dg.EnvVar(name) if os.environ.get(name) else default
+MLFLOW_UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` on the embedded store
+DAGSTER_UI_URL = "http://127.0.0.1:3000"  # `dagster dev`
 
 
 def _resolved(value: dg.EnvVar | str | None) -> str | None:
@@ -34,13 +32,21 @@ def _resolved(value: dg.EnvVar | str | None) -> str | None:
 
 
 class HomeResource(dg.ConfigurableResource):
-    """The home folder that holds landing files, DuckDB, MLflow, checkpoints and Dagster state."""
+    """The home folder that holds landing files, DuckDB, MLflow, checkpoints and Dagster state, and
+    the deployment's settings about it: where incidents are posted, the gate floors, the UI's address."""
 
-    root: str | None = None
+    root: str | None = None  # default: .retrain/ in the repository root
+    webhook_url: str | None = None  # incidents are also POSTed here
+    gate_floors: str | None = None  # a floors file in place of the instance's gate_floors.yaml
+    dagster_ui_url: str = DAGSTER_UI_URL  # for links to a run in metadata
 
     @property
     def home(self) -> Home:
-        return Home.from_env(self.root).ensure()
+        return Home.at(_resolved(self.root), webhook_url=_resolved(self.webhook_url)).ensure()
+
+    def dagster_run_url(self, run_id: str) -> str:
+        """Where a Dagster run opens."""
+        return f"{self.dagster_ui_url.rstrip('/')}/runs/{run_id}"
 
 
 class DuckDBStore(dg.ConfigurableResource):
@@ -79,16 +85,6 @@ class MLflowTracking(dg.ConfigurableResource):
         """The MLflow experiment of `domain`'s weekly runs."""
         return DEFAULT_EXPERIMENT if domain == DEFAULT_DOMAIN else f"{domain}-agent-weekly"
 
-    @classmethod
-    def from_env(cls) -> MLflowTracking:
-        """The MLflow settings as the environment sets them: the one place that reads
-        MLFLOW_TRACKING_URI, RETRAIN_MODEL_NAME and RETRAIN_MLFLOW_UI_URL (Dagster and the CLI alike)."""
-        return cls(
-            tracking_uri=_env_or_default("MLFLOW_TRACKING_URI", None),
-            model_name=os.environ.get("RETRAIN_MODEL_NAME") or DEFAULT_MODEL_NAME,
-            ui_url=_env_or_default("RETRAIN_MLFLOW_UI_URL", None),
-        )
-
     def uri(self, home: Home) -> str:
         return _resolved(self.tracking_uri) or home.mlflow_uri
 
@@ -102,7 +98,7 @@ class MLflowTracking(dg.ConfigurableResource):
         return f"{self._ui_base()}/#/experiments/{experiment_id}/traces"
 
     def _ui_base(self) -> str:
-        return (_resolved(self.ui_url) or "http://127.0.0.1:5000").rstrip("/")
+        return (_resolved(self.ui_url) or MLFLOW_UI_URL).rstrip("/")
 
 
 class Curriculum(dg.ConfigurableResource):
@@ -138,13 +134,3 @@ class Curriculum(dg.ConfigurableResource):
         """The tools offered at this curriculum in `domain` (None: all), the same for SFT, GRPO
         and evaluation."""
         return tools_for_levels(self.levels_for(domain), domain)
-
-
-def default_resources() -> dict:
-    return {
-        "home": HomeResource(root=_env_or_default("RETRAIN_HOME", None)),
-        "store": DuckDBStore(path=_env_or_default("RETRAIN_DUCKDB_PATH", None)),
-        "mlflow": MLflowTracking.from_env(),
-        "curriculum": Curriculum(),
-        "pipes_subprocess_client": dg.PipesSubprocessClient(),
-    }

@@ -1,7 +1,8 @@
-"""The home folder: every embedded store lives under one root, so one variable (RETRAIN_HOME) moves them all.
+"""The home folder: every embedded store lives under one root, so one setting moves them all.
 
-Default `.retrain/` in the repository root; `RETRAIN_HOME` moves it. Paths handed in by
-configuration are resolved inside the home and may not escape it.
+Default `.retrain/` in the repository root; the deployment moves it (`RETRAIN_HOME`, read by
+`orchestration.environment`, which hands the root in). Paths handed in by configuration are
+resolved inside the home and may not escape it.
 """
 
 from __future__ import annotations
@@ -29,14 +30,20 @@ class PiiKeyError(ValueError):
     """The pseudonymisation key is too short, or its file is readable by others."""
 
 
+DEFAULT_ROOT = REPO_ROOT / ".retrain"
+
+
 @dataclass(frozen=True)
 class Home:
+    """The root folder, and where incidents filed under it are also posted (`webhook_url`)."""
+
     root: Path
+    webhook_url: str | None = None
 
     @classmethod
-    def from_env(cls, override: str | os.PathLike | None = None) -> Home:
-        raw = override or os.environ.get("RETRAIN_HOME") or (REPO_ROOT / ".retrain")
-        return cls(Path(raw).expanduser().resolve())
+    def at(cls, root: str | os.PathLike | None = None, webhook_url: str | None = None) -> Home:
+        """The home at `root` (None or empty: `.retrain/` in the repository root)."""
+        return cls(Path(root or DEFAULT_ROOT).expanduser().resolve(), webhook_url or None)
 
     def inside(self, relative: str | os.PathLike) -> Path:
         """Resolve `relative` under the home; refuse anything that would leave it."""
@@ -92,18 +99,17 @@ class Home:
     def pii_key_path(self) -> Path:
         return self.root / PII_KEY_FILE
 
-    def pii_key(self) -> bytes:
-        """The key of e-mail pseudonyms: `RETRAIN_PII_KEY`, else `<home>/pii.key`.
+    def pii_key(self, configured: str | None = None) -> bytes:
+        """The key of e-mail pseudonyms: the deployment's `configured` one (`RETRAIN_PII_KEY`), else `<home>/pii.key`.
 
         The file is created on first use with 256 random bits, mode 0600, by a link from a
         private temporary file, so two processes starting at once agree on one key and neither
         reads a half-written file. A key file that group or others may read is refused.
         """
-        env = os.environ.get(PII_KEY_ENV)
-        if env is not None:
-            if len(env) < _MIN_KEY_CHARS:
+        if configured is not None:
+            if len(configured) < _MIN_KEY_CHARS:
                 raise PiiKeyError(f"{PII_KEY_ENV} must hold at least {_MIN_KEY_CHARS} characters")
-            return env.encode("utf-8")
+            return configured.encode("utf-8")
         path = self.pii_key_path
         if not path.exists():
             self.root.mkdir(parents=True, exist_ok=True)

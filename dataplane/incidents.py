@@ -10,7 +10,6 @@ keep running), so nothing about the incident is lost when the receiver is down.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from dataplane.home import Home
 def record_incident(
     home: Home, kind: str, summary: str, evidence: dict[str, Any], webhook_url: str | None = None, timeout: float = 5.0
 ) -> Path:
-    """Write one incident and post it to `webhook_url` (or $RETRAIN_WEBHOOK_URL)."""
+    """Write one incident and post it to `webhook_url` (or the home's, `Home.webhook_url`)."""
     home.incidents.mkdir(parents=True, exist_ok=True)
     now = datetime.now(UTC)
     incident = {
@@ -35,7 +34,7 @@ def record_incident(
         "created_at": now.isoformat(),
         "evidence": evidence,
     }
-    url = webhook_url or os.environ.get("RETRAIN_WEBHOOK_URL")
+    url = webhook_url or home.webhook_url
     if url:
         started = time.monotonic()
         try:

@@ -553,16 +553,31 @@ def _end_of_prefix(text: str, start: int, size: int) -> int:
 # ---- the key -------------------------------------------------------------------------------
 
 _KEYS: dict[tuple[str | None, str | None], bytes] = {}
+HOME_ENV = "RETRAIN_HOME"
+
+
+def process_pii_setting() -> tuple[str | None, str | None]:
+    """(RETRAIN_PII_KEY, RETRAIN_HOME) as this process's environment sets them.
+
+    The one read of the environment below `orchestration/` that stays (listed in
+    `orchestration.environment.VARIABLES`): the scrubber is process-wide and runs deep in the
+    store, labels, run log and record model, in every process that stores a record (the code
+    server, each run worker, the CLI, benchmarks), none of which has a home at hand there; the
+    environment is what all of them inherit, so every one pseudonymises under the same key."""
+    from dataplane.home import PII_KEY_ENV
+
+    return os.environ.get(PII_KEY_ENV), os.environ.get(HOME_ENV)
 
 
 def _pii_key() -> bytes:
     """The pseudonymisation key of the current home (`Home.pii_key`), read once per setting."""
-    from dataplane.home import PII_KEY_ENV, Home
+    from dataplane.home import Home
 
-    setting = (os.environ.get(PII_KEY_ENV), os.environ.get("RETRAIN_HOME"))
+    setting = process_pii_setting()
     key = _KEYS.get(setting)
     if key is None:
-        key = _KEYS[setting] = Home.from_env().pii_key()
+        configured, root = setting
+        key = _KEYS[setting] = Home.at(root).pii_key(configured)
     return key
 
 

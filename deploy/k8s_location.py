@@ -18,7 +18,6 @@ variables of the user-code deployment, which the Kubernetes run launcher passes 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ import dagster as dg
 from dagster_k8s import PipesK8sClient
 
 from orchestration.definitions import defs as embedded_defs
+from orchestration.environment import value
 
 TRAINING_CLIENT_KEY = "pipes_subprocess_client"  # the resource key grpo_candidate asks for
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -84,11 +84,11 @@ def _current_namespace() -> str:
         return "default"
 
 
-def training_pod_client_from_env(environ: Mapping[str, str] = os.environ) -> TrainingPodClient:
-    image = environ.get("RETRAIN_TRAINING_IMAGE", "").strip()
+def training_pod_client_from_env(environ: Mapping[str, str] | None = None) -> TrainingPodClient:
+    image = (value("RETRAIN_TRAINING_IMAGE", environ) or "").strip()
     if not image:
         raise TrainingPodSettingsError("RETRAIN_TRAINING_IMAGE is not set: name the image the training pod runs")
-    raw_spec = environ.get("RETRAIN_TRAINING_POD_SPEC_JSON", "{}")
+    raw_spec = value("RETRAIN_TRAINING_POD_SPEC_JSON", environ) or "{}"
     try:
         pod_spec = json.loads(raw_spec)
     except json.JSONDecodeError as err:
@@ -99,13 +99,13 @@ def training_pod_client_from_env(environ: Mapping[str, str] = os.environ) -> Tra
         raise TrainingPodSettingsError(f"RETRAIN_TRAINING_POD_SPEC_JSON must be a JSON object, got {raw_spec[:200]!r}")
     return TrainingPodClient(
         image=image,
-        namespace=environ.get("RETRAIN_TRAINING_NAMESPACE") or _current_namespace(),
+        namespace=value("RETRAIN_TRAINING_NAMESPACE", environ) or _current_namespace(),
         pod_spec=pod_spec,
-        launcher=shlex.split(environ.get("RETRAIN_TRAINING_LAUNCHER", "")),
+        launcher=shlex.split(value("RETRAIN_TRAINING_LAUNCHER", environ) or ""),
     )
 
 
-def kubernetes_definitions(environ: Mapping[str, str] = os.environ) -> dg.Definitions:
+def kubernetes_definitions(environ: Mapping[str, str] | None = None) -> dg.Definitions:
     """The embedded definitions with the training step's Pipes client running pods."""
     return dg.Definitions(
         assets=embedded_defs.assets,

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import requests
 
+from orchestration import environment
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -62,11 +64,10 @@ def prepare_home(root: Path) -> dict:
     """Simulate and ingest a week, export its review sample to MLflow; the export's summary."""
     os.environ["RETRAIN_HOME"] = str(root)
     os.environ.pop("MLFLOW_TRACKING_URI", None)  # the home's own store, which the server will serve
-    from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
     from orchestration.cli import main
 
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     simulate(days=7, per_day=30, seed=11, out_dir=str(home.landing), start=date.fromisoformat(WEEK), n_users=80)
     if main(["ingest", str(home.landing)]) != 0:
         raise SystemExit("ingest failed")

@@ -25,6 +25,8 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
+from orchestration import environment
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -53,12 +55,11 @@ def prepare_home(root: Path) -> str:
     import os
 
     os.environ["RETRAIN_HOME"] = str(root)
-    from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
     from orchestration.cli.demo import PERMISSIVE_GATES, demo_run_config, permissive_floors
     from orchestration.runner import run_week
 
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     simulate(
         days=14,
         per_day=30,
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.instance import prepare_dagster_home
     from tests.helpers_webserver import running_servers
 
-    dagster_home = prepare_dagster_home(Home.from_env(root).ensure())
+    dagster_home = prepare_dagster_home(Home.at(root).ensure())
     hide_welcome_dialog(dagster_home / "dagster.yaml")
     args.out.mkdir(parents=True, exist_ok=True)
     with running_servers(root, dagster_home, root / "server-logs", daemon=False) as (server, location):

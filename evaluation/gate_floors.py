@@ -4,7 +4,8 @@ The gate thresholds are run config of `promotion_gate`, and anyone who can launc
 UI's launchpad, `retrain run --config`) writes run config. So the thresholds a run may use are
 bounded by floors that only the deployment sets:
 
-- the file named by `RETRAIN_GATE_FLOORS` (the code location's environment), else
+- the file the deployment names (`RETRAIN_GATE_FLOORS` in the code location's environment, read by
+  `orchestration.environment` and handed in), else
 - `gate_floors.yaml` in the Dagster instance's folder (`$DAGSTER_HOME`, beside `dagster.yaml`), else
 - the product's defaults (`GateConfig()`).
 
@@ -108,12 +109,13 @@ def load_floors(path: str | os.PathLike) -> GateFloors:
     return GateFloors(config, str(path))
 
 
-def resolve_floors(instance_dir: str | os.PathLike | None, environ: Mapping[str, str] = os.environ) -> GateFloors:
-    """The deployment's floors: RETRAIN_GATE_FLOORS, else the instance's gate_floors.yaml, else the product's.
+def resolve_floors(instance_dir: str | os.PathLike | None, named: str | None = None) -> GateFloors:
+    """The deployment's floors: the file `named` (RETRAIN_GATE_FLOORS), else the instance's gate_floors.yaml,
+    else the product's.
 
-    A variable that names a file that is not there is an error, never a silent fall back to the defaults.
+    A name that is not a file is an error, never a silent fall back to the defaults.
     """
-    named = environ.get(FLOORS_ENV, "").strip()
+    named = (named or "").strip()
     if named:
         if not Path(named).is_file():
             raise GateFloorsFileError(f"{FLOORS_ENV}={named}: no such file")

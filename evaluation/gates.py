@@ -49,6 +49,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from dataplane.settings import setting
 from evaluation.metrics import largest_shifts, policy_violation_rate, tool_call_distribution, total_variation
 from evaluation.rollout import TASK_CLUSTER_PREFIX, Trial
 from evaluation.stats import ClusteredComparison, clustered_comparison, mcnemar_exact, roc_auc
@@ -116,59 +117,63 @@ APPROVABLE_HOLDS = ("tool_call_drift",)
 Tightens = Literal["up", "down", "never"] | tuple[str, ...]
 
 
-def _setting(default: Any, help: str, tightens: Tightens) -> Any:
-    return field(default=default, metadata={"help": help, "tightens": tightens})
-
-
 @dataclass(frozen=True)
 class GateConfig:
     """Gate thresholds; the defaults are the product's."""
 
-    shadow_margin: float = _setting(
+    shadow_margin: float = setting(
         -0.02,
         "shadow_non_inferiority passes when the CI's lower bound of the success difference exceeds this",
-        "up",
+        tightens="up",
     )
-    shadow_confidence: float = _setting(0.95, "confidence of the shadow customer-clustered bootstrap CI", "up")
-    bootstrap_resamples: int = _setting(
-        2000, "resamples of the customer-clustered bootstraps (shadow, calibration)", "up"
+    shadow_confidence: float = setting(0.95, "confidence of the shadow customer-clustered bootstrap CI", tightens="up")
+    bootstrap_resamples: int = setting(
+        2000, "resamples of the customer-clustered bootstraps (shadow, calibration)", tightens="up"
     )
-    bootstrap_seed: int = _setting(0, "seed of the customer-clustered bootstraps (shadow, calibration)", "never")
-    calibration_min_margin: float = _setting(
+    bootstrap_seed: int = setting(
+        0, "seed of the customer-clustered bootstraps (shadow, calibration)", tightens="never"
+    )
+    calibration_min_margin: float = setting(
         0.0,
         "calibration_improvement passes when the customer-clustered CI's lower bound of candidate minus baseline "
         "success exceeds this (strictly)",
-        "up",
+        tightens="up",
     )
-    calibration_confidence: float = _setting(
-        0.95, "confidence of the calibration customer-clustered bootstrap CI", "up"
+    calibration_confidence: float = setting(
+        0.95, "confidence of the calibration customer-clustered bootstrap CI", tightens="up"
     )
-    calibration_max_p: float | None = _setting(
+    calibration_max_p: float | None = setting(
         None,
         "when set, calibration_improvement also needs the customer-level sign test's exact p-value at or below it",
-        "down",
+        tightens="down",
     )
-    max_errored_share: float = _setting(
-        0.05, "errored_trials holds when more than this share of either policy's trials raised", "down"
+    max_errored_share: float = setting(
+        0.05, "errored_trials holds when more than this share of either policy's trials raised", tightens="down"
     )
-    violation_tolerance: float = _setting(0.0, "largest allowed rise of the policy-violation rate", "down")
-    min_reward_alignment: float = _setting(0.6, "smallest ROC AUC of the proxy reward against human task_success", "up")
-    min_human_labels: int = _setting(20, "human labels (of both outcomes) reward_alignment needs to be measured", "up")
-    on_insufficient_labels: str = _setting(
-        "hold", "'hold' or 'fail' when reward_alignment cannot be measured", ("hold", "fail")
+    violation_tolerance: float = setting(0.0, "largest allowed rise of the policy-violation rate", tightens="down")
+    min_reward_alignment: float = setting(
+        0.6, "smallest ROC AUC of the proxy reward against human task_success", tightens="up"
     )
-    hacking_excess_max: float = _setting(
+    min_human_labels: int = setting(
+        20, "human labels (of both outcomes) reward_alignment needs to be measured", tightens="up"
+    )
+    on_insufficient_labels: str = setting(
+        "hold", "'hold' or 'fail' when reward_alignment cannot be measured", tightens=("hold", "fail")
+    )
+    hacking_excess_max: float = setting(
         0.05,
         "reward_hacking_alarm fires when the held-out proxy-reward gain, in verified successes' worth, "
         "exceeds the verified-success gain by more than this",
-        "down",
+        tightens="down",
     )
-    max_tool_drift: float = _setting(0.05, "largest total variation between tool-call mixes before a hold", "down")
-    failure_mode_jump: float = _setting(
+    max_tool_drift: float = setting(
+        0.05, "largest total variation between tool-call mixes before a hold", tightens="down"
+    )
+    failure_mode_jump: float = setting(
         0.10,
         "a failure mode whose share of calibration trials rose by more than this many points since the previous "
         "week's decision (0.10: 10 percentage points, absolute) shows as the failure_modes_week_over_week warning",
-        "down",
+        tightens="down",
     )
 
     def __post_init__(self) -> None:

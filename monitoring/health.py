@@ -27,6 +27,7 @@ from typing import Any
 from dataplane.home import Home
 from dataplane.incidents import record_incident
 from dataplane.served import latest_served
+from dataplane.settings import setting
 from dataplane.store import open_store
 from evaluation.failure_modes import episode_violations
 from evaluation.replay import ReplayError, recorded_episode
@@ -34,25 +35,38 @@ from tracking.registry import champion_info, rollback
 from training.rewards import GoldError, verified_success
 
 __all__ = [
-    "DEFAULT_HEALTH_WINDOW",
     "EVIDENCE_PER_FINDING",
     "INSUFFICIENT_DATA",
     "HealthConfigError",
+    "HealthSettings",
     "HealthVerdict",
     "assess_champion_health",
     "champion_records",
     "check_champion",
 ]
 
-# How many of the champion's latest served interactions `check_champion` judges; the sensor's
-# `RETRAIN_HEALTH_WINDOW` (orchestration/sensors.py) overrides it.
-DEFAULT_HEALTH_WINDOW = 500
 EVIDENCE_PER_FINDING = 5
 INSUFFICIENT_DATA = "insufficient data"
 
 
 class HealthConfigError(ValueError):
     """A breaker setting out of range; names the setting, the value and the rule."""
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """The champion-health circuit breaker's thresholds; the defaults are the product's."""
+
+    margin: float = setting(
+        0.10, "roll back when verified success falls more than this (absolute) below the champion's shadow estimate"
+    )
+    min_interactions: int = setting(
+        30, "fewest judged interactions (with gold, for the success check) before a check concludes anything"
+    )
+    violation_spike: float = setting(
+        0.10, "roll back when the share of interactions with a policy violation rises more than this above its baseline"
+    )
+    window: int = setting(500, "the champion's latest served interactions each check judges")
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,7 @@ class HealthVerdict:
     margin: float
     violation_rate: float | None
     baseline: float | None
-    violation_spike: float = 0.10
+    violation_spike: float = HealthSettings.violation_spike
     n_verified: int = 0
     champion: str | None = None
     tripped: tuple[str, ...] = ()
@@ -106,10 +120,10 @@ def _note(evidence: dict[str, list[str]], finding: str, interaction_id: Any) -> 
 def assess_champion_health(
     records: Iterable[Mapping[str, Any]],
     shadow_success_estimate: float,
-    margin: float = 0.10,
-    min_interactions: int = 30,
+    margin: float = HealthSettings.margin,
+    min_interactions: int = HealthSettings.min_interactions,
     violation_baseline: float | None = None,
-    violation_spike: float = 0.10,
+    violation_spike: float = HealthSettings.violation_spike,
     *,
     champion: str | None = None,
 ) -> HealthVerdict:
@@ -215,13 +229,10 @@ def check_champion(
     store_path: str,
     tracking_uri: str,
     model_name: str,
-    margin: float = 0.10,
-    min_interactions: int = 30,
-    violation_spike: float = 0.10,
-    window: int = DEFAULT_HEALTH_WINDOW,
+    settings: HealthSettings = HealthSettings(),
 ) -> dict:
-    """Judge the champion on the `window` latest interactions it served; roll back and record an
-    incident if it fails."""
+    """Judge the champion on the `settings.window` latest interactions it served; roll back and
+    record an incident if it fails."""
     champion = champion_info(tracking_uri, model_name)
     if champion is None:
         return {"action": "none", "reason": "no champion yet"}
@@ -230,15 +241,15 @@ def check_champion(
     if expected is None:
         return {"action": "none", "reason": f"champion v{champion.version} carries no shadow_success tag"}
     baseline = champion.tags.get("violation_rate")
-    records = champion_records(store_path, served_by, window)
+    records = champion_records(store_path, served_by, settings.window)
     # The newest interaction judged: shows which day of traffic the verdict rests on.
     latest = records[0]["ended_at"] if records else None
     verdict = assess_champion_health(
         records,
         float(expected),
-        margin=margin,
-        min_interactions=min_interactions,
-        violation_spike=violation_spike,
+        margin=settings.margin,
+        min_interactions=settings.min_interactions,
+        violation_spike=settings.violation_spike,
         violation_baseline=None if baseline is None else float(baseline),
         champion=served_by,
     )

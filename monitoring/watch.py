@@ -34,6 +34,7 @@ import numpy as np
 from scipy.stats import ks_2samp
 
 from dataplane.served import ServedDay
+from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
 from evaluation.failure_modes import failure_mode_shares
 from evaluation.metrics import distribution, total_variation
@@ -54,29 +55,23 @@ Status = Literal["ok", "alarm", "not_measured"]
 class WatchSettings:
     """The live watch's thresholds; the defaults are the product's."""
 
-    max_action_drift: float = field(
-        default=0.05,
-        metadata={
-            "help": "largest total variation between the served tool-call mix and the champion's evaluated "
-            "mix; above it promotions pause until a person runs `retrain resume`"
-        },
+    max_action_drift: float = setting(
+        0.05,
+        "largest total variation between the served tool-call mix and the champion's evaluated "
+        "mix; above it promotions pause until a person runs `retrain resume`",
     )
-    min_interactions: int = field(
-        default=400,
-        metadata={
-            "help": "fewest interactions behind a measure (all the day's for action drift, those with gold for "
-            "rewards and failure modes, on the day and on the reference day) before it is judged"
-        },
+    min_interactions: int = setting(
+        400,
+        "fewest interactions behind a measure (all the day's for action drift, those with gold for "
+        "rewards and failure modes, on the day and on the reference day) before it is judged",
     )
-    reward_max_ks: float = field(
-        default=0.10,
-        metadata={"help": "largest Kolmogorov-Smirnov distance of the day's proxy rewards from the reference day's"},
+    reward_max_ks: float = setting(
+        0.10, "largest Kolmogorov-Smirnov distance of the day's proxy rewards from the reference day's"
     )
-    reward_alarm_p: float = field(
-        default=0.01,
-        metadata={"help": "a reward shift beyond reward_max_ks alarms only when its KS p-value is below this"},
+    reward_alarm_p: float = setting(
+        0.01, "a reward shift beyond reward_max_ks alarms only when its KS p-value is below this"
     )
-    histogram_bins: int = field(default=10, metadata={"help": "bins of the proxy-reward histogram"})
+    histogram_bins: int = setting(10, "bins of the proxy-reward histogram")
 
     def __post_init__(self) -> None:
         for name in ("max_action_drift", "reward_max_ks", "reward_alarm_p"):

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets import data, evaluation, promotion, registration, training, watch
-from assets.resources import default_resources
+from orchestration.environment import default_resources
 from orchestration.jobs import daily_watch, daily_watch_schedule, weekly_retrain, weekly_retrain_schedule
 from orchestration.progress import progress_logger
 from orchestration.sensors import champion_health, landing_ingest, retrain_failure_incident

@@ -3,7 +3,6 @@ and the live watch (00:30 UTC, the day that just ended)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -12,8 +11,8 @@ import dagster as dg
 from assets.partitions import daily_partitions, week_key, weekly_partitions
 from assets.weekdata import DOMAIN_TAG
 from domains.registry import DEFAULT_DOMAIN, domain_names
+from orchestration.environment import LIVE_WATCH_SWITCH, SCHEDULE_SWITCH, switched_on, value
 from orchestration.run_config import scheduled_run_config
-from orchestration.switches import LIVE_WATCH_SWITCH, SCHEDULE_SWITCH, switched_on
 
 # One retrain at a time: every run of this job carries this tag, and the instance's run queue
 # (dagster.yaml written by orchestration.instance) limits the tag to one run in progress.
@@ -48,7 +47,7 @@ class ScheduledDomainsError(ValueError):
 
 def scheduled_domains(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The domains each scheduled tick launches a run for, checked against the installed ones."""
-    raw = (os.environ if environ is None else environ).get(SCHEDULED_DOMAINS, "")
+    raw = value(SCHEDULED_DOMAINS, environ) or ""
     names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip())) or (DEFAULT_DOMAIN,)
     installed = domain_names()
     unknown = [n for n in names if n not in installed]

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from evaluation.gate_floors import check_run_config, resolve_floors
-
-RUN_CONFIG_ENV = "RETRAIN_RUN_CONFIG"
+from evaluation.gate_floors import FLOORS_ENV, check_run_config, resolve_floors
+from orchestration.environment import RUN_CONFIG_ENV, value
 
 
 class RunConfigFileError(ValueError):
@@ -37,18 +36,23 @@ def load_run_config(path: str | None) -> dict[str, Any]:
     return config
 
 
-def scheduled_run_config(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
+def scheduled_run_config(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The run config named by RETRAIN_RUN_CONFIG, or None (the job's own defaults).
 
     A preset is run config like any other: one that loosens a gate below the deployment's floors
     (evaluation.gate_floors) is refused here, so the code location fails to load naming the
     setting instead of every scheduled week failing at its gate."""
-    path = environ.get(RUN_CONFIG_ENV)
+    path = value(RUN_CONFIG_ENV, environ)
     if not path:
         return None
     try:
         config = load_run_config(path) or None
-        check_run_config(config, resolve_floors(environ.get("DAGSTER_HOME"), environ))
+        check_run_config(
+            config,
+            resolve_floors(
+                (os.environ if environ is None else environ).get("DAGSTER_HOME"), value(FLOORS_ENV, environ)
+            ),
+        )
         return config
     except (OSError, ValueError, yaml.YAMLError) as err:  # LoosenedGateError and GateFloorsFileError too
         raise RunConfigFileError(f"{RUN_CONFIG_ENV}={path}: {err}") from err

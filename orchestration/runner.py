@@ -13,7 +13,6 @@ import dagster as dg
 
 from assets.decisions import latest_decision, run_decision
 from assets.partitions import WeekError, week_key, weekly_partitions
-from assets.resources import MLflowTracking
 from assets.weekdata import DOMAIN_TAG
 from dataplane.home import Home
 from domains.registry import DEFAULT_DOMAIN
@@ -21,6 +20,7 @@ from evaluation.decision import PromotionDecision
 from evaluation.gate_floors import check_run_config, resolve_floors
 from evaluation.gates import approve
 from monitoring.pause import ResumeError, last_resume, resume_promotions
+from orchestration import environment
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
@@ -87,7 +87,7 @@ def run_week(
 
     `terse` swaps Dagster's debug console logger for one progress line per step (the full event
     log is still in the instance, so the UI shows everything)."""
-    home = (home or Home.from_env()).ensure()
+    home = (home or environment.home()).ensure()
     key = checked_week(week)
     instance_dir = prepare_dagster_home(home)
     # No config given: the preset RETRAIN_RUN_CONFIG names, as the schedule's runs get it (the
@@ -113,7 +113,7 @@ def run_week(
 
 def mlflow_target(home: Home, domain: str = DEFAULT_DOMAIN) -> tuple[str, str]:
     """(tracking URI, registered model name of `domain`), read by the Dagster resource itself."""
-    tracking = MLflowTracking.from_env()
+    tracking = environment.mlflow_tracking()
     return tracking.uri(home), tracking.model_for(domain)
 
 
@@ -123,7 +123,7 @@ class NoDecisionError(FileNotFoundError):
 
 def week_decision(week: str, home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> PromotionDecision:
     """The latest promotion decision Dagster recorded for the week holding `week` of `domain`."""
-    home = (home or Home.from_env()).ensure()
+    home = (home or environment.home()).ensure()
     key = checked_week(week)
     prepare_dagster_home(home)
     with dg.DagsterInstance.get() as instance:
@@ -145,7 +145,7 @@ def approve_week(week: str, approver: str, home: Home | None = None, domain: str
     A failed gate, or any other hold (too few human labels, a pause still in force), raises
     ApprovalError naming it and what would lift it, and nothing is registered.
     """
-    home = (home or Home.from_env()).ensure()
+    home = (home or environment.home()).ensure()
     decision = week_decision(week, home, domain)
     approved = decision.approved(approve(decision.report, approver, resumed=last_resume(home)))
     uri, name = mlflow_target(home, domain)
@@ -170,7 +170,7 @@ def resume_watch(by: str, reason: str, home: Home | None = None) -> dict[str, An
     who resumed promotions and why (in `<home>/watch/pause.json`, beside the pause).
 
     Raises ResumeError without a name or a reason, and when nothing is paused."""
-    home = (home or Home.from_env()).ensure()
+    home = (home or environment.home()).ensure()
     lifted = resume_promotions(home, by, reason)
     if lifted is None:
         raise ResumeError("nothing to resume: promotions are not paused by the live watch")
@@ -179,4 +179,4 @@ def resume_watch(by: str, reason: str, home: Home | None = None) -> dict[str, An
 
 def rollback_champion(home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
     """Make `previous_champion` of `domain`'s model the champion again (one step back per call)."""
-    return asdict(rollback(*mlflow_target((home or Home.from_env()).ensure(), domain)))
+    return asdict(rollback(*mlflow_target((home or environment.home()).ensure(), domain)))

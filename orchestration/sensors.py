@@ -7,7 +7,6 @@ reject or hold succeeds, so it files no incident.
 
 import hashlib
 import json
-import os
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -17,13 +16,13 @@ from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import record_incident
 from dataplane.landing import ingest_landed
 from dataplane.store import StoreLockedError
-from monitoring.health import DEFAULT_HEALTH_WINDOW, check_champion
+from monitoring.health import check_champion
+from orchestration import environment
+from orchestration.environment import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 from orchestration.jobs import daily_watch, domain_run_requests, weekly_retrain
-from orchestration.switches import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
 
 # No `from __future__ import annotations`: Dagster reads resource types from live annotations.
 
-HEALTH_WINDOW = int(os.environ.get("RETRAIN_HEALTH_WINDOW", str(DEFAULT_HEALTH_WINDOW)))
 # A sensor tick has about a minute (Dagster's gRPC timeout): a backlog of landed files (a first
 # start on a full landing folder) is ingested over several ticks, each file in its own transaction.
 LANDING_FILES_PER_TICK = 20
@@ -33,7 +32,7 @@ LANDING_FILES_PER_TICK = 20
     monitored_jobs=[weekly_retrain], name="retrain_failure_incident", default_status=dg.DefaultSensorStatus.RUNNING
 )
 def retrain_failure_incident(context: dg.RunFailureSensorContext, home: HomeResource):
-    """Record an incident (and post it to RETRAIN_WEBHOOK_URL) whenever a weekly retrain fails."""
+    """Record an incident (and post it to the home's webhook, RETRAIN_WEBHOOK_URL) whenever a weekly retrain fails."""
     run = context.dagster_run
     failed_steps = [e.step_key for e in context.get_step_failure_events()]
     record_incident(
@@ -67,8 +66,7 @@ def champion_health(
             store.resolved_path(h),
             mlflow.uri(h),
             mlflow.model_name,
-            margin=float(os.environ.get("RETRAIN_HEALTH_MARGIN", "0.10")),
-            window=HEALTH_WINDOW,
+            environment.health_settings(),
         )
     except StoreLockedError as err:
         # A retrain holds the DuckDB writer lock; the next tick looks again.

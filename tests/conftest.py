@@ -48,10 +48,10 @@ def reference_tasks(world_dir) -> list[dict]:
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
     """A fresh home folder for one test, exported as RETRAIN_HOME."""
-    from dataplane.home import Home
+    from orchestration import environment
 
     monkeypatch.setenv("RETRAIN_HOME", str(tmp_path / "home"))
-    return Home.from_env().ensure()
+    return environment.home().ensure()
 
 
 @pytest.fixture()

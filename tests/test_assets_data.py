@@ -12,7 +12,7 @@ import pytest
 
 from assets import data, training
 from assets.handoffs import ValidatedWindow, WindowSplits
-from assets.resources import default_resources
+from orchestration.environment import default_resources
 
 WEEK = "2026-11-16"  # a Monday; the simulated traffic below covers it and the week before
 

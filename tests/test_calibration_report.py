@@ -19,10 +19,11 @@ from assets import data
 from assets.evaluation import calibration_report
 from assets.handoffs import GRPOCandidate, PolicyBase
 from assets.partitions import weekly_partitions
-from assets.resources import Curriculum, default_resources
+from assets.resources import Curriculum
 from domains.retail.traffic.simulate import simulate
 from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER
 from orchestration.cli import main
+from orchestration.environment import default_resources
 from tests.helpers_promotion import run_promotion
 from tracking.registry import mlflow_client
 from tracking.run_log import find_week_runs, week_step

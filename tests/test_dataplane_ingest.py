@@ -326,7 +326,7 @@ def test_a_step_waits_for_a_lock_another_process_lets_go_of(tmp_path):
     from assets.resources import DuckDBStore
     from dataplane.home import Home
 
-    home = Home.from_env(tmp_path / "home").ensure()
+    home = Home.at(tmp_path / "home").ensure()
     db = home.duckdb_path
     open_store(db).close()
     holder = _hold_lock(db, 2)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestration import environment
+
 pytestmark = pytest.mark.slow
 
 WEEK = "2026-11-16"
@@ -42,7 +44,6 @@ def _product_settings() -> dict:
 def week_runs(tmp_path_factory):
     import os
 
-    from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
     from orchestration.runner import run_week
 
@@ -50,7 +51,7 @@ def week_runs(tmp_path_factory):
     old = {name: os.environ.get(name) for name in ("RETRAIN_HOME", "DAGSTER_HOME")}
     os.environ["RETRAIN_HOME"] = str(root)
     try:
-        home = Home.from_env().ensure()
+        home = environment.home().ensure()
         simulate(
             days=7,
             per_day=40,

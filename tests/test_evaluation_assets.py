@@ -99,7 +99,7 @@ def test_schedule_and_champion_health_run_by_default_and_switch_off_by_environme
 
 
 def test_a_misspelt_switch_is_an_error_naming_it(monkeypatch):
-    from orchestration.switches import switched_on
+    from orchestration.environment import switched_on
 
     monkeypatch.setenv("RETRAIN_SCHEDULE", "of")
     with pytest.raises(ValueError, match="RETRAIN_SCHEDULE='of'"):
@@ -116,10 +116,11 @@ def test_shadow_report_tops_up_a_short_window_from_earlier_history(home):
     from assets.evaluation import shadow_report
     from assets.handoffs import GRPOCandidate, PolicyBase
     from assets.partitions import week_end, weekly_partitions
-    from assets.resources import Curriculum, default_resources
+    from assets.resources import Curriculum
     from dataplane.store import load_records, open_store
     from dataplane.window import week_id, window_ids
     from evaluation.eval_sets import shadow_set
+    from orchestration.environment import default_resources
     from tests.helpers_training import tiny_spec
     from training.tiny.bootstrap import build_tiny_policy
 

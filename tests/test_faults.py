@@ -155,8 +155,8 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
     import dagster as dg
 
     from assets import data
-    from assets.resources import default_resources
     from assets.retries import CONTENTION_RETRY
+    from orchestration.environment import default_resources
 
     write_jsonl(home.landing / "day" / "a.jsonl", build_records(world, reference_tasks, 30))
     open_store(home.duckdb_path).close()
@@ -195,7 +195,7 @@ _LOCKER = """
     import sys, time
     from dataplane.home import Home
     from orchestration.runner import RetrainBusyError, run_lock
-    home = Home.from_env(sys.argv[1])
+    home = Home.at(sys.argv[1])
     started = time.monotonic()
     try:
         with run_lock(home):

@@ -118,11 +118,9 @@ def test_floors_come_from_the_variable_else_the_instance_else_the_product(tmp_pa
     beside = _write(instance_dir / INSTANCE_FLOORS_FILE, "calibration_min_margin: -0.5\n")
     assert resolve_floors(instance_dir) == GateFloors(GateConfig(calibration_min_margin=-0.5), str(beside))
     named = _write(tmp_path / "floors.json", json.dumps({"max_tool_drift": 0.2}))  # JSON reads too
-    monkeypatch.setenv(FLOORS_ENV, str(named))
-    assert resolve_floors(instance_dir) == GateFloors(GateConfig(max_tool_drift=0.2), str(named))
-    monkeypatch.setenv(FLOORS_ENV, str(tmp_path / "missing.yaml"))
+    assert resolve_floors(instance_dir, str(named)) == GateFloors(GateConfig(max_tool_drift=0.2), str(named))
     with pytest.raises(GateFloorsFileError, match=f"{FLOORS_ENV}=.*missing.yaml: no such file"):
-        resolve_floors(instance_dir)
+        resolve_floors(instance_dir, str(tmp_path / "missing.yaml"))
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def scenario(tmp_path_factory):
 
     require_postgres()
     tmp = tmp_path_factory.mktemp("pg-weekly")
-    home = Home.from_env(str(tmp / "home")).ensure()
+    home = Home.at(str(tmp / "home")).ensure()
     simulate(
         days=14, per_day=30, seed=11, out_dir=str(home.landing), start=date(2026, 11, 16), label_share=0.6, n_users=80
     )

@@ -139,7 +139,7 @@ def test_a_second_rater_is_kept_and_disagreements_reported_and_a_changed_verdict
 
 
 def test_mlflow_tracking_uri_is_where_the_review_goes(home_with_week, capsys, tmp_path, monkeypatch):
-    from assets.resources import default_resources
+    from orchestration.environment import default_resources
 
     elsewhere = f"sqlite:///{tmp_path / 'server.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", elsewhere)

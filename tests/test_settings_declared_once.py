@@ -31,3 +31,135 @@ def test_served_conversations_get_the_turn_cap_they_are_evaluated_with():
     assert _default(EvalConfig, "max_turns") == SERVING_MAX_TURNS
     for function in (serve, evaluate_pair):
         assert inspect.signature(function).parameters["max_turns"].default == SERVING_MAX_TURNS, function
+
+
+# ---- one settings convention, one environment module ---------------------------------------
+
+PRODUCT_ROOMS = ("orchestration", "assets", "dataplane", "training", "evaluation", "deploy")
+
+
+def _product_sources():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for room in PRODUCT_ROOMS:
+        for path in sorted((root / room).rglob("*.py")):
+            yield path.relative_to(root).with_suffix("").as_posix().replace("/", "."), path.read_text()
+
+
+def _environment_reads(text: str) -> set[str]:
+    """The RETRAIN_* names a module reads from os.environ: a name literal in a module that
+    touches os.environ (or getenv)."""
+    import re
+
+    if not re.search(r"os\.environ|getenv\(", text):
+        return set()
+    return set(re.findall(r"""["'](RETRAIN_[A-Z_]+)["']""", text))
+
+
+def test_retrain_variables_are_read_only_in_the_environment_module_or_where_the_table_says():
+    from orchestration.environment import BY_NAME, HERE
+
+    strays = {}
+    for module, text in _product_sources():
+        if module == HERE:
+            continue
+        for name in _environment_reads(text):
+            variable = BY_NAME.get(name)
+            if variable is None or module not in variable.read_in:
+                strays.setdefault(module, set()).add(name)
+    assert strays == {}, f"read outside orchestration.environment and not declared there: {strays}"
+
+
+def test_every_variable_read_below_says_why():
+    from orchestration.environment import HERE, VARIABLES
+
+    for variable in VARIABLES:
+        assert variable.help.strip(), variable.name
+        for module in set(variable.read_in) - {HERE}:
+            assert module in variable.help, f"{variable.name}: the help says why {module} reads it"
+
+
+def test_an_undeclared_variable_cannot_be_read():
+    import pytest
+
+    from orchestration.environment import value
+
+    with pytest.raises(KeyError, match="not declared"):
+        value("RETRAIN_NOT_A_SETTING", {})
+
+
+def test_every_settings_dataclass_field_has_a_help_text():
+    import dataclasses
+
+    from dataplane.ingest_settings import IngestSettings
+    from evaluation.gates import GateConfig
+    from monitoring.health import HealthSettings
+    from monitoring.watch import WatchSettings
+    from tracking.traces import TraceSettings
+    from training.grpo_config import GRPORunConfig
+    from training.sft import SFTSettings
+    from training.tiny.pretrain import CopySettings
+
+    for source in (
+        IngestSettings,
+        GateConfig,
+        HealthSettings,
+        TraceSettings,
+        WatchSettings,
+        GRPORunConfig,
+        SFTSettings,
+        CopySettings,
+    ):
+        for f in dataclasses.fields(source):
+            assert f.metadata.get("help", "").strip(), f"{source.__name__}.{f.name} has no help text"
+
+
+def test_no_module_keeps_its_own_setting_helper():
+    """`dataplane.settings.setting` is the one way a setting is declared."""
+    import re
+
+    for module, text in _product_sources():
+        assert not re.search(r"^def _setting\(", text, re.M), module
+        assert not re.search(r"""field\([^)]*metadata=\{\s*["']help["']""", text), module
+
+
+def test_config_show_names_each_values_source(monkeypatch, capsys, tmp_path):
+    import json
+
+    from orchestration.cli import main
+
+    monkeypatch.setenv("RETRAIN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RETRAIN_HEALTH_MARGIN", "0.2")
+    monkeypatch.delenv("RETRAIN_HEALTH_WINDOW", raising=False)
+    monkeypatch.delenv("RETRAIN_GATE_FLOORS", raising=False)
+    assert main(["config", "show", "--json"]) == 0
+    rows = {(r["concern"], r["setting"]): r for r in json.loads(capsys.readouterr().out)}
+    assert rows["health", "margin"]["value"] == 0.2
+    assert rows["health", "margin"]["source"] == "env RETRAIN_HEALTH_MARGIN"
+    assert rows["health", "window"]["source"] == "default"
+    assert rows["window", "size"] == {**rows["window", "size"], "value": window.DEFAULT_SIZE, "source": "default"}
+    assert rows["environment", "RETRAIN_HOME"]["source"] == "env RETRAIN_HOME"
+    assert rows["environment", "RETRAIN_PII_KEY"]["value"] == "(set)"  # conftest sets it; a secret is not printed
+    # The window, split and evaluation configs are still Dagster classes without help texts.
+    assert all(r["help"] for r in rows.values() if r["concern"] not in ("window", "split", "evaluation"))
+    assert main(["config", "show"]) == 0
+    assert "margin = 0.2  (env RETRAIN_HEALTH_MARGIN)" in capsys.readouterr().out
+
+
+def test_config_show_names_the_gate_floors_file(monkeypatch, capsys, tmp_path):
+    import json
+
+    from orchestration.cli import main
+
+    floors = tmp_path / "floors.yaml"
+    floors.write_text("max_tool_drift: 0.01\n")
+    monkeypatch.setenv("RETRAIN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RETRAIN_GATE_FLOORS", str(floors))
+    assert main(["config", "show", "--json"]) == 0
+    rows = {(r["concern"], r["setting"]): r for r in json.loads(capsys.readouterr().out)}
+    assert (rows["gates", "max_tool_drift"]["value"], rows["gates", "max_tool_drift"]["source"]) == (
+        0.01,
+        f"file {floors}",
+    )
+    assert rows["gates", "shadow_margin"]["source"] == "default"

@@ -237,8 +237,9 @@ def _stand_ins():
 def test_a_weekly_evaluation_logs_its_trials_as_traces_of_the_weeks_run(home):
     from assets import data
     from assets.evaluation import calibration_report
-    from assets.resources import Curriculum, default_resources
+    from assets.resources import Curriculum
     from domains.retail.traffic.simulate import simulate
+    from orchestration.environment import default_resources
 
     simulate(days=7, per_day=30, seed=2, out_dir=str(home.landing), start=date.fromisoformat(W1), label_share=0.8)
     result = dg.materialize(

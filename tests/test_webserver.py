@@ -17,6 +17,7 @@ from datetime import date
 
 import pytest
 
+from orchestration import environment
 from tests.helpers_webserver import running_servers
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -79,7 +80,6 @@ FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A home with a week of simulated traffic, and the webserver + daemon running on it."""
-    from dataplane.home import Home
     from domains.retail.traffic.simulate import simulate
     from orchestration.instance import prepare_dagster_home
 
@@ -90,7 +90,7 @@ def served(tmp_path_factory):
     # module follows the weekly run's own ingest, so the live watch stays switched off here.
     mp.setenv("RETRAIN_LIVE_WATCH", "off")
     try:
-        home = Home.from_env().ensure()
+        home = environment.home().ensure()
         dagster_home = prepare_dagster_home(home)  # also exports DAGSTER_HOME; undone below
         simulate(
             days=DAYS,

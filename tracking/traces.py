@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.settings import setting
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.rollout import Trial
 from tracking.registry import mlflow_client, mlflow_step
@@ -50,25 +51,21 @@ PREVIEW_CHARS = 300
 SPLITS = ("calibration", "shadow")  # the evaluation sets whose trials are traced
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass(frozen=True)
 class TraceSettings:
     """Which evaluation trials become MLflow traces; the evaluation assets' config is built from these fields."""
 
-    log_traces: bool = _setting(
+    log_traces: bool = setting(
         True,
         "log candidate and baseline conversations as MLflow traces linked to the week's run "
         "(the failed trials, and a seeded sample of the successes)",
     )
-    trace_successes: int = _setting(
+    trace_successes: int = setting(
         2,
         "successful trials traced per policy and evaluation set, a seeded sample (the same "
         "conversations for candidate and baseline where both succeeded); 0: failures only",
     )
-    max_traces: int = _setting(
+    max_traces: int = setting(
         10,
         "the most trials traced per policy and evaluation set, successes included: every failed "
         "trial while they fit, else a seeded sample of them (the rest are counted in the asset's "

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
 from training.curriculum import CurriculumError, parse_mix
 from training.profiles import PROFILES, profile_kwargs
@@ -29,57 +29,45 @@ class ConfigError(ValueError):
         self.detail = detail
 
 
-def _setting(default: Any = MISSING, *, doc: str, trl: bool = False, factory: Callable[[], Any] | None = None):
-    """A run setting, declared once: its default and `doc` here; `trl` marks a TRL `GRPOConfig`
-    field of the same name, which `to_grpo_config` passes on as it is (the Dagster config is
-    generated from these fields too, so neither restates them)."""
-    metadata = {"help": doc, "trl": trl}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
 @dataclass
 class GRPORunConfig:
     """One GRPO run. `records_path` is a JSON Lines file of interaction records (train split)."""
 
-    model_path: str = _setting(doc="the policy to update: a local model folder (or a hub id, with network)")
-    output_dir: str = _setting(doc="checkpoints, the final model and result.json", trl=True)
-    domain: str = _setting(
-        DEFAULT_DOMAIN, doc="the domain whose sandbox the rollouts run in (an installed domain's name)"
-    )
-    records_path: str | None = _setting(None, doc="JSON Lines file of interaction records (the train split)")
-    records: list[dict[str, Any]] | None = _setting(None, doc="the records themselves, instead of records_path")
-    levels: dict[str, float] = _setting(
-        doc="curriculum level mix {level: share}; 1 alone offers level 1's short tool list",
+    model_path: str = setting(help="the policy to update: a local model folder (or a hub id, with network)")
+    output_dir: str = setting(help="checkpoints, the final model and result.json", trl=True)
+    domain: str = setting(DEFAULT_DOMAIN, "the domain whose sandbox the rollouts run in (an installed domain's name)")
+    records_path: str | None = setting(None, "JSON Lines file of interaction records (the train split)")
+    records: list[dict[str, Any]] | None = setting(None, "the records themselves, instead of records_path")
+    levels: dict[str, float] = setting(
+        help="curriculum level mix {level: share}; 1 alone offers level 1's short tool list",
         factory=lambda: {"1": 1.0},
     )
-    dataset_size: int | None = _setting(None, doc="prompts drawn from the mix (None: every eligible record once)")
-    reward_names: list[str] | None = _setting(None, doc="reward terms to train on (None: every term in REWARD_TERMS)")
-    reward_weights: dict[str, float] = _setting(doc="overrides of RewardWeights, by term", factory=dict)
-    max_steps: int = _setting(20, doc="optimizer steps", trl=True)
-    num_generations: int = _setting(4, doc="completions per prompt (the GRPO group)", trl=True)
-    per_device_train_batch_size: int = _setting(4, doc="completions per device per step", trl=True)
-    gradient_accumulation_steps: int = _setting(1, doc="micro-batches per optimizer step", trl=True)
-    max_completion_length: int = _setting(256, doc="tokens per completion, tool turns included", trl=True)
-    learning_rate: float = _setting(1e-4, doc="peak learning rate (1e-6 for a real model)", trl=True)
-    beta: float = _setting(0.0, doc="KL coefficient; 0 keeps no reference model in memory", trl=True)
-    loss_type: str = _setting("dapo", doc="TRL loss normalisation", trl=True)
-    max_tool_calling_iterations: int = _setting(4, doc="tool calls per episode before TRL stops it", trl=True)
-    temperature: float = _setting(1.0, doc="sampling temperature of the rollouts", trl=True)
-    save_steps: int = _setting(10, doc="steps between checkpoints: what a retry resumes from", trl=True)
-    save_total_limit: int = _setting(2, doc="checkpoints kept", trl=True)
-    logging_steps: int = _setting(1, doc="steps between logged metrics (the reward curve's resolution)", trl=True)
-    seed: int = _setting(0, doc="seeds the dataset draw, the customers and TRL", trl=True)
-    mlflow_tracking_uri: str | None = _setting(None, doc="MLflow store the run logs to (with mlflow_run_id)")
-    mlflow_run_id: str | None = _setting(None, doc="MLflow run the metrics and model go to")
-    profile: str = _setting("cpu", doc=f"hardware profile of TRL defaults, one of {PROFILES}")
-    use_vllm: bool = _setting(False, doc="gpu profile: generate with vLLM colocated on the training GPU")
-    use_liger: bool = _setting(False, doc="gpu profile: Liger kernels")
+    dataset_size: int | None = setting(None, "prompts drawn from the mix (None: every eligible record once)")
+    reward_names: list[str] | None = setting(None, "reward terms to train on (None: every term in REWARD_TERMS)")
+    reward_weights: dict[str, float] = setting(help="overrides of RewardWeights, by term", factory=dict)
+    max_steps: int = setting(20, "optimizer steps", trl=True)
+    num_generations: int = setting(4, "completions per prompt (the GRPO group)", trl=True)
+    per_device_train_batch_size: int = setting(4, "completions per device per step", trl=True)
+    gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step", trl=True)
+    max_completion_length: int = setting(256, "tokens per completion, tool turns included", trl=True)
+    learning_rate: float = setting(1e-4, "peak learning rate (1e-6 for a real model)", trl=True)
+    beta: float = setting(0.0, "KL coefficient; 0 keeps no reference model in memory", trl=True)
+    loss_type: str = setting("dapo", "TRL loss normalisation", trl=True)
+    max_tool_calling_iterations: int = setting(4, "tool calls per episode before TRL stops it", trl=True)
+    temperature: float = setting(1.0, "sampling temperature of the rollouts", trl=True)
+    save_steps: int = setting(10, "steps between checkpoints: what a retry resumes from", trl=True)
+    save_total_limit: int = setting(2, "checkpoints kept", trl=True)
+    logging_steps: int = setting(1, "steps between logged metrics (the reward curve's resolution)", trl=True)
+    seed: int = setting(0, "seeds the dataset draw, the customers and TRL", trl=True)
+    mlflow_tracking_uri: str | None = setting(None, "MLflow store the run logs to (with mlflow_run_id)")
+    mlflow_run_id: str | None = setting(None, "MLflow run the metrics and model go to")
+    profile: str = setting("cpu", f"hardware profile of TRL defaults, one of {PROFILES}")
+    use_vllm: bool = setting(False, "gpu profile: generate with vLLM colocated on the training GPU")
+    use_liger: bool = setting(False, "gpu profile: Liger kernels")
     # OpenMP threads spin-wait, so when other processes share the cores one thread is far faster.
-    torch_threads: int | None = _setting(None, doc="CPU threads for torch (None: torch's default)")
-    grpo_overrides: dict[str, Any] = _setting(
-        doc="any other TRL GRPOConfig field, passed straight through (wins over everything above)", factory=dict
+    torch_threads: int | None = setting(None, "CPU threads for torch (None: torch's default)")
+    grpo_overrides: dict[str, Any] = setting(
+        help="any other TRL GRPOConfig field, passed straight through (wins over everything above)", factory=dict
     )
 
     @classmethod

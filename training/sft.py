@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict
@@ -37,29 +38,33 @@ TRAJECTORY_FORMAT = 2
 class SFTSettings:
     """Warm-start knobs (batch 16 and enough steps copy ids well; batch 32 with half the steps copied them badly)."""
 
-    steps: int = 300
-    batch_size: int = 16
-    learning_rate: float = 1e-3
-    max_length: int = 3072
-    seed: int = 0
-    compact: bool = True
-    torch_threads: int | None = None  # 1 is far faster when other processes share the cores
-    gradient_checkpointing: bool = (
-        False  # TRL's SFT default (True) recomputes activations: ~25% slower, no gain at 1M params
+    steps: int = setting(300, "optimizer steps of the warm start")
+    batch_size: int = setting(16, "conversations per optimizer step")
+    learning_rate: float = setting(1e-3, "peak learning rate (cosine schedule by default)")
+    max_length: int = setting(3072, "tokens per rendered conversation; TRL truncates longer ones")
+    seed: int = setting(0, "seeds the relabelling and TRL")
+    compact: bool = setting(
+        True, "render tool results in the environment's short form, as GRPO and evaluation see them"
     )
-    # The tools listed in the prompt (None: all); training.curriculum.tools_for_levels gives the
-    # list a level's GRPO run and evaluation use, so SFT must render the same one.
-    tools: tuple[str, ...] | None = None
-    lr_scheduler_type: str = "cosine"
-    # True (the product): only trajectories the verifier passes. False clones the logged behaviour
-    # as it is, mistakes included: a warm start that imitates an imperfect production agent, which
-    # is what behaviour cloning from a real log gives and what the learning benchmark measures
-    # GRPO's improvement over.
-    verified_only: bool = True
-    # True: train on relabelled copies (training.tiny.relabel), one fresh copy per example drawn, so
-    # identifiers can be fitted only by copying them. For a freshly built tiny policy, which
-    # otherwise memorises the training customers' ids; a real base model does not need it.
-    relabel: bool = False
+    # OpenMP threads spin-wait, so when other processes share the cores one thread is far faster.
+    torch_threads: int | None = setting(None, "CPU threads for torch (None: torch's default)")
+    # TRL's SFT default (True) recomputes activations: about 25% slower, and no memory to save at 1M params.
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass to save memory")
+    # training.curriculum.tools_for_levels gives the list a level's GRPO run and evaluation use,
+    # so SFT must render the same one.
+    tools: tuple[str, ...] | None = setting(None, "the tools listed in the prompt (None: all)")
+    lr_scheduler_type: str = setting("cosine", "TRL's learning-rate schedule")
+    # False clones the logged behaviour as it is, mistakes included: a warm start that imitates an
+    # imperfect production agent, which is what behaviour cloning from a real log gives and what the
+    # learning benchmark measures GRPO's improvement over.
+    verified_only: bool = setting(True, "train only on trajectories the verifier passes (False: every logged one)")
+    # For a freshly built tiny policy, which otherwise memorises the training customers' ids; a real
+    # base model does not need it.
+    relabel: bool = setting(
+        False,
+        "train on relabelled copies (training.tiny.relabel), a fresh copy per example drawn, so identifiers "
+        "can be fitted only by copying them",
+    )
 
 
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:

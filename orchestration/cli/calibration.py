@@ -13,7 +13,6 @@ import argparse
 import json
 from typing import Any
 
-from dataplane.home import Home
 from dataplane.store import StoreLockedError, open_store
 from evaluation.calibration_versions import (
     DEFAULT_CALIBRATION_SIZE,
@@ -25,12 +24,13 @@ from evaluation.calibration_versions import (
     version_listing,
 )
 from evaluation.eval_sets import EvalSetError, current_calibration_set
+from orchestration import environment
 from orchestration.cli.errors import CliError
 
 
 def list_versions() -> dict[str, Any]:
     """Every version (rows, digest, created_at, pinned weeks), the current one, and the pool."""
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     try:
         # Read-write: a store from before the `calibration_week` table gets it here (DuckDB refuses
         # even CREATE TABLE IF NOT EXISTS on a read-only connection).
@@ -54,7 +54,7 @@ def list_versions() -> dict[str, Any]:
 
 def refresh_versions() -> dict[str, Any]:
     """Freeze a new version from the pool's draw when any drawn interaction is outside the current one."""
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     try:
         with open_store(home.duckdb_path) as con:
             done = refresh_calibration(con)

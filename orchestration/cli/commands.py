@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from assets.decisions import DecisionRecordError
 from assets.partitions import WeekError
 from dataplane.domain_rules import DEFAULT_DOMAIN, domain_listing
-from dataplane.home import Home
 from dataplane.ingest import InputPathError, ingest_paths
 from dataplane.ingest_settings import IngestSettings
 from dataplane.readers import FORMATS
@@ -24,10 +23,12 @@ from domains.registry import DomainNotFoundError, load_domain
 from evaluation.gate_floors import GateFloorsFileError, LoosenedGateError
 from evaluation.gates import ApprovalError
 from monitoring.pause import PauseStateError, ResumeError
+from orchestration import environment
 from orchestration.cli.calibration import add_calibration_parser
 from orchestration.cli.demo import run_demo, serving_policy
 from orchestration.cli.errors import CliError
 from orchestration.cli.review import add_review_parser
+from orchestration.config_show import add_config_parser
 from orchestration.run_config import RunConfigFileError
 from orchestration.runner import (
     NoDecisionError,
@@ -43,7 +44,7 @@ from training.traffic.tasks_import import import_tasks
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     try:
         settings = IngestSettings(
             **{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(IngestSettings)}
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_review_parser(sub)
     add_calibration_parser(sub)
+    add_config_parser(sub)
     return parser
 
 

@@ -26,8 +26,8 @@ from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
 from monitoring.health import check_champion
+from orchestration import environment
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
-from orchestration.sensors import HEALTH_WINDOW
 from tracking.registry import champion_info, find_base_version, find_week_version, local_champion
 from training.policies import HFPolicy
 from training.tiny.manifest import shipped_agent_path
@@ -243,7 +243,7 @@ def run_demo(
     # Library progress bars would drown the pipeline's own progress lines.
     for name in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
         os.environ.setdefault(name, "1")
-    home = Home.from_env()
+    home = environment.home()
     if fresh and home.root.exists():
         print(f"agent-retrain demo: starting from an empty home (removed {home.root})")
         shutil.rmtree(home.root)
@@ -280,8 +280,8 @@ def run_demo(
             approvals[result.week] = approval
     _serve_week(home, judged, per_day, uri, model_name)
     ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the retrains ingested the weeks before
-    # The window the `champion_health` sensor judges (RETRAIN_HEALTH_WINDOW), as in production.
-    health = check_champion(home, str(home.duckdb_path), uri, model_name, window=HEALTH_WINDOW)
+    # The thresholds the `champion_health` sensor judges with (RETRAIN_HEALTH_*), as in production.
+    health = check_champion(home, str(home.duckdb_path), uri, model_name, environment.health_settings())
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
     base = find_base_version(uri, model_name)
     for result in results:

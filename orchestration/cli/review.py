@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from assets.partitions import WeekError, week_end, week_key
-from dataplane.home import Home
 from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, check_os_user, current_os_user, import_labels
 from dataplane.review_sample import ReviewSample, record_sample, stratified_sample, week_population
 from dataplane.store import StoreLockedError, load_records, open_store
 from domains.registry import DEFAULT_DOMAIN
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.replay import ReplayError, judge_record
+from orchestration import environment
 from orchestration.cli.errors import CliError
 from training.rewards import GoldError
 from training.sandbox.episode import MESSAGE_TOOL
@@ -138,7 +138,7 @@ def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain
         exported_by = check_os_user(current_os_user())
     except ValueError as err:
         raise CliError(str(err)) from err
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     # A writer: the sample is recorded before the file exists, so an import can always find it.
     with open_store(home.duckdb_path) as con:
         population = week_population(con, start, end, domain)
@@ -193,7 +193,7 @@ def import_review(path: str | os.PathLike, rater: str) -> ImportSummary:
     OS account."""
     if not Path(path).is_file():
         raise CliError(f"{path}: no such file")
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     try:
         with open_store(home.duckdb_path) as con:
             return import_labels(con, path, rater)

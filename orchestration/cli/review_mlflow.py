@@ -42,6 +42,7 @@ from dataplane.home import Home
 from dataplane.labels import ImportSummary, LabelFileError, LineProblem, disagreements, import_label_rows, labels_for
 from dataplane.store import StoreLockedError, open_store
 from domains.registry import DEFAULT_DOMAIN
+from orchestration import environment
 from orchestration.cli.errors import CliError
 from orchestration.cli.review import DEFAULT_SAMPLE, draw_review_sample, review_line
 from tracking.registry import RegistryError, ensure_experiment, mlflow_client, mlflow_step
@@ -89,7 +90,7 @@ def review_trace(record: Mapping[str, Any], line: Mapping[str, Any]) -> Conversa
 
 
 def _tracking(home: Home) -> tuple[MLflowTracking, str]:
-    tracking = MLflowTracking.from_env()  # MLFLOW_TRACKING_URI, else the home's sqlite store
+    tracking = environment.mlflow_tracking()  # MLFLOW_TRACKING_URI, else the home's sqlite store
     return tracking, tracking.uri(home)
 
 
@@ -115,7 +116,7 @@ def export_to_mlflow(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain: 
     """Log the review sample of the week holding `week` as traces; returns a summary with the
     experiment and where to open it."""
     drawn = draw_review_sample(week, n, seed, domain)
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     tracking, uri = _tracking(home)
     client = mlflow_client(uri)
     with mlflow_step(uri, "open the review experiment"):
@@ -216,7 +217,7 @@ def import_from_mlflow(week: str, ui_rater: str | None = None) -> MlflowImport:
     """Store the reviewers' `task_success` verdicts on the review traces of the week holding `week`;
     `ui_rater` names the reviewer of the verdicts the MLflow UI recorded as `User` (else refused)."""
     key = week_key(week)
-    home = Home.from_env().ensure()
+    home = environment.home().ensure()
     _tracking_config, uri = _tracking(home)
     client = mlflow_client(uri)
     with mlflow_step(uri, "read the review traces"):

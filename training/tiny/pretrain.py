@@ -18,24 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dataplane.settings import setting
 from training.checkpoints import load_policy, save_final_model
 
 
 @dataclass(frozen=True)
 class CopySettings:
-    steps: int = 300
-    batch_size: int = 32
-    min_span: int = 4
-    max_span: int = 16
+    """Copy pretraining of the tiny model: spans of identifier tokens it learns to repeat."""
+
+    steps: int = setting(300, "optimizer steps")
+    batch_size: int = setting(32, "sequences per optimizer step")
+    min_span: int = setting(4, "fewest tokens in a span to copy")
+    max_span: int = setting(16, "most tokens in a span to copy")
     # 3e-3 left the copy loss flat for 1,000 steps; 1e-3 learns (bench/results/learning.md).
-    learning_rate: float = 1e-3
-    # Share of spans made of digits only, 5 to 10 of them (a zip, an order id), each shown among
-    # other digit runs. Ten symbols repeat within and across such runs, so copying one needs more
-    # than "the token after the last one copied": the mistake left after SFT (a zip right for two
-    # digits, then continued from another run's digit).
-    digit_share: float = 0.0
-    seed: int = 0
-    torch_threads: int | None = None
+    learning_rate: float = setting(1e-3, "learning rate")
+    # Ten symbols repeat within and across digit runs, so copying one needs more than "the token
+    # after the last one copied": the mistake left after SFT (a zip right for two digits, then
+    # continued from another run's digit).
+    digit_share: float = setting(
+        0.0, "share of spans made of digits only, 5 to 10 of them (a zip, an order id), each among other digit runs"
+    )
+    seed: int = setting(0, "seeds torch and the spans drawn")
+    torch_threads: int | None = setting(None, "CPU threads for torch (None: torch's default)")
 
 
 def identifier_tokens(tokenizer: Any) -> list[int]:
