@@ -27,11 +27,10 @@ from evaluation.gate_floors import (
     run_config_gates,
 )
 from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
+from evaluation.lineage import champion_lineage
 from evaluation.pause import active_pause
 from evaluation.reports import CalibrationReport, ShadowReport, outcomes
 from evaluation.run_log import DatasetRef, WeekRun, log_week_run
-from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
 from evaluation.week_alignment import alignment_series
 from training.rewards import RewardWeights
 
@@ -242,27 +241,19 @@ def promotion_gate(
         artifact_location=h.mlflow_artifacts.as_uri(),
         experiment_name=mlflow.experiment_for(domain),
     )
-    lineage = {
-        "week": week,
-        "domain": domain,
-        "window_hash": interaction_window.content_hash,
-        "validation": "passed" if interaction_window.validation_success else "failed",
-        "run_id": run_id,
-        "dagster_run_id": context.run_id,
-        "window_rows": interaction_window.rows,
-        "calibration_rows": calibration_report.rows,
-        "calibration_version": calibration_report.version,
-        "calibration_set_hash": calibration_report.set_hash,
-        "shadow_rows": shadow_report.rows,
-        "shadow_success": shadow_report.pair.candidate.summary["success_rate"],
-        "violation_rate": candidate.violation_rate,
-        "base_model": policy_base.path,
-        # The weights the gates judged: registration (now, or at `retrain approve`) uploads only a
-        # copy of the folder with this digest, and refuses a folder changed since.
-        MODEL_DIGEST_KEY: model_digest(grpo_candidate.path),
-        # What the live watch compares the served traffic with, should this candidate become champion.
-        EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution, domain),
-    }
+    lineage = champion_lineage(
+        "candidate",
+        window=interaction_window,
+        validation_success=interaction_window.validation_success,
+        calibration=calibration_report,
+        shadow=shadow_report,
+        base_model=policy_base.path,
+        dagster_run_id=context.run_id,
+        domain=domain,
+        week=week,
+        run_id=run_id,
+        model_path=grpo_candidate.path,
+    )
     decision = PromotionDecision(week, report, grpo_candidate.path, lineage, run_id, summaries, modes, rises)
     for gate in report.gates:
         yield _gate_check(gate)

@@ -9,6 +9,7 @@ from assets.resources import HomeResource, MLflowTracking
 from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
+from evaluation.lineage import champion_lineage
 from evaluation.registry import (
     ModelDigestError,
     ModelDirError,
@@ -18,8 +19,7 @@ from evaluation.registry import (
     register_base_champion,
     register_candidate,
 )
-from evaluation.reports import CalibrationReport, ShadowReport, outcomes
-from evaluation.watch import EVALUATED_MIX_TAG, fold_unknown_tools
+from evaluation.reports import CalibrationReport, ShadowReport
 
 
 @dg.asset(
@@ -54,17 +54,16 @@ def first_champion(
         # A domain's first tiny model that does not call tools would serve nobody: no champion yet.
         version, reason = None, "the base model does not call tools: not registered, no champion yet"
     else:
-        _, base = outcomes(calibration_report.pair, shadow_report.pair)
-        lineage = {
-            "window_hash": interaction_window.content_hash,
-            "base_model": policy_base.path,
-            "shadow_success": shadow_report.pair.baseline.summary["success_rate"],
-            "calibration_success": calibration_report.pair.baseline.summary["success_rate"],
-            "violation_rate": base.violation_rate,
-            "dagster_run_id": context.run_id,
-            # the live watch's reference for its traffic
-            EVALUATED_MIX_TAG: fold_unknown_tools(base.tool_distribution, domain),
-        }
+        lineage = champion_lineage(
+            "base",
+            window=interaction_window,
+            validation_success=interaction_window.validation_success,
+            calibration=calibration_report,
+            shadow=shadow_report,
+            base_model=policy_base.path,
+            dagster_run_id=context.run_id,
+            domain=domain,
+        )
         try:
             version = register_base_champion(
                 mlflow.uri(h),

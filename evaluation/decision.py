@@ -13,6 +13,7 @@ from typing import Any
 
 from evaluation.failure_modes import ModeJump
 from evaluation.gate_types import Decision, GateReport
+from evaluation.lineage import ChampionLineage
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class PromotionDecision:
     week: str
     report: GateReport
     model_path: str
-    lineage: dict[str, Any]
+    lineage: ChampionLineage
     mlflow_run_id: str
     metrics: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     failure_modes: dict[str, float] = field(default_factory=dict)
@@ -40,7 +41,7 @@ class PromotionDecision:
 
     def approved(self, report: GateReport) -> PromotionDecision:
         """The same week with a person's approved report (see `evaluation.gates.approve`)."""
-        return replace(self, report=report, lineage={**self.lineage, "approved_by": report.approved_by})
+        return replace(self, report=report, lineage=replace(self.lineage, approved_by=report.approved_by))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +50,7 @@ class PromotionDecision:
             "reason": self.reason,
             "report": self.report.to_dict(),
             "model_path": self.model_path,
-            "lineage": self.lineage,
+            "lineage": self.lineage.to_dict(),
             "mlflow_run_id": self.mlflow_run_id,
             "metrics": self.metrics,
             "failure_modes": self.failure_modes,
@@ -64,7 +65,7 @@ class PromotionDecision:
             week=data["week"],
             report=report,
             model_path=data["model_path"],
-            lineage=dict(data["lineage"]),
+            lineage=ChampionLineage.from_dict(data["lineage"]),
             mlflow_run_id=data["mlflow_run_id"],
             metrics=dict(data.get("metrics") or {}),
             failure_modes=dict(data.get("failure_modes") or {}),

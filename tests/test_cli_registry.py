@@ -16,7 +16,8 @@ from safetensors.numpy import save_file
 from assets.decisions import PROMOTION_ASSET, decision_metadata, latest_decision
 from evaluation.decision import PromotionDecision
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
+from evaluation.lineage import ChampionLineage
+from evaluation.model_digest import model_digest
 from evaluation.pause import active_pause, lifted_pauses, pause_promotions
 from evaluation.registry import champion_info, find_week_version, mlflow_client
 from evaluation.run_log import load_gate_report, open_week_run
@@ -48,7 +49,7 @@ def _decision(home, tmp_path, week: str, policy: str, labels: int | None = None,
     save_file({"w": np.ones(4, dtype=np.float32)}, str(model / "model.safetensors"))
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
     report = evaluate_gates(replace(gate_inputs(policy, labels=labels), watch_pause=pause))
-    lineage = {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8, MODEL_DIGEST_KEY: model_digest(model)}
+    lineage = ChampionLineage(week=week, window_hash="ab" * 32, shadow_success=0.8, model_digest=model_digest(model))
     decision = PromotionDecision(week, report, str(model), lineage, open_week_run(home.mlflow_uri, week, "dagster-run"))
     with dg.DagsterInstance.from_config(str(prepare_dagster_home(home))) as instance:
         instance.report_runless_asset_event(

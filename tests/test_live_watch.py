@@ -23,10 +23,11 @@ from dataplane.landing import ingest_landed
 from dataplane.store import open_store
 from domains.retail.traffic.simulate import simulate
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
+from evaluation.lineage import ChampionLineage
+from evaluation.model_digest import model_digest
 from evaluation.pause import active_pause, lifted_pauses
 from evaluation.registry import champion_info, mlflow_client, register_candidate
-from evaluation.watch import EVALUATED_MIX_TAG, judge_day, served_tool_mix
+from evaluation.watch import judge_day, served_tool_mix
 from evaluation.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT
 from evaluation.watch_log import WATCH_EXPERIMENT
 from orchestration.cli import main
@@ -65,12 +66,9 @@ def champion(home, tmp_path):
     simulate(days=1, per_day=1500, seed=99, out_dir=sample, start=date(2026, 11, 1))
     mix = served_tool_mix(judge_day(read_records(day_files(sample)))[0])
     model = fake_model(tmp_path / "champion")
-    lineage = {
-        "shadow_success": 0.8,
-        "violation_rate": 0.05,
-        EVALUATED_MIX_TAG: mix,
-        MODEL_DIGEST_KEY: model_digest(model),
-    }
+    lineage = ChampionLineage(
+        shadow_success=0.8, violation_rate=0.05, evaluated_tool_mix=mix, model_digest=model_digest(model)
+    )
     register_candidate(
         home.mlflow_uri,
         model,

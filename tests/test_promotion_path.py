@@ -72,10 +72,10 @@ def test_a_promoted_week_registers_the_decision_it_was_handed(home, instance, tm
     champion = champion_info(home.mlflow_uri)
     assert champion.version == find_week_version(home.mlflow_uri, WEEK) == 2 and champion.previous_version == 1
     assert champion.tags["gate_decision"] == "promote"
-    assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage["window_hash"]
+    assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage.window_hash
     # The decision recorded the digest of the folder the gates judged; the version carries it.
     digest = model_digest(tmp_path / f"cand-{WEEK}")
-    assert latest_decision(instance, WEEK).lineage[MODEL_DIGEST_KEY] == champion.tags[MODEL_DIGEST_KEY] == digest
+    assert latest_decision(instance, WEEK).lineage.model_digest == champion.tags[MODEL_DIGEST_KEY] == digest
 
 
 def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):

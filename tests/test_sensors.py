@@ -22,7 +22,8 @@ from dataplane.incidents import list_incidents, record_incident
 from dataplane.ingest import ingest_paths
 from domains.retail.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate
 from evaluation.gates import evaluate_gates
-from evaluation.model_digest import MODEL_DIGEST_KEY, model_digest
+from evaluation.lineage import ChampionLineage
+from evaluation.model_digest import model_digest
 from evaluation.registry import champion_info, register_candidate
 from orchestration.sensors import champion_health, check_champion
 from tests.helpers_gates import gate_inputs
@@ -40,14 +41,14 @@ def _model(path):
 @pytest.fixture()
 def two_champions(home, tmp_path):
     report = evaluate_gates(gate_inputs("better"))
-    lineage = {"shadow_success": 0.9, "violation_rate": 0.02}
+
     for week in ("2026-11-09", "2026-11-16"):
         model = _model(tmp_path / week)
         register_candidate(
             home.mlflow_uri,
             model,
             week,
-            {**lineage, MODEL_DIGEST_KEY: model_digest(model)},
+            ChampionLineage(shadow_success=0.9, violation_rate=0.02, model_digest=model_digest(model)),
             report,
             artifact_location=home.mlflow_artifacts.as_uri(),
         )

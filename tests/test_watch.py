@@ -14,6 +14,7 @@ from dataplane.served import ServedDay
 from domains.retail.traffic.agents import EXPERT_RATES
 from domains.retail.traffic.simulate import simulate
 from evaluation.gates import ApprovalError, approve, evaluate_gates
+from evaluation.lineage import EVALUATED_MIX_TAG, UNKNOWN_TOOL, fold_unknown_tools
 from evaluation.pause import (
     PauseStateError,
     ResumeError,
@@ -24,13 +25,10 @@ from evaluation.pause import (
     resume_promotions,
 )
 from evaluation.watch import (
-    EVALUATED_MIX_TAG,
-    UNKNOWN_TOOL,
     EvaluatedMixError,
     WatchSettings,
     action_drift,
     evaluated_mix,
-    fold_unknown_tools,
     reference_day,
     reward_shift,
     watch_day,

@@ -1,0 +1,168 @@
+"""What a model version is registered with: the evidence it was judged on, as one typed value.
+
+`champion_lineage` builds it, for the week's candidate (`promotion_gate`, kept in the decision and
+registered by `registered_model` or `retrain approve`) and for the base model registered as the
+first champion (`first_champion`). The registry writes it as the version's tags (`to_tags`); the
+health sensor, the live watch and the demo read it back from a champion's tags (`from_tags`), so
+every tag name and how its value is written lives here, once.
+
+Every field but the shadow estimate's inputs may be None: versions registered before a field
+existed carry no tag for it, and the base model has no week, run, digest or approval of its own
+(`to_tags` writes no tag for a None field: the registry's `week` tag is what finds a week's
+candidate, so the base model must not carry one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+from dataplane.window import WindowInfo
+from domains.registry import DEFAULT_DOMAIN
+from evaluation.model_digest import model_digest
+from evaluation.reports import CalibrationReport, ShadowReport, outcomes
+from training.sandbox.environment import tool_names
+
+# The model-version tag holding the tool-call mix the champion showed when it was evaluated
+# (the live watch's reference for the traffic it serves).
+EVALUATED_MIX_TAG = "evaluated_tool_mix"
+# Calls to tools that do not exist count as one name: a model can invent any number of names,
+# which would make the tag unbounded, and one invented name is as wrong as another.
+UNKNOWN_TOOL = "unknown_tool"
+
+
+class LineageTagError(ValueError):
+    """A version tag of the lineage whose value is not of its type; names the tag and the value."""
+
+
+def fold_unknown_tools(mix: Mapping[str, float], domain: str = DEFAULT_DOMAIN) -> dict[str, float]:
+    """The mix with every name that is not a tool of the domain's sandbox summed under UNKNOWN_TOOL."""
+    known = set(tool_names(domain))
+    out: dict[str, float] = {}
+    for name, share in mix.items():
+        key = name if name in known else UNKNOWN_TOOL
+        out[key] = out.get(key, 0.0) + share
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class ChampionLineage:
+    """The tags of a registered version. Field names are the tag names (`model_digest` is
+    MODEL_DIGEST_KEY, `evaluated_tool_mix` EVALUATED_MIX_TAG)."""
+
+    window_hash: str | None = None
+    window_rows: int | None = None
+    validation: str | None = None  # "passed" or "failed": the window's Great Expectations suite
+    base_model: str | None = None
+    dagster_run_id: str | None = None
+    domain: str | None = None
+    # The health sensor's reference: what the version scored on shadow, and its violation rate.
+    shadow_success: float | None = None
+    violation_rate: float | None = None
+    calibration_success: float | None = None
+    calibration_rows: int | None = None
+    calibration_version: str | None = None
+    calibration_set_hash: str | None = None
+    shadow_rows: int | None = None
+    evaluated_tool_mix: dict[str, float] | None = None
+    # A week's candidate only: its week, the MLflow run the decision logged, the digest of the
+    # folder the gates judged (registration uploads only a copy with this digest) and, once a
+    # person approved a held week, who.
+    week: str | None = None
+    run_id: str | None = None
+    model_digest: str | None = None
+    approved_by: str | None = None
+
+    def to_tags(self) -> dict[str, str]:
+        """One string tag per field that is set (mappings as sorted JSON)."""
+        return {
+            name: json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+            for name, value in asdict(self).items()
+            if value is not None
+        }
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> ChampionLineage:
+        """The lineage a version's tags carry; other tags are ignored, a missing one is None, and a
+        value that does not parse as its field's type raises LineageTagError naming it."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = tags.get(f.name)
+            if raw is None:
+                continue
+            try:
+                values[f.name] = _parse(f.name, raw)
+            except (ValueError, TypeError, AttributeError) as err:
+                raise LineageTagError(f"tag {f.name}={raw[:200]!r} is not a {f.type}: {err}") from err
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChampionLineage:
+        """Rebuild one saved with `to_dict` (or the dict a decision recorded before this type
+        existed, whose keys were these names); unknown keys are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_FLOATS = {"shadow_success", "violation_rate", "calibration_success"}
+_INTS = {"window_rows", "calibration_rows", "shadow_rows"}
+
+
+def _parse(name: str, raw: str) -> Any:
+    if name in _FLOATS:
+        return float(raw)
+    if name in _INTS:
+        return int(raw)
+    if name == EVALUATED_MIX_TAG:
+        return {str(k): float(v) for k, v in json.loads(raw).items()}
+    return raw
+
+
+def champion_lineage(
+    role: Literal["candidate", "base"],
+    *,
+    window: WindowInfo,
+    validation_success: bool,
+    calibration: CalibrationReport,
+    shadow: ShadowReport,
+    base_model: str,
+    dagster_run_id: str,
+    domain: str,
+    week: str | None = None,
+    run_id: str | None = None,
+    model_path: str | None = None,
+) -> ChampionLineage:
+    """The lineage of the week's candidate (`role="candidate"`: its side of the reports, its
+    `week`, the decision's MLflow `run_id` and the digest of `model_path`) or of the base model
+    it was judged against (`role="base"`: the baseline's side; no week, run or digest, which
+    registration takes on the bytes it uploads)."""
+    candidate, baseline = outcomes(calibration.pair, shadow.pair)
+    side = candidate if role == "candidate" else baseline
+    policy = "candidate" if role == "candidate" else "baseline"
+    is_candidate = role == "candidate"
+    if is_candidate and not (week and run_id and model_path):
+        raise ValueError("a candidate's lineage needs its week, run_id and model_path")
+    return ChampionLineage(
+        window_hash=window.content_hash,
+        window_rows=window.rows,
+        validation="passed" if validation_success else "failed",
+        base_model=base_model,
+        dagster_run_id=dagster_run_id,
+        domain=domain,
+        shadow_success=float(getattr(shadow.pair, policy).summary["success_rate"]),
+        violation_rate=float(side.violation_rate),
+        calibration_success=float(getattr(calibration.pair, policy).summary["success_rate"]),
+        calibration_rows=calibration.rows,
+        calibration_version=calibration.version,
+        calibration_set_hash=calibration.set_hash,
+        shadow_rows=shadow.rows,
+        evaluated_tool_mix=fold_unknown_tools(side.tool_distribution, domain),
+        week=week if is_candidate else None,
+        run_id=run_id if is_candidate else None,
+        model_digest=model_digest(model_path) if is_candidate else None,
+    )
