@@ -15,6 +15,7 @@ from assets.configs import config_from_dataclass
 from assets.decisions import decision_metadata, latest_decision, previous_week
 from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
+from assets.pause_log import InstancePauseLog
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.decision import PromotionDecision
 from evaluation.failure_modes import compare_weeks
@@ -186,7 +187,7 @@ def promotion_gate(
             data_detail=", ".join(interaction_window.failed_expectations),
             success_worth=RewardWeights.from_dict(calibration_report.reward_weights).success_worth(),
             labels_week=calibration_report.alignment.get("labels_week", ""),
-            watch_pause=active_pause(h),
+            watch_pause=active_pause(InstancePauseLog(context.instance)),
         ),
         gate_config,
     )

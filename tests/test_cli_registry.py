@@ -14,6 +14,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from assets.decisions import PROMOTION_ASSET, decision_metadata, latest_decision
+from assets.pause_log import InstancePauseLog
 from evaluation.decision import PromotionDecision
 from evaluation.gates import evaluate_gates
 from evaluation.lineage import ChampionLineage
@@ -103,8 +104,9 @@ def test_approval_of_a_week_also_short_of_human_labels_registers_nothing(home, t
 
 
 @pytest.mark.slow
-def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_lifts(home, tmp_path):
-    pause = pause_promotions(home, "2026-11-12", "retail-agent/1", 0.2, 0.05, "incident.json")
+def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_lifts(home, instance, tmp_path):
+    pauses = InstancePauseLog(instance)  # the home's instance, where the CLI reads and records the pause
+    pause = pause_promotions(pauses, "2026-11-12", "retail-agent/1", 0.2, 0.05, "incident.json")
     report = _decision(home, tmp_path, WEEK, "drifter", pause=pause)
     assert {g.name for g in report.gates if g.verdict == "hold"} == {"tool_call_drift", "live_watch"}
 
@@ -112,12 +114,12 @@ def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_l
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "live_watch held" in refused.stderr and "retrain resume --by NAME --reason TEXT" in refused.stderr
     assert "tool_call_drift held" not in refused.stderr  # the approval covers the drift; the pause is left
-    assert active_pause(home) == pause and champion_info(home.mlflow_uri) is None
+    assert active_pause(pauses) == pause and champion_info(home.mlflow_uri) is None
 
     for args, missing in ((("--by", "bob"), "--reason"), (("--reason", "read it"), "--by")):
         incomplete = _retrain(home, "resume", *args)
         assert incomplete.returncode == 2 and missing in incomplete.stderr
-    assert active_pause(home) == pause
+    assert active_pause(pauses) == pause
     resumed = _retrain(home, "resume", "--by", "bob", "--reason", "transcripts read: a carrier outage")
     assert resumed.returncode == 0, resumed.stderr
     record = json.loads(resumed.stdout)["resumed"]
@@ -126,7 +128,7 @@ def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_l
         "transcripts read: a carrier outage",
         "2026-11-12",
     )
-    assert active_pause(home) is None and lifted_pauses(home) == [record]
+    assert active_pause(pauses) is None and lifted_pauses(pauses) == [record]
 
     done = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
     assert done.returncode == 0, done.stderr

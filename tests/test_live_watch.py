@@ -17,6 +17,7 @@ import dagster as dg
 import pytest
 
 from assets import data
+from assets.pause_log import InstancePauseLog
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import list_incidents
 from dataplane.landing import ingest_landed
@@ -173,7 +174,8 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
         assert "| get_order_details |" in meta["tool_mix"] and "█" in meta["reward_histogram"]
     assert _checks(first)["reward_distribution"].metadata["status"].value == "not_measured"  # it is the reference
     assert _checks(normal)["reward_distribution"].passed and _metadata(normal)["reference_day"] == DAYS[0]
-    assert list_incidents(home) == [] and active_pause(home) is None
+    pauses = InstancePauseLog(instance)  # where the watch records its pause and `retrain resume` lifts it
+    assert list_incidents(home) == [] and active_pause(pauses) is None
 
     drifted = _watch(instance, DAYS[2])
     meta, checks = _metadata(drifted), _checks(drifted)
@@ -181,7 +183,7 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
     assert checks["action_drift"].metadata["value"].value > 0.05
     assert not checks["reward_distribution"].passed  # handing half the customers over costs reward too
     assert {i["kind"] for i in list_incidents(home)} == {ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT}
-    pause = active_pause(home)
+    pause = active_pause(pauses)
     assert pause.since == DAYS[2] and meta["promotions_paused"] is True and meta["pause"] == pause.summary
 
     client = mlflow_client(home.mlflow_uri)
@@ -201,12 +203,12 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
     assert main(["approve", "--week", WEEK, "--by", "alice"]) == 2
     refused = capsys.readouterr().err
     assert "live_watch held" in refused and "retrain resume --by NAME --reason TEXT" in refused
-    assert active_pause(home) == pause and champion_info(home.mlflow_uri).version == 1
+    assert active_pause(pauses) == pause and champion_info(home.mlflow_uri).version == 1
 
     assert main(["resume", "--by", "bob", "--reason", "read the day: the queue was down, hand-overs were right"]) == 0
     resumed = json.loads(capsys.readouterr().out)["resumed"]
-    assert resumed["lifted_by"] == "bob" and resumed["since"] == DAYS[2] and active_pause(home) is None
-    assert lifted_pauses(home)[-1]["reason"] == "read the day: the queue was down, hand-overs were right"
+    assert resumed["lifted_by"] == "bob" and resumed["since"] == DAYS[2] and active_pause(pauses) is None
+    assert lifted_pauses(pauses)[-1]["reason"] == "read the day: the queue was down, hand-overs were right"
 
     assert main(["approve", "--week", WEEK, "--by", "alice"]) == 0
     approved = json.loads(capsys.readouterr().out)
