@@ -9,8 +9,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dataplane.ingest import IngestSummary
 from dataplane.window import WindowInfo
 from domains.registry import DEFAULT_DOMAIN
+
+
+@dataclass(frozen=True)
+class RecentIngests:
+    """Every ingest since a moment (the landing sensor's and the weekly run's), as
+    `dataplane.landing.ingested_since` counts them: `quarantined` is the rows that stand."""
+
+    files: int
+    read: int
+    accepted: int
+    duplicates: int
+    quarantined: int
+    superseded: int
+
+    @property
+    def quarantine_rate(self) -> float:
+        return self.quarantined / max(self.read, 1)
+
+
+@dataclass(frozen=True)
+class IngestedInteractions:
+    """`raw_interactions`: what this run ingested, the interactions stored afterwards, and every
+    ingest of the past week (what the window's quarantine-rate check judges)."""
+
+    ingest: IngestSummary
+    stored: int
+    recent: RecentIngests
 
 
 @dataclass(frozen=True)

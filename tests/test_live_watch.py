@@ -143,7 +143,7 @@ def test_rows_the_sensor_quarantined_still_count_in_the_weekly_quarantine_rate(h
         resources=_resources(home),
         raise_on_error=False,
     )
-    assert result.output_for_node("raw_interactions")["read"] == 0  # all ingested by the sensor
+    assert result.output_for_node("raw_interactions").ingest.read == 0  # all ingested by the sensor
     rate = _checks(result)["window_quarantine_rate"]
     assert not rate.passed and rate.metadata["quarantined"].value == 10 and rate.metadata["read"].value == 50
 
