@@ -3,7 +3,7 @@
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 import dagster as dg
 
-from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow, week_evidence
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from assets.retries import CONTENTION_RETRY
@@ -54,16 +54,10 @@ def first_champion(
         # A domain's first tiny model that does not call tools would serve nobody: no champion yet.
         version, reason = None, "the base model does not call tools: not registered, no champion yet"
     else:
-        lineage = champion_lineage(
-            "base",
-            window=interaction_window,
-            validation_success=interaction_window.validation_success,
-            calibration=calibration_report,
-            shadow=shadow_report,
-            base_model=policy_base.path,
-            dagster_run_id=context.run_id,
-            domain=domain,
+        evidence = week_evidence(
+            context.partition_key, interaction_window, policy_base, grpo_candidate, calibration_report, shadow_report
         )
+        lineage = champion_lineage("base", evidence, context.run_id)
         try:
             version = register_base_champion(
                 mlflow.uri(h),

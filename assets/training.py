@@ -1,11 +1,11 @@
 """Training assets: the policy to start from, and its GRPO update run out of process."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import hashlib
 import json
 import math
 import sys
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 
 import dagster as dg
@@ -27,7 +27,8 @@ from training.policies import HFPolicy
 from training.reporting import REPORTER_ENV
 from training.sandbox.environment import tool_names
 from training.sandbox.prompting import domain_of, initial_messages
-from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
+from training.sft import SFTSettings
+from training.sft_cache import cached_warm_start
 from training.tiny.bootstrap import ensure_base_policy
 from training.tiny.manifest import REBUILD_COMMAND, ManifestError, shipped_agent_path
 
@@ -181,19 +182,8 @@ def policy_base(
         source, sft = "base_model", None
         if config.sft_warm_start:
             settings = SFTSettings(tools=tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
-            # Named after what it warm-starts and how (another base folder, other SFT settings,
-            # another level or trajectory format get their own folder), so a cached warm start is
-            # reused only when it is the one this configuration would train.
-            recipe = hashlib.sha256(repr((str(path), settings, level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
-            warm = h.models / f"{path.name}-sft-{recipe}"
-            if not (warm / "config.json").exists():
-                demos = _sft_records(train, level)
-                context.log.info(
-                    f"SFT warm start of {path} on {len(demos)} train-split trajectories "
-                    f"(level {level}, {settings.steps} steps, relabel {settings.relabel})"
-                )
-                sft = warm_start(path, demos, warm, settings)
-            path = warm
+            demos = partial(_sft_records, train, level)  # built only when the recipe is not cached yet
+            path, sft = cached_warm_start(h.models, path, settings, level, demos, context.log.info)
     rate = _probe_tool_calls(str(path), at_level(train, level), config.probe_prompts, tools)
     acts = rate >= config.min_tool_call_rate
     yield _acts_check(

@@ -123,35 +123,43 @@ def _parse(name: str, raw: str) -> Any:
     return raw
 
 
+@dataclass(frozen=True)
+class WeekEvidence:
+    """What a week is judged on: its window and the verdict of its suite, the base model and the
+    candidate trained from it (with the MLflow run training opened for the week), and both
+    evaluation reports. `baseline_kind` names what the candidate is compared with: the champion,
+    or the base model while there is none."""
+
+    week: str
+    domain: str
+    window: WindowInfo
+    validation_success: bool
+    failed_expectations: tuple[str, ...]
+    base_model: str
+    baseline_kind: Literal["champion", "base_model"]
+    candidate_path: str
+    candidate_run_id: str
+    reward_curve: tuple[float, ...]
+    calibration: CalibrationReport
+    shadow: ShadowReport
+
+
 def champion_lineage(
-    role: Literal["candidate", "base"],
-    *,
-    window: WindowInfo,
-    validation_success: bool,
-    calibration: CalibrationReport,
-    shadow: ShadowReport,
-    base_model: str,
-    dagster_run_id: str,
-    domain: str,
-    week: str | None = None,
-    run_id: str | None = None,
-    model_path: str | None = None,
+    role: Literal["candidate", "base"], evidence: WeekEvidence, dagster_run_id: str
 ) -> ChampionLineage:
     """The lineage of the week's candidate (`role="candidate"`: its side of the reports, its
-    `week`, the decision's MLflow `run_id` and the digest of `model_path`) or of the base model
-    it was judged against (`role="base"`: the baseline's side; no week, run or digest, which
-    registration takes on the bytes it uploads)."""
+    week, the week's MLflow run and the digest of its folder) or of the base model it was judged
+    against (`role="base"`: the baseline's side; no week, run or digest, which registration takes
+    on the bytes it uploads)."""
+    calibration, shadow, domain = evidence.calibration, evidence.shadow, evidence.domain
     candidate, baseline = outcomes(calibration.pair, shadow.pair)
-    side = candidate if role == "candidate" else baseline
-    policy = "candidate" if role == "candidate" else "baseline"
     is_candidate = role == "candidate"
-    if is_candidate and not (week and run_id and model_path):
-        raise ValueError("a candidate's lineage needs its week, run_id and model_path")
+    side, policy = (candidate, "candidate") if is_candidate else (baseline, "baseline")
     return ChampionLineage(
-        window_hash=window.content_hash,
-        window_rows=window.rows,
-        validation="passed" if validation_success else "failed",
-        base_model=base_model,
+        window_hash=evidence.window.content_hash,
+        window_rows=evidence.window.rows,
+        validation="passed" if evidence.validation_success else "failed",
+        base_model=evidence.base_model,
         dagster_run_id=dagster_run_id,
         domain=domain,
         shadow_success=float(getattr(shadow.pair, policy).summary["success_rate"]),
@@ -162,7 +170,7 @@ def champion_lineage(
         calibration_set_hash=calibration.set_hash,
         shadow_rows=shadow.rows,
         evaluated_tool_mix=fold_unknown_tools(side.tool_distribution, domain),
-        week=week if is_candidate else None,
-        run_id=run_id if is_candidate else None,
-        model_digest=model_digest(model_path) if is_candidate else None,
+        week=evidence.week if is_candidate else None,
+        run_id=evidence.candidate_run_id if is_candidate else None,
+        model_digest=model_digest(evidence.candidate_path) if is_candidate else None,
     )
