@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from assets.handoffs import ValidatedWindow, WindowSplits
+from assets.handoffs import IngestedInteractions, RecentIngests, ValidatedWindow, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import DuckDBStore, HomeResource
 from assets.retries import CONTENTION_RETRY
@@ -53,17 +53,16 @@ def raw_interactions(context: dg.AssetExecutionContext, config: IngestConfig, ho
     """Every interaction ever ingested (DuckDB `interactions`), rejects in `quarantine`."""
     h = home.home
     started = datetime.now(UTC)
-    summary = ingest_paths(store.resolved_path(h), [h.landing, *config.paths])
-    counts = summary.to_dict()
-    lost = counts["read"] - (counts["accepted"] + counts["duplicates"] + counts["quarantined"])
+    run = ingest_paths(store.resolved_path(h), [h.landing, *config.paths])
+    lost = run.read - (run.accepted + run.duplicates + run.quarantined)
     yield dg.AssetCheckResult(
         check_name="no_row_lost",
         passed=lost == 0,
         metadata={
-            "read": counts["read"],
-            "accepted": counts["accepted"],
-            "duplicates": counts["duplicates"],
-            "quarantined": counts["quarantined"],
+            "read": run.read,
+            "accepted": run.accepted,
+            "duplicates": run.duplicates,
+            "quarantined": run.quarantined,
             "unaccounted": lost,
         },
     )
@@ -71,14 +70,14 @@ def raw_interactions(context: dg.AssetExecutionContext, config: IngestConfig, ho
         stored = con.execute("SELECT count(*) FROM interactions").fetchone()[0]
         recent = ingested_since(con, started - RECENT_INGESTS)
     yield dg.MaterializeResult(
-        value={**counts, "recent": recent},
+        value=IngestedInteractions(run, int(stored), RecentIngests(**recent)),
         metadata={
-            "files_ingested": counts["files"],
-            "rows_read": counts["read"],
-            "accepted": counts["accepted"],
-            "duplicates": counts["duplicates"],
-            "quarantined": counts["quarantined"],
-            "quarantined_by_rule": dg.MetadataValue.json(counts.get("quarantined_by_rule", {})),
+            "files_ingested": run.files,
+            "rows_read": run.read,
+            "accepted": run.accepted,
+            "duplicates": run.duplicates,
+            "quarantined": run.quarantined,
+            "quarantined_by_rule": dg.MetadataValue.json(run.quarantined_by_rule),
             "interactions_stored": stored,
             "ingested_past_week": dg.MetadataValue.json(recent),
             "store": dg.MetadataValue.path(store.resolved_path(h)),
@@ -99,7 +98,7 @@ WINDOW_CHECKS = ("window_gx_suite", "window_min_rows", "window_quarantine_rate",
 def interaction_window(
     context: dg.AssetExecutionContext,
     config: WindowConfig,
-    raw_interactions: dict,
+    raw_interactions: IngestedInteractions,
     home: HomeResource,
     store: DuckDBStore,
 ):
@@ -137,7 +136,7 @@ def interaction_window(
     )
 
 
-def _window_checks(report, info, ingest: dict, config: WindowConfig):
+def _window_checks(report, info, ingest: IngestedInteractions, config: WindowConfig):
     failed = [r for r in report.results if not r["success"]]
     yield dg.AssetCheckResult(
         check_name="window_gx_suite",
@@ -154,17 +153,16 @@ def _window_checks(report, info, ingest: dict, config: WindowConfig):
         passed=info.rows >= config.min_rows,
         metadata={"rows": info.rows, "threshold": config.min_rows},
     )
-    recent = ingest["recent"]  # every ingest of the past week, the landing sensor's included
-    read = max(int(recent["read"]), 1)
-    rate = int(recent["quarantined"]) / read
+    recent = ingest.recent  # every ingest of the past week, the landing sensor's included
+    rate = recent.quarantine_rate
     yield dg.AssetCheckResult(
         check_name="window_quarantine_rate",
         passed=rate <= config.max_quarantine_rate,
         metadata={
             "quarantine_rate": rate,
             "threshold": config.max_quarantine_rate,
-            "quarantined": int(recent["quarantined"]),
-            "read": int(recent["read"]),
+            "quarantined": recent.quarantined,
+            "read": recent.read,
         },
     )
     pii = [r for r in report.results if r["expectation"] == "no_pii"]

@@ -9,8 +9,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dataplane.ingest import IngestSummary
 from dataplane.window import WindowInfo
 from domains.registry import DEFAULT_DOMAIN
+from evaluation.decision import WeekEvidence
+from evaluation.reports import CalibrationReport, ShadowReport
+
+
+@dataclass(frozen=True)
+class RecentIngests:
+    """Every ingest since a moment (the landing sensor's and the weekly run's), as
+    `dataplane.landing.ingested_since` counts them: `quarantined` is the rows that stand."""
+
+    files: int
+    read: int
+    accepted: int
+    duplicates: int
+    quarantined: int
+    superseded: int
+
+    @property
+    def quarantine_rate(self) -> float:
+        return self.quarantined / max(self.read, 1)
+
+
+@dataclass(frozen=True)
+class IngestedInteractions:
+    """`raw_interactions`: what this run ingested, the interactions stored afterwards, and every
+    ingest of the past week (what the window's quarantine-rate check judges)."""
+
+    ingest: IngestSummary
+    stored: int
+    recent: RecentIngests
 
 
 @dataclass(frozen=True)
@@ -57,3 +87,29 @@ class GRPOCandidate:
     level_mix: dict | None = None
     # The run's overrides of the reward playbook: evaluation prices proxy rewards with them too.
     reward_weights: dict[str, float] = field(default_factory=dict)
+
+
+def week_evidence(
+    week: str,
+    window: ValidatedWindow,
+    base: PolicyBase,
+    candidate: GRPOCandidate,
+    calibration: CalibrationReport,
+    shadow: ShadowReport,
+) -> WeekEvidence:
+    """What the week is judged on, from the assets that hand it over (the promotion gate and the
+    first champion's lineage read the same)."""
+    return WeekEvidence(
+        week=week,
+        domain=window.domain,
+        window=window,
+        validation_success=bool(window.validation_success),
+        failed_expectations=tuple(window.failed_expectations),
+        base_model=base.path,
+        baseline_kind=base.source,
+        candidate_path=candidate.path,
+        candidate_run_id=candidate.mlflow_run_id,
+        reward_curve=tuple(candidate.reward_curve),
+        calibration=calibration,
+        shadow=shadow,
+    )

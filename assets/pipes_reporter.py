@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from training.grpo_result import FINAL_EVENT
 from training.reporting import json_safe
 
 SPEC = "assets.pipes_reporter:PipesReporter"
@@ -37,12 +38,14 @@ class PipesReporter:
         self._context.report_custom_message(json_safe({"kind": "metrics", "step": step, "values": values}))
 
     def final(self, summary: dict[str, Any]) -> None:
+        """The run's result as a custom message (what the launching asset reads, whole), and its
+        scalars as the asset's materialization metadata (what the UI shows)."""
         flat = {k: v for k, v in json_safe(summary).items() if isinstance(v, (int, float, str, bool))}
         if "metrics" in summary:
             flat.update(
                 {f"metric/{k}": v for k, v in json_safe(summary["metrics"]).items() if isinstance(v, (int, float, str))}
             )
-        self._context.report_custom_message(json_safe({"kind": "final", **summary}))
+        self._context.report_custom_message(json_safe({"kind": FINAL_EVENT, **summary}))
         if self._context.asset_keys:
             self._context.report_asset_materialization(metadata=flat)
 

@@ -8,15 +8,14 @@ Only an error (an exception, a failed data check upstream) fails the run.
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 
 import dagster as dg
-import pandas as pd
 
 from assets.configs import config_from_dataclass
 from assets.decisions import decision_metadata, latest_decision, previous_week
-from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow, week_evidence
 from assets.partitions import weekly_partitions
+from assets.pause_log import InstancePauseLog
 from assets.resources import HomeResource, MLflowTracking
-from evaluation.decision import PromotionDecision
-from evaluation.failure_modes import compare_weeks
+from evaluation.decision import PromotionDecision, decide_week
 from evaluation.gate_floors import (
     GateFloorsFileError,
     LoosenedGateError,
@@ -25,14 +24,10 @@ from evaluation.gate_floors import (
     resolve_floors,
     run_config_gates,
 )
-from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateInputs, GateReport, evaluate_gates
-from evaluation.reports import CalibrationReport, ShadowReport, outcomes
-from evaluation.week_alignment import alignment_series
+from evaluation.gates import GATE_NAMES, GATE_RULES, GateConfig, GateReport
+from evaluation.reports import CalibrationReport, ShadowReport
 from monitoring.pause import active_pause
-from monitoring.watch import EVALUATED_MIX_TAG, fold_unknown_tools
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
-from tracking.run_log import DatasetRef, WeekRun, log_week_run
-from training.rewards import RewardWeights
+from tracking.run_log import decision_week_run, log_week_run
 
 # The thresholds are declared once, on GateConfig; the Dagster config is built from its fields. What a
 # run sets is bounded by the deployment's floors (evaluation.gate_floors): it may tighten, never loosen.
@@ -63,40 +58,6 @@ def _gate_table(report: GateReport) -> str:
         value = "n/a" if g.value is None else f"{g.value:.4f}"
         lines.append(f"| {g.name} | {value} | {g.comparison} {g.threshold} | {g.verdict} |")
     return "\n".join(lines)
-
-
-def _summaries(calibration: CalibrationReport, shadow: ShadowReport) -> dict:
-    """Numeric summaries per set and policy ({set: {policy: {metric: value}}})."""
-    return {
-        name: {
-            policy: {
-                k: float(v)
-                for k, v in getattr(rep.pair, policy).summary.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            }
-            for policy in ("candidate", "baseline")
-        }
-        for name, rep in (("calibration", calibration), ("shadow", shadow))
-    }
-
-
-def _tool_shares(calibration: CalibrationReport) -> dict:
-    tools = {}
-    for policy, side in (("candidate", calibration.pair.candidate), ("champion", calibration.pair.baseline)):
-        tools[policy] = {t: n / max(1, sum(side.tool_counts.values())) for t, n in side.tool_counts.items()}
-    return tools
-
-
-def _calibration_input(calibration: CalibrationReport) -> DatasetRef:
-    """The week's calibration version as an MLflow dataset input, its set hash as the digest."""
-    source = {
-        "store": "interactions.duckdb",
-        "table": "calibration_sets",
-        "version": calibration.version,
-        "set_hash": calibration.set_hash,
-    }
-    frame = pd.DataFrame({"interaction_id": list(calibration.interaction_ids)}, dtype="string")
-    return DatasetRef(f"calibration-{calibration.version}", calibration.set_hash, source, frame, "calibration")
 
 
 def _gate_check(gate) -> dg.AssetCheckResult:
@@ -171,96 +132,21 @@ def promotion_gate(
     """The promotion decision with every gate's value, threshold and verdict (logged to MLflow on every decision)."""
     gate_config, floors = floored_gate_config(context, config, home.gate_floors)
     h, week, domain = home.home, context.partition_key, interaction_window.domain
-    candidate, baseline = outcomes(calibration_report.pair, shadow_report.pair)
-    report = evaluate_gates(
-        GateInputs(
-            candidate,
-            baseline,
-            data_valid=bool(interaction_window.validation_success),
-            proxy_rewards=calibration_report.proxy_rewards,
-            human_success=calibration_report.human_success,
-            training_rewards=grpo_candidate.reward_curve,
-            baseline_kind="champion" if policy_base.source == "champion" else "base_model",
-            data_detail=", ".join(interaction_window.failed_expectations),
-            success_worth=RewardWeights.from_dict(calibration_report.reward_weights).success_worth(),
-            labels_week=calibration_report.alignment.get("labels_week", ""),
-            watch_pause=active_pause(h),
-        ),
-        gate_config,
-    )
+    evidence = week_evidence(week, interaction_window, policy_base, grpo_candidate, calibration_report, shadow_report)
     previous = latest_decision(context.instance, previous_week(week), domain)
-    modes = dict(calibration_report.pair.candidate.failure_modes)
-    rises = tuple(compare_weeks(previous.failure_modes, modes, gate_config.failure_mode_jump)) if previous else ()
-    summaries = _summaries(calibration_report, shadow_report)
-    samples = [
-        {"policy": policy, **s}
-        for policy, side in (
-            ("candidate", calibration_report.pair.candidate),
-            ("baseline", calibration_report.pair.baseline),
-        )
-        for s in side.samples
-    ]
+    pause = active_pause(InstancePauseLog(context.instance))
+    decision = decide_week(evidence, gate_config, previous=previous, watch_pause=pause, dagster_run_id=context.run_id)
+    record = decision_week_run(
+        decision, evidence, dagster_run_id=context.run_id, dagster_run_url=home.dagster_run_url(context.run_id)
+    )
     run_id = log_week_run(
         mlflow.uri(h),
-        WeekRun(
-            week=week,
-            window_hash=interaction_window.content_hash,
-            window_frame=pd.DataFrame({"rows": [interaction_window.rows]}),
-            gate_report=report,
-            params={
-                "candidate_path": grpo_candidate.path,
-                "baseline_path": policy_base.path,
-                "baseline_source": policy_base.source,
-                "window_rows": interaction_window.rows,
-            },
-            # The baseline is logged as `champion` (run_log's naming); rises as their own metrics.
-            metrics={
-                **{s: {"candidate": v["candidate"], "champion": v["baseline"]} for s, v in summaries.items()},
-                "failure_mode_rise": {"candidate": {j.mode: j.jump for j in rises}},
-            },
-            tool_distribution=_tool_shares(calibration_report),
-            failure_modes={"candidate": modes, "champion": calibration_report.pair.baseline.failure_modes},
-            reward_curve=grpo_candidate.reward_curve,
-            samples=samples,
-            validation={"success": interaction_window.validation_success},
-            datasets=[_calibration_input(calibration_report)],
-            # The week's reward alignment as a time series: one step per week across the weekly runs.
-            weekly={f"alignment/{k}": v for k, v in alignment_series(calibration_report.alignment).items()},
-            tags={
-                "calibration_version": calibration_report.version,
-                "alignment_labels_week": str(calibration_report.alignment.get("labels_week", "")),
-                "dagster_run_id": context.run_id,
-                "dagster_run_url": home.dagster_run_url(context.run_id),
-                "gate_reason": report.reason[:4000],
-                "failure_mode_rises": ", ".join(j.mode for j in rises) or "none",
-            },
-        ),
-        run_id=grpo_candidate.mlflow_run_id,
+        record,
+        run_id=decision.mlflow_run_id,
         artifact_location=h.mlflow_artifacts.as_uri(),
         experiment_name=mlflow.experiment_for(domain),
     )
-    lineage = {
-        "week": week,
-        "domain": domain,
-        "window_hash": interaction_window.content_hash,
-        "validation": "passed" if interaction_window.validation_success else "failed",
-        "run_id": run_id,
-        "dagster_run_id": context.run_id,
-        "window_rows": interaction_window.rows,
-        "calibration_rows": calibration_report.rows,
-        "calibration_version": calibration_report.version,
-        "calibration_set_hash": calibration_report.set_hash,
-        "shadow_rows": shadow_report.rows,
-        "shadow_success": shadow_report.pair.candidate.summary["success_rate"],
-        "violation_rate": candidate.violation_rate,
-        "base_model": policy_base.path,
-        # The weights the gates judged: registration (now, or at `retrain approve`) uploads only a
-        # copy of the folder with this digest, and refuses a folder changed since.
-        MODEL_DIGEST_KEY: model_digest(grpo_candidate.path),
-        # What the live watch compares the served traffic with, should this candidate become champion.
-        EVALUATED_MIX_TAG: fold_unknown_tools(candidate.tool_distribution, domain),
-    }
-    decision = PromotionDecision(week, report, grpo_candidate.path, lineage, run_id, summaries, modes, rises)
+    report = decision.report
     for gate in report.gates:
         yield _gate_check(gate)
     yield _failure_mode_check(decision, previous)

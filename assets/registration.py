@@ -3,14 +3,13 @@
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 import dagster as dg
 
-from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
+from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow, week_evidence
 from assets.partitions import weekly_partitions
 from assets.resources import HomeResource, MLflowTracking
 from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
-from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion
-from evaluation.reports import CalibrationReport, ShadowReport, outcomes
-from monitoring.watch import EVALUATED_MIX_TAG, fold_unknown_tools
+from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion, champion_lineage
+from evaluation.reports import CalibrationReport, ShadowReport
 from tracking.registry import (
     ModelDigestError,
     ModelDirError,
@@ -54,17 +53,10 @@ def first_champion(
         # A domain's first tiny model that does not call tools would serve nobody: no champion yet.
         version, reason = None, "the base model does not call tools: not registered, no champion yet"
     else:
-        _, base = outcomes(calibration_report.pair, shadow_report.pair)
-        lineage = {
-            "window_hash": interaction_window.content_hash,
-            "base_model": policy_base.path,
-            "shadow_success": shadow_report.pair.baseline.summary["success_rate"],
-            "calibration_success": calibration_report.pair.baseline.summary["success_rate"],
-            "violation_rate": base.violation_rate,
-            "dagster_run_id": context.run_id,
-            # the live watch's reference for its traffic
-            EVALUATED_MIX_TAG: fold_unknown_tools(base.tool_distribution, domain),
-        }
+        evidence = week_evidence(
+            context.partition_key, interaction_window, policy_base, grpo_candidate, calibration_report, shadow_report
+        )
+        lineage = champion_lineage("base", evidence, context.run_id)
         try:
             version = register_base_champion(
                 mlflow.uri(h),

@@ -1,11 +1,11 @@
 """Training assets: the policy to start from, and its GRPO update run out of process."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import hashlib
 import json
 import math
 import sys
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 
 import dagster as dg
@@ -22,11 +22,13 @@ from domains.registry import DEFAULT_DOMAIN, load_domain
 from tracking.registry import champion_info, local_champion
 from tracking.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
+from training.grpo_result import FINAL_EVENT, GRPOResult
 from training.policies import HFPolicy
 from training.reporting import REPORTER_ENV
 from training.sandbox.environment import tool_names
 from training.sandbox.prompting import domain_of, initial_messages
-from training.sft import TRAJECTORY_FORMAT, SFTSettings, warm_start
+from training.sft import SFTSettings
+from training.sft_cache import cached_warm_start
 from training.tiny.bootstrap import ensure_base_policy
 from training.tiny.manifest import REBUILD_COMMAND, ManifestError, shipped_agent_path
 
@@ -180,19 +182,8 @@ def policy_base(
         source, sft = "base_model", None
         if config.sft_warm_start:
             settings = SFTSettings(tools=tools, **dataclass_kwargs(config, SFTSettings, prefix="sft_"))
-            # Named after what it warm-starts and how (another base folder, other SFT settings,
-            # another level or trajectory format get their own folder), so a cached warm start is
-            # reused only when it is the one this configuration would train.
-            recipe = hashlib.sha256(repr((str(path), settings, level, TRAJECTORY_FORMAT)).encode()).hexdigest()[:10]
-            warm = h.models / f"{path.name}-sft-{recipe}"
-            if not (warm / "config.json").exists():
-                demos = _sft_records(train, level)
-                context.log.info(
-                    f"SFT warm start of {path} on {len(demos)} train-split trajectories "
-                    f"(level {level}, {settings.steps} steps, relabel {settings.relabel})"
-                )
-                sft = warm_start(path, demos, warm, settings)
-            path = warm
+            demos = partial(_sft_records, train, level)  # built only when the recipe is not cached yet
+            path, sft = cached_warm_start(h.models, path, settings, level, demos, context.log.info)
     rate = _probe_tool_calls(str(path), at_level(train, level), config.probe_prompts, tools)
     acts = rate >= config.min_tool_call_rate
     yield _acts_check(
@@ -258,9 +249,19 @@ def _untrained(policy_base: PolicyBase, run_id: str, run_config: GRPORunConfig):
     )
 
 
-def _reward_curve(out_dir: Path) -> list[float]:
-    """Mean reward per logged step, as the training process wrote it in result.json."""
-    return list(json.loads((out_dir / "result.json").read_text()).get("reward_curve", []))
+def pipes_grpo_result(invocation: dg.PipesClientCompletedInvocation) -> tuple[GRPOResult, dict]:
+    """The training process's result, from the final event it sent through Pipes, and the
+    materialization metadata it reported there (its scalars and last metrics), to keep on the asset."""
+    finals = [m for m in invocation.get_custom_messages() if isinstance(m, dict) and m.get("kind") == FINAL_EVENT]
+    if not finals:
+        raise dg.Failure("the training process exited without reporting its result through Dagster Pipes")
+    reported = {
+        key: value
+        for result in invocation.get_results()
+        if isinstance(result, dg.MaterializeResult)
+        for key, value in (result.metadata or {}).items()
+    }
+    return GRPOResult.from_dict(finals[-1]), reported
 
 
 @dg.asset(
@@ -322,17 +323,16 @@ def grpo_candidate(
     run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
     config_path = out / "grpo_config.json"
     config_path.write_text(json.dumps(asdict(run_config), indent=2, sort_keys=True))
-    pipes_subprocess_client.run(
+    invocation = pipes_subprocess_client.run(
         command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)],
         context=context,
         env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER},
     )
-    result = json.loads((out / "grpo" / "result.json").read_text())
-    curve = _reward_curve(out / "grpo")
-    loss = float(result.get("train_loss", float("nan")))
-    changed = weights_digest(result["model_path"]) != weights_digest(policy_base.path)
+    result, reported = pipes_grpo_result(invocation)
+    curve, loss = list(result.reward_curve), result.train_loss
+    changed = weights_digest(result.model_path) != weights_digest(policy_base.path)
     yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
-    yield weights_changed_check(changed, result.get("zero_std_fraction"), policy_base.path, result["model_path"])
+    yield weights_changed_check(changed, result.zero_std_fraction, policy_base.path, result.model_path)
     yield dg.AssetCheckResult(
         check_name="reward_curve_logged",
         passed=len(curve) > 0 and all(map(math.isfinite, curve)),
@@ -340,21 +340,22 @@ def grpo_candidate(
     )
     yield dg.MaterializeResult(
         value=GRPOCandidate(
-            path=result["model_path"],
+            path=result.model_path,
             mlflow_run_id=run_id,
-            final_step=result["final_step"],
+            final_step=result.final_step,
             reward_curve=curve,
-            level_mix=result.get("level_mix"),
+            level_mix=result.level_mix,
             reward_weights=dict(run_config.reward_weights),  # evaluation prices rewards as training did
         ),
         metadata={
-            "model_path": dg.MetadataValue.path(result["model_path"]),
-            "final_step": result["final_step"],
-            "resumed_from_step": result.get("resumed_from_step", 0),
+            **reported,
+            "model_path": dg.MetadataValue.path(result.model_path),
+            "final_step": result.final_step,
+            "resumed_from_step": result.resumed_from_step,
             "train_loss": loss,
             "reward_first": curve[0] if curve else None,
             "reward_last": curve[-1] if curve else None,
             "mlflow_run_id": run_id,
-            "seconds": result.get("seconds"),
+            "seconds": result.seconds,
         },
     )

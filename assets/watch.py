@@ -11,6 +11,7 @@ import dagster as dg
 
 from assets.configs import config_from_dataclass
 from assets.partitions import daily_partitions
+from assets.pause_log import InstancePauseLog
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
@@ -130,7 +131,7 @@ def live_watch(
     except EvaluatedMixError as err:  # a bad tag stays bad on a retry
         raise dg.Failure(str(err), allow_retries=False) from err
     watch = watch_day(day, served_by, records, evaluated, reference_on, reference, settings)
-    outcome = sound_alarms(h, watch)
+    outcome = sound_alarms(h, watch, InstancePauseLog(context.instance, context))
     run_id = log_watch_day(uri, watch, artifact_location=h.mlflow_artifacts.as_uri())
     for finding in watch.findings:
         yield _check(finding)

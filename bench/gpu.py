@@ -139,7 +139,7 @@ def measure(args: argparse.Namespace, device: str) -> dict[str, Any]:
         collector = StepCollector()
         torch.cuda.reset_peak_memory_stats()
         started = time.monotonic()
-        summary = run(config, collector)
+        result = run(config, collector)  # None only on a process other than the main one
         wall = time.monotonic() - started
         parameters = parameter_count(model_dir)
     timed = collector.step_seconds[1:]
@@ -162,7 +162,7 @@ def measure(args: argparse.Namespace, device: str) -> dict[str, Any]:
         "generated_tokens_per_second": generated,
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         "wall_seconds": round(wall, 1),
-        "final_step": summary.get("final_step"),
+        "final_step": result.final_step if result else None,
     }
 
 

@@ -202,7 +202,7 @@ def main() -> int:
 
     config = grpo_config(args, work, base, train)
     with open(work / "grpo.jsonl", "w") as log:
-        summary = run(config, JsonLinesReporter(log))
+        summary = run(config, JsonLinesReporter(log)).to_dict()
     after = measure(Path(summary["model_path"]), held, trials=args.trials, seed=EVAL_SEED)
     difference, half = paired_difference(before, after)
     seconds = time.monotonic() - started

@@ -34,3 +34,24 @@ def sha256_files(paths: Iterable[str | os.PathLike]) -> str:
         for chunk in _chunks(path):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# The key a decision records the candidate folder's digest under (`evaluation.decision`): promotion
+# records it, registration (`tracking.registry`) and `retrain approve` refuse a folder whose copy
+# digests otherwise, so the version MLflow serves is, byte for byte, the folder the gates judged.
+MODEL_DIGEST_KEY = "model_digest"
+
+
+def model_digest(folder: str | os.PathLike) -> str:
+    """sha256 over `folder`'s files: each file's relative path and its sha256, in path order."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no model folder to digest")
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"{root}: the model folder holds no files")
+    digest = hashlib.sha256()
+    for path in files:
+        # The path is hashed too: moving bytes between files changes the model as much as changing them.
+        digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()

@@ -91,11 +91,6 @@ class Home:
         return self.root / "incidents"
 
     @property
-    def watch(self) -> Path:
-        """The live watch's state: whether promotions are paused, and who lifted past pauses."""
-        return self.root / "watch"
-
-    @property
     def pii_key_path(self) -> Path:
         return self.root / PII_KEY_FILE
 

@@ -237,20 +237,20 @@ def check_champion(
     if champion is None:
         return {"action": "none", "reason": "no champion yet"}
     served_by = f"{model_name}/{champion.version}"
-    expected = champion.tags.get("shadow_success")
+    lineage = champion.lineage
+    expected, baseline = lineage.shadow_success, lineage.violation_rate
     if expected is None:
         return {"action": "none", "reason": f"champion v{champion.version} carries no shadow_success tag"}
-    baseline = champion.tags.get("violation_rate")
     records = champion_records(store_path, served_by, settings.window)
     # The newest interaction judged: shows which day of traffic the verdict rests on.
     latest = records[0]["ended_at"] if records else None
     verdict = assess_champion_health(
         records,
-        float(expected),
+        expected,
         margin=settings.margin,
         min_interactions=settings.min_interactions,
         violation_spike=settings.violation_spike,
-        violation_baseline=None if baseline is None else float(baseline),
+        violation_baseline=baseline,
         champion=served_by,
     )
     if verdict.healthy:

@@ -1,38 +1,40 @@
-"""Promotions paused by the live watch: state kept in `<home>/watch/pause.json`.
+"""Promotions paused by the live watch: the pause's events, and the state they add up to.
 
 When the daily watch finds the champion's served actions drifting from what was evaluated, it
-pauses promotions here; `promotion_gate` reads the pause as a `live_watch` hold, and only a person
+pauses promotions; `promotion_gate` reads the pause as a `live_watch` hold, and only a person
 lifts it, with its own command (`retrain resume --by NAME --reason TEXT`: approving a week's
-candidate does not). The file holds the active pause (or null) and every lifted one with who
-resumed promotions, when and why, so the history survives restarts and is readable by people:
+candidate does not). Each of these is one event appended to a `PauseLog`: a "pause" (the day,
+champion, drift and incident) or a "resume" (who, when and why). The state is the events folded in
+order: the active pause (a pause event starts one, later ones add their day to it) and every
+lifted one with who resumed promotions, when and why, so the history is kept with the pause.
 
-    {"active": {"since": "2026-11-25", "champion": "retail-agent/2", ...} | null,
-     "lifted": [{..., "lifted_by": "alice", "lifted_at": "...", "reason": "..."}]}
+The log is where the orchestrator keeps events (Dagster's instance: `assets.pause_log`); this
+module never touches storage itself. Appending one event per change, never rewriting a state,
+means the watch and `retrain resume` cannot lose each other's writes.
 
 A drift found again on a day whose pause a person lifted (a re-run of that day) does not pause
-again: the person already judged that day's evidence. Updates hold an exclusive lock on
-`pause.lock` and replace the file atomically, so the watch and `retrain resume` never lose each
-other's writes.
+again: the person already judged that day's evidence.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from dataplane.home import Home
-
-STATE_FILE = "pause.json"
+PAUSE_EVENT, RESUME_EVENT = "pause", "resume"
 
 
 class PauseStateError(ValueError):
-    """The pause file is unreadable; names the file and what is wrong, nothing is guessed."""
+    """A recorded pause event that cannot be read; names it and what is wrong, nothing is guessed."""
+
+
+class PauseLog(Protocol):
+    """Where the pause's events are kept, oldest first."""
+
+    def events(self) -> list[dict[str, Any]]: ...
+    def append(self, event: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -68,99 +70,98 @@ class _State:
     lifted: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _path(home: Home):
-    return home.watch / STATE_FILE
+def _apply(state: _State, event: Mapping[str, Any]) -> _State:
+    kind = event.get("event")
+    if kind == PAUSE_EVENT:
+        day, incident = event["day"], event["incident"]
+        current = state.active
+        if current is None:
+            value, threshold = float(event["value"]), float(event["threshold"])
+            current = Pause(day, event["champion"], value, threshold, event["at"], (day,), (incident,))
+        else:
+            incidents = current.incidents + ((incident,) if incident not in current.incidents else ())
+            current = replace(current, days=tuple(sorted({*current.days, day})), incidents=incidents)
+        return _State(current, state.lifted)
+    if kind == RESUME_EVENT:
+        if state.active is None:  # a resume with nothing paused is never recorded; nothing to lift
+            return state
+        # As JSON has it (lists, not tuples): the record is printed by `retrain resume` and compared as read.
+        paused = {**asdict(state.active), "days": list(state.active.days), "incidents": list(state.active.incidents)}
+        lifted = {**paused, "lifted_by": event["by"], "lifted_at": event["at"], "reason": event["reason"]}
+        return _State(None, [*state.lifted, lifted])
+    raise KeyError(f"event {kind!r}")
 
 
-def _read(home: Home) -> _State:
-    path = _path(home)
-    if not path.exists():
-        return _State()
-    try:
-        data = json.loads(path.read_text())
-        active = data.get("active")
-        return _State(None if active is None else Pause.from_dict(active), list(data.get("lifted") or []))
-    except (json.JSONDecodeError, AttributeError, TypeError) as err:
-        raise PauseStateError(f"{path}: not a live-watch pause state ({err}); fix or remove it by hand") from err
+def _fold(events: Iterable[Mapping[str, Any]]) -> _State:
+    state = _State()
+    for event in events:
+        try:
+            state = _apply(state, event)
+        except (KeyError, TypeError, ValueError) as err:
+            raise PauseStateError(f"not a live-watch pause event ({err}): {dict(event)}") from err
+    return state
 
 
-def _write(home: Home, state: _State) -> None:
-    path = _path(home)
-    data = {"active": None if state.active is None else asdict(state.active), "lifted": state.lifted}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-@contextmanager
-def _locked(home: Home) -> Iterator[_State]:
-    home.watch.mkdir(parents=True, exist_ok=True)
-    with open(home.watch / "pause.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield _read(home)
-
-
-def active_pause(home: Home) -> Pause | None:
+def active_pause(log: PauseLog) -> Pause | None:
     """The pause in force, or None."""
-    return _read(home).active
+    return _fold(log.events()).active
 
 
-def lifted_pauses(home: Home) -> list[dict[str, Any]]:
+def lifted_pauses(log: PauseLog) -> list[dict[str, Any]]:
     """Every lifted pause, oldest first, each with `lifted_by`, `lifted_at` and `reason`."""
-    return _read(home).lifted
+    return _fold(log.events()).lifted
 
 
-def last_resume(home: Home) -> dict[str, Any] | None:
+def last_resume(log: PauseLog) -> dict[str, Any] | None:
     """The latest lifted pause (who resumed promotions, when, why) when none is in force now, else None."""
-    state = _read(home)
+    state = _fold(log.events())
     if state.active is not None or not state.lifted:
         return None
     return state.lifted[-1]
 
 
-def acknowledged_by(home: Home, day: str, champion: str) -> str | None:
+def acknowledged_by(log: PauseLog, day: str, champion: str) -> str | None:
     """Who lifted a pause that covered `day` of `champion`'s traffic, or None."""
-    for lifted in reversed(_read(home).lifted):
+    for lifted in reversed(_fold(log.events()).lifted):
         if lifted.get("champion") == champion and day in lifted.get("days", ()):
             return str(lifted.get("lifted_by"))
     return None
 
 
-def pause_promotions(home: Home, day: str, champion: str, value: float, threshold: float, incident: str) -> Pause:
-    """Pause promotions for drift found on `day` (or add the day to the pause in force)."""
-    with _locked(home) as state:
-        if state.active is None:
-            pause = Pause(day, champion, value, threshold, datetime.now(UTC).isoformat(), (day,), (incident,))
-        else:
-            current = state.active
-            days = tuple(sorted({*current.days, day}))
-            incidents = current.incidents + ((incident,) if incident not in current.incidents else ())
-            pause = replace(current, days=days, incidents=incidents)
-        state.active = pause
-        _write(home, state)
-    return pause
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def pause_promotions(log: PauseLog, day: str, champion: str, value: float, threshold: float, incident: str) -> Pause:
+    """Pause promotions for drift found on `day` (or add the day to the pause in force); the pause after it."""
+    event = {
+        "event": PAUSE_EVENT,
+        "day": day,
+        "champion": champion,
+        "value": value,
+        "threshold": threshold,
+        "incident": incident,
+        "at": _now(),
+    }
+    earlier = log.events()
+    log.append(event)
+    return _fold([*earlier, event]).active
 
 
 class ResumeError(ValueError):
     """A resume without the person's name or reason; names what is missing."""
 
 
-def resume_promotions(home: Home, by: str, reason: str) -> dict[str, Any] | None:
-    """Lift the pause in force, recording who resumed promotions, when and why; None when nothing was paused."""
+def resume_promotions(log: PauseLog, by: str, reason: str) -> dict[str, Any] | None:
+    """Lift the pause in force, recording who resumed promotions, when and why; None (and nothing
+    recorded) when nothing was paused."""
     if not by.strip():
         raise ResumeError("resuming promotions needs the name of the person who resumes them (--by)")
     if not reason.strip():
         raise ResumeError("resuming promotions needs the reason: what the person read and concluded (--reason)")
-    with _locked(home) as state:
-        if state.active is None:
-            return None
-        lifted = {
-            **asdict(state.active),
-            "lifted_by": by,
-            "lifted_at": datetime.now(UTC).isoformat(),
-            "reason": reason,
-        }
-        state.active = None
-        state.lifted.append(lifted)
-        _write(home, state)
-    return lifted
+    earlier = log.events()
+    if _fold(earlier).active is None:
+        return None
+    event = {"event": RESUME_EVENT, "by": by, "reason": reason, "at": _now()}
+    log.append(event)
+    return _fold([*earlier, event]).lifted[-1]

@@ -36,17 +36,12 @@ from scipy.stats import ks_2samp
 from dataplane.served import ServedDay
 from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
+from evaluation.decision import EVALUATED_MIX_TAG, fold_unknown_tools
 from evaluation.failure_modes import failure_mode_shares
 from evaluation.metrics import distribution, total_variation
 from evaluation.replay import JudgedRecord, ReplayError, judge_record
 from training.rewards import GoldError
-from training.sandbox.environment import tool_names
 
-# The model-version tag holding the tool-call mix the champion showed when it was evaluated.
-EVALUATED_MIX_TAG = "evaluated_tool_mix"
-# Calls to tools that do not exist count as one name: a model can invent any number of names,
-# which would make the tag unbounded, and one invented name is as wrong as another.
-UNKNOWN_TOOL = "unknown_tool"
 QUANTILES = {"p10": 0.10, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p90": 0.90}
 Status = Literal["ok", "alarm", "not_measured"]
 
@@ -138,16 +133,6 @@ class DayWatch:
 
 class EvaluatedMixError(ValueError):
     """The champion's `evaluated_tool_mix` tag is not a tool-call distribution; names the version."""
-
-
-def fold_unknown_tools(mix: Mapping[str, float], domain: str = DEFAULT_DOMAIN) -> dict[str, float]:
-    """The mix with every name that is not a tool of the domain's sandbox summed under UNKNOWN_TOOL."""
-    known = set(tool_names(domain))
-    out: dict[str, float] = {}
-    for name, share in mix.items():
-        key = name if name in known else UNKNOWN_TOOL
-        out[key] = out.get(key, 0.0) + share
-    return dict(sorted(out.items()))
 
 
 def evaluated_mix(tags: Mapping[str, str], champion: str, domain: str = DEFAULT_DOMAIN) -> dict[str, float] | None:

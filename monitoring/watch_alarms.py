@@ -1,7 +1,7 @@
 """What the live watch does about a day's alarms: incidents, and the promotion pause for drift.
 
 An action-drift alarm files a `live_watch_action_drift` incident and pauses promotions
-(`monitoring.pause`) unless a person already lifted a pause covering that day; a reward-shift
+(`monitoring.pause`, on the pause log the caller hands in) unless a person already lifted a pause covering that day; a reward-shift
 alarm files a `live_watch_reward_shift` incident. Each incident is filed once per (kind, day,
 champion): re-running a day does not page anyone twice.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from dataplane.home import Home
 from dataplane.incidents import record_incident
-from monitoring.pause import Pause, acknowledged_by, active_pause, pause_promotions
+from monitoring.pause import Pause, PauseLog, acknowledged_by, active_pause, pause_promotions
 from monitoring.watch import DayWatch, Finding
 
 ACTION_DRIFT_INCIDENT = "live_watch_action_drift"
@@ -48,14 +48,14 @@ def _file_once(home: Home, kind: str, watch: DayWatch, finding: Finding, summary
     return str(record_incident(home, kind, summary, {**base, **evidence}))
 
 
-def sound_alarms(home: Home, watch: DayWatch) -> AlarmOutcome:
+def sound_alarms(home: Home, watch: DayWatch, pauses: PauseLog) -> AlarmOutcome:
     """File the day's incidents and pause promotions on action drift (see the module docstring)."""
     home.incidents.mkdir(parents=True, exist_ok=True)
     filed: list[str] = []
     acknowledged = None
     drift = watch.action_drift
     if drift.status == "alarm":
-        acknowledged = acknowledged_by(home, watch.day, watch.champion)
+        acknowledged = acknowledged_by(pauses, watch.day, watch.champion)
         if acknowledged is None:
             path = _file_once(
                 home,
@@ -65,7 +65,7 @@ def sound_alarms(home: Home, watch: DayWatch) -> AlarmOutcome:
                 f"{watch.champion} on {watch.day}: {drift.detail}; promotions paused until `retrain resume`",
                 {"tool_mix": watch.tool_mix, "evaluated_mix": watch.evaluated_mix},
             )
-            pause_promotions(home, watch.day, watch.champion, float(drift.value or 0.0), drift.threshold, path)
+            pause_promotions(pauses, watch.day, watch.champion, float(drift.value or 0.0), drift.threshold, path)
             filed.append(path)
     shift = watch.reward_shift
     if shift.status == "alarm":
@@ -83,4 +83,4 @@ def sound_alarms(home: Home, watch: DayWatch) -> AlarmOutcome:
                 },
             )
         )
-    return AlarmOutcome(filed, active_pause(home), acknowledged)
+    return AlarmOutcome(filed, active_pause(pauses), acknowledged)

@@ -13,6 +13,7 @@ import dagster as dg
 
 from assets.decisions import latest_decision, run_decision
 from assets.partitions import WeekError, week_key, weekly_partitions
+from assets.pause_log import InstancePauseLog
 from assets.weekdata import DOMAIN_TAG
 from dataplane.home import Home
 from domains.registry import DEFAULT_DOMAIN
@@ -147,7 +148,9 @@ def approve_week(week: str, approver: str, home: Home | None = None, domain: str
     """
     home = (home or environment.home()).ensure()
     decision = week_decision(week, home, domain)
-    approved = decision.approved(approve(decision.report, approver, resumed=last_resume(home)))
+    with dg.DagsterInstance.get() as instance:  # week_decision prepared the home's instance
+        resumed = last_resume(InstancePauseLog(instance))
+    approved = decision.approved(approve(decision.report, approver, resumed=resumed))
     uri, name = mlflow_target(home, domain)
     # The folder must still be the one the gates judged before the approval is recorded anywhere.
     check_decision_digest(uri, approved.model_path, approved.week, approved.lineage)
@@ -167,11 +170,13 @@ def approve_week(week: str, approver: str, home: Home | None = None, domain: str
 
 def resume_watch(by: str, reason: str, home: Home | None = None) -> dict[str, Any]:
     """Lift the live watch's promotion pause after a person reviewed the served traffic, recording
-    who resumed promotions and why (in `<home>/watch/pause.json`, beside the pause).
+    who resumed promotions and why: a `promotion_pause` event on the home's Dagster instance, beside the pause.
 
     Raises ResumeError without a name or a reason, and when nothing is paused."""
     home = (home or environment.home()).ensure()
-    lifted = resume_promotions(home, by, reason)
+    prepare_dagster_home(home)
+    with dg.DagsterInstance.get() as instance:
+        lifted = resume_promotions(InstancePauseLog(instance), by, reason)
     if lifted is None:
         raise ResumeError("nothing to resume: promotions are not paused by the live watch")
     return {"resumed": lifted}

@@ -19,8 +19,10 @@ from assets.partitions import weekly_partitions
 from assets.promotion import promotion_gate
 from assets.registration import champion_is_this_version, first_champion, registered_model
 from assets.resources import HomeResource, MLflowTracking
+from evaluation.gate_floors import FLOORS_ENV
 from evaluation.reports import CalibrationReport, PairReport, PolicyReport, ShadowReport
 from evaluation.stats import mcnemar_exact, paired_bootstrap_ci, roc_auc
+from orchestration import environment
 from tests.helpers_gates import POLICIES, human_labels, make_tasks
 from tracking.run_log import open_week_run
 
@@ -147,6 +149,11 @@ def run_promotion(
         partition_key=week,
         instance=instance,
         run_config=config,
-        resources={"home": HomeResource(root=str(home.root)), "mlflow": MLflowTracking()},
+        # The deployment's floors file reaches the asset as production's resources carry it: read
+        # from the environment by `orchestration.environment` (the tests set RETRAIN_GATE_FLOORS).
+        resources={
+            "home": HomeResource(root=str(home.root), gate_floors=environment.value(FLOORS_ENV)),
+            "mlflow": MLflowTracking(),
+        },
         raise_on_error=False,
     )

@@ -61,7 +61,7 @@ def test_data_assets_cut_a_reproducible_window(landed):
 
     again = _materialize([data.raw_interactions, data.interaction_window, data.window_splits])
     assert again.success
-    assert again.output_for_node("raw_interactions")["accepted"] == 0  # nothing new: a no-op
+    assert again.output_for_node("raw_interactions").ingest.accepted == 0  # nothing new: a no-op
     assert again.output_for_node("interaction_window").content_hash == window.content_hash
 
 

@@ -14,12 +14,13 @@ import pytest
 from safetensors.numpy import save_file
 
 from assets.decisions import PROMOTION_ASSET, decision_metadata, latest_decision
-from evaluation.decision import PromotionDecision
+from assets.pause_log import InstancePauseLog
+from dataplane.hashing import model_digest
+from evaluation.decision import ChampionLineage, PromotionDecision
 from evaluation.gates import evaluate_gates
 from monitoring.pause import active_pause, lifted_pauses, pause_promotions
 from orchestration.instance import prepare_dagster_home
 from tests.helpers_gates import gate_inputs
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import champion_info, find_week_version, mlflow_client
 from tracking.run_log import load_gate_report, open_week_run
 
@@ -48,7 +49,7 @@ def _decision(home, tmp_path, week: str, policy: str, labels: int | None = None,
     save_file({"w": np.ones(4, dtype=np.float32)}, str(model / "model.safetensors"))
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
     report = evaluate_gates(replace(gate_inputs(policy, labels=labels), watch_pause=pause))
-    lineage = {"week": week, "window_hash": "ab" * 32, "shadow_success": 0.8, MODEL_DIGEST_KEY: model_digest(model)}
+    lineage = ChampionLineage(week=week, window_hash="ab" * 32, shadow_success=0.8, model_digest=model_digest(model))
     decision = PromotionDecision(week, report, str(model), lineage, open_week_run(home.mlflow_uri, week, "dagster-run"))
     with dg.DagsterInstance.from_config(str(prepare_dagster_home(home))) as instance:
         instance.report_runless_asset_event(
@@ -102,8 +103,9 @@ def test_approval_of_a_week_also_short_of_human_labels_registers_nothing(home, t
 
 
 @pytest.mark.slow
-def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_lifts(home, tmp_path):
-    pause = pause_promotions(home, "2026-11-12", "retail-agent/1", 0.2, 0.05, "incident.json")
+def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_lifts(home, instance, tmp_path):
+    pauses = InstancePauseLog(instance)  # the home's instance, where the CLI reads and records the pause
+    pause = pause_promotions(pauses, "2026-11-12", "retail-agent/1", 0.2, 0.05, "incident.json")
     report = _decision(home, tmp_path, WEEK, "drifter", pause=pause)
     assert {g.name for g in report.gates if g.verdict == "hold"} == {"tool_call_drift", "live_watch"}
 
@@ -111,12 +113,12 @@ def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_l
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "live_watch held" in refused.stderr and "retrain resume --by NAME --reason TEXT" in refused.stderr
     assert "tool_call_drift held" not in refused.stderr  # the approval covers the drift; the pause is left
-    assert active_pause(home) == pause and champion_info(home.mlflow_uri) is None
+    assert active_pause(pauses) == pause and champion_info(home.mlflow_uri) is None
 
     for args, missing in ((("--by", "bob"), "--reason"), (("--reason", "read it"), "--by")):
         incomplete = _retrain(home, "resume", *args)
         assert incomplete.returncode == 2 and missing in incomplete.stderr
-    assert active_pause(home) == pause
+    assert active_pause(pauses) == pause
     resumed = _retrain(home, "resume", "--by", "bob", "--reason", "transcripts read: a carrier outage")
     assert resumed.returncode == 0, resumed.stderr
     record = json.loads(resumed.stdout)["resumed"]
@@ -125,7 +127,7 @@ def test_approval_lifts_the_drift_hold_never_the_live_watch_pause_which_resume_l
         "transcripts read: a carrier outage",
         "2026-11-12",
     )
-    assert active_pause(home) is None and lifted_pauses(home) == [record]
+    assert active_pause(pauses) is None and lifted_pauses(pauses) == [record]
 
     done = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
     assert done.returncode == 0, done.stderr

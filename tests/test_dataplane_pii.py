@@ -236,13 +236,13 @@ def test_gx_no_pii_fails_on_a_record_that_bypassed_the_scrubber(bypassed, home):
 
 def test_window_no_pii_asset_check_fails_on_it(bypassed, home):
     from assets.data import WindowConfig, _window_checks
+    from assets.handoffs import IngestedInteractions, RecentIngests
+    from dataplane.ingest import IngestSummary
 
     con, info = bypassed
     report = validate_window(window_frame(con, info.week), home, min_gold_share=0.0, name="bypass")
-    checks = {
-        c.check_name: c
-        for c in _window_checks(report, info, {"recent": {"read": 13, "quarantined": 0}}, WindowConfig())
-    }
+    ingested = IngestedInteractions(IngestSummary(), 13, RecentIngests(1, 13, 13, 0, 0, 0))
+    checks = {c.check_name: c for c in _window_checks(report, info, ingested, WindowConfig())}
     assert checks["window_no_pii"].passed is False
     found = checks["window_no_pii"].metadata["found"]
     assert getattr(found, "value", found) == 1

@@ -185,7 +185,7 @@ def test_held_store_is_a_named_error_and_the_asset_retry_gets_through(home, worl
     assert "StoreLockedError" in str(retry.event_specific_data.error) and str(home.duckdb_path) in str(
         retry.event_specific_data.error
     )
-    assert result.output_for_node("raw_interactions")["accepted"] == 30
+    assert result.output_for_node("raw_interactions").ingest.accepted == 30
     assert elapsed < CONTENTION_RETRY.delay * 3  # one retry, not the whole budget
 
 

@@ -269,9 +269,9 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
         "step_time",
     ):
         assert key in logged, key
-    assert summary["final_step"] == 3 and summary["resumed_from"] is None
+    assert summary.final_step == 3 and summary.resumed_from is None
     result = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert result["model_path"] == summary["model_path"]
+    assert result["model_path"] == summary.model_path
     assert result["reward_curve"] == [m.value for m in rewards]  # the curve the reward-hacking gate reads
     events = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [e["step"] for e in events if e["event"] == "progress"] == [1, 2, 3]
@@ -281,7 +281,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
     # Nothing that unpickles is left in the final model or logged with it (the registry refuses it).
     from tracking.registry import check_model_dir
 
-    check_model_dir(summary["model_path"])
+    check_model_dir(summary.model_path)
     assert not [a for a in artifacts if a.endswith((".bin", ".pt", ".pkl", ".pickle"))]
 
 

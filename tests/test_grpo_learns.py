@@ -145,8 +145,8 @@ def _grpo(model_path, train, out, weight: float) -> str:
     )
     assert config.beta == 0.0 and "entropy_coef" not in config.grpo_overrides
     with open(out.parent / f"{out.name}.jsonl", "w") as log:
-        summary = run(config, JsonLinesReporter(log))
-    return summary["model_path"]
+        result = run(config, JsonLinesReporter(log))
+    return result.model_path
 
 
 def test_grpo_moves_the_decision_the_way_the_reward_points_and_back_when_its_sign_flips(tasks, undecided, tmp_path):

@@ -17,15 +17,18 @@ import dagster as dg
 import pytest
 
 from assets import data
+from assets.pause_log import InstancePauseLog
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
+from dataplane.hashing import model_digest
 from dataplane.incidents import list_incidents
 from dataplane.landing import ingest_landed
 from dataplane.store import open_store
 from domains.retail.traffic.simulate import simulate
+from evaluation.decision import ChampionLineage
 from evaluation.gates import evaluate_gates
 from monitoring.health import check_champion
 from monitoring.pause import active_pause, lifted_pauses
-from monitoring.watch import EVALUATED_MIX_TAG, judge_day, served_tool_mix
+from monitoring.watch import judge_day, served_tool_mix
 from monitoring.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT
 from monitoring.watch_log import WATCH_EXPERIMENT
 from orchestration.cli import main
@@ -34,7 +37,6 @@ from orchestration.sensors import landing_ingest
 from tests.helpers_gates import gate_inputs
 from tests.helpers_promotion import fake_model, run_promotion
 from tests.helpers_traffic import day_files, read_records
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import champion_info, mlflow_client, register_candidate
 
 pytestmark = pytest.mark.slow
@@ -66,12 +68,9 @@ def champion(home, tmp_path):
     simulate(days=1, per_day=1500, seed=99, out_dir=sample, start=date(2026, 11, 1))
     mix = served_tool_mix(judge_day(read_records(day_files(sample)))[0])
     model = fake_model(tmp_path / "champion")
-    lineage = {
-        "shadow_success": 0.8,
-        "violation_rate": 0.05,
-        EVALUATED_MIX_TAG: mix,
-        MODEL_DIGEST_KEY: model_digest(model),
-    }
+    lineage = ChampionLineage(
+        shadow_success=0.8, violation_rate=0.05, evaluated_tool_mix=mix, model_digest=model_digest(model)
+    )
     register_candidate(
         home.mlflow_uri,
         model,
@@ -145,7 +144,7 @@ def test_rows_the_sensor_quarantined_still_count_in_the_weekly_quarantine_rate(h
         resources=_resources(home),
         raise_on_error=False,
     )
-    assert result.output_for_node("raw_interactions")["read"] == 0  # all ingested by the sensor
+    assert result.output_for_node("raw_interactions").ingest.read == 0  # all ingested by the sensor
     rate = _checks(result)["window_quarantine_rate"]
     assert not rate.passed and rate.metadata["quarantined"].value == 10 and rate.metadata["read"].value == 50
 
@@ -176,7 +175,8 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
         assert "| get_order_details |" in meta["tool_mix"] and "█" in meta["reward_histogram"]
     assert _checks(first)["reward_distribution"].metadata["status"].value == "not_measured"  # it is the reference
     assert _checks(normal)["reward_distribution"].passed and _metadata(normal)["reference_day"] == DAYS[0]
-    assert list_incidents(home) == [] and active_pause(home) is None
+    pauses = InstancePauseLog(instance)  # where the watch records its pause and `retrain resume` lifts it
+    assert list_incidents(home) == [] and active_pause(pauses) is None
 
     drifted = _watch(instance, DAYS[2])
     meta, checks = _metadata(drifted), _checks(drifted)
@@ -184,7 +184,7 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
     assert checks["action_drift"].metadata["value"].value > 0.05
     assert not checks["reward_distribution"].passed  # handing half the customers over costs reward too
     assert {i["kind"] for i in list_incidents(home)} == {ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT}
-    pause = active_pause(home)
+    pause = active_pause(pauses)
     assert pause.since == DAYS[2] and meta["promotions_paused"] is True and meta["pause"] == pause.summary
 
     client = mlflow_client(home.mlflow_uri)
@@ -204,12 +204,12 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
     assert main(["approve", "--week", WEEK, "--by", "alice"]) == 2
     refused = capsys.readouterr().err
     assert "live_watch held" in refused and "retrain resume --by NAME --reason TEXT" in refused
-    assert active_pause(home) == pause and champion_info(home.mlflow_uri).version == 1
+    assert active_pause(pauses) == pause and champion_info(home.mlflow_uri).version == 1
 
     assert main(["resume", "--by", "bob", "--reason", "read the day: the queue was down, hand-overs were right"]) == 0
     resumed = json.loads(capsys.readouterr().out)["resumed"]
-    assert resumed["lifted_by"] == "bob" and resumed["since"] == DAYS[2] and active_pause(home) is None
-    assert lifted_pauses(home)[-1]["reason"] == "read the day: the queue was down, hand-overs were right"
+    assert resumed["lifted_by"] == "bob" and resumed["since"] == DAYS[2] and active_pause(pauses) is None
+    assert lifted_pauses(pauses)[-1]["reason"] == "read the day: the queue was down, hand-overs were right"
 
     assert main(["approve", "--week", WEEK, "--by", "alice"]) == 0
     approved = json.loads(capsys.readouterr().out)

@@ -13,10 +13,11 @@ import pytest
 import requests
 from safetensors.numpy import save_file
 
+from dataplane.hashing import model_digest
+from evaluation.decision import ChampionLineage
 from evaluation.gates import evaluate_gates
 from tests.helpers_gates import gate_inputs
 from tests.helpers_postgres import MLFLOW_SERVER_SH, MLFLOW_TEST_PASSWORD, MLFLOW_TEST_USER, script_mlflow_server
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import champion_info, register_candidate
 
 REQUIRED = {
@@ -83,7 +84,9 @@ def test_only_a_signed_in_account_with_permission_moves_champion(tmp_path):
         assert requests.get(search, timeout=30).status_code == 401  # nobody signed in: nothing
         assert requests.get(search, auth=(MLFLOW_TEST_USER, "wrong-password-here"), timeout=30).status_code == 401
         # The pipeline's account (MLFLOW_TRACKING_USERNAME/PASSWORD in its environment) registers.
-        version = register_candidate(uri, model, "2026-11-16", {MODEL_DIGEST_KEY: model_digest(model)}, report)
+        version = register_candidate(
+            uri, model, "2026-11-16", ChampionLineage(model_digest=model_digest(model)), report
+        )
         assert champion_info(uri).version == version == 1
 
         alias = f"{uri}/api/2.0/mlflow/registered-models/alias"

@@ -14,10 +14,11 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from safetensors.numpy import save_file
 
+from dataplane.hashing import model_digest
+from evaluation.decision import ChampionLineage
 from evaluation.gates import evaluate_gates
 from tests.helpers_gates import gate_inputs
 from tests.helpers_postgres import fresh_database, mlflow_server, query, require_postgres
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 
 pytestmark = [pytest.mark.postgres, pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -44,7 +45,7 @@ def test_registration_aliases_and_rollback_are_idempotent_across_retries(server,
     report = evaluate_gates(gate_inputs("better"))
 
     def register(week: str) -> int:
-        lineage = {"window_hash": f"h-{week}", "eval_run_id": "r", MODEL_DIGEST_KEY: model_digest(model)}
+        lineage = ChampionLineage(window_hash=f"h-{week}", run_id="r", model_digest=model_digest(model))
         return register_candidate(uri, model, week, lineage, report)
 
     assert register("2026-11-16") == 1

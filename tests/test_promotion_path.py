@@ -15,13 +15,15 @@ import dagster as dg
 import pytest
 
 from assets.decisions import latest_decision, run_decision
+from assets.pause_log import PAUSE_ASSET, InstancePauseLog
+from dataplane.hashing import MODEL_DIGEST_KEY, model_digest
 from dataplane.incidents import list_incidents
 from evaluation.gate_floors import FLOORS_ENV, INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import GATE_NAMES, GATE_RULES
+from monitoring.pause import active_pause, pause_promotions
 from orchestration.cli.demo import _summary_rows
-from orchestration.runner import WeekRun
+from orchestration.runner import WeekRun, resume_watch
 from tests.helpers_promotion import run_promotion
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import champion_info, find_base_version, find_week_version, mlflow_client
 
 WEEK, NEXT = "2026-11-16", "2026-11-23"
@@ -72,10 +74,10 @@ def test_a_promoted_week_registers_the_decision_it_was_handed(home, instance, tm
     champion = champion_info(home.mlflow_uri)
     assert champion.version == find_week_version(home.mlflow_uri, WEEK) == 2 and champion.previous_version == 1
     assert champion.tags["gate_decision"] == "promote"
-    assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage["window_hash"]
+    assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage.window_hash
     # The decision recorded the digest of the folder the gates judged; the version carries it.
     digest = model_digest(tmp_path / f"cand-{WEEK}")
-    assert latest_decision(instance, WEEK).lineage[MODEL_DIGEST_KEY] == champion.tags[MODEL_DIGEST_KEY] == digest
+    assert latest_decision(instance, WEEK).lineage.model_digest == champion.tags[MODEL_DIGEST_KEY] == digest
 
 
 def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
@@ -220,3 +222,23 @@ def test_a_real_failure_still_fails_the_run_and_files_an_incident(home, instance
     [incident] = list_incidents(home)
     assert incident["kind"] == "run_failure" and incident["evidence"]["run_id"] == result.run_id
     assert "first_champion" in incident["evidence"]["failed_steps"]
+
+
+def test_the_gate_holds_on_the_pause_recorded_on_the_instance_until_a_resume_is_recorded_there(
+    home, instance, tmp_path
+):
+    pauses = InstancePauseLog(instance)
+    pause_promotions(pauses, "2026-11-12", "retail-agent/1", 0.2, 0.05, "incident.json")
+    held = run_promotion(home, instance, WEEK, "better", tmp_path)
+    gate = _checks(held)["gate_live_watch"]
+    assert held.success and gate.metadata["verdict"].value == "hold"
+    assert gate.metadata["detail"].value.startswith("live watch paused since 2026-11-12")
+    assert "registered_model" not in _materialized(held)
+
+    # `retrain resume`'s path records the resume on the same instance; the next run of the week promotes.
+    resumed = resume_watch("bob", "read the day's transcripts", home)["resumed"]
+    assert resumed["lifted_by"] == "bob" and active_pause(pauses) is None
+    [latest, *_] = instance.fetch_observations(PAUSE_ASSET, limit=5).records
+    assert latest.asset_observation.metadata["event"].value["event"] == "resume" and latest.run_id == ""
+    again = run_promotion(home, instance, WEEK, "better", tmp_path)
+    assert _checks(again)["gate_live_watch"].passed and "registered_model" in _materialized(again)

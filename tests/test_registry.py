@@ -15,9 +15,10 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from safetensors.numpy import save_file
 
+from dataplane.hashing import MODEL_DIGEST_KEY, model_digest
+from evaluation.decision import ChampionLineage
 from evaluation.gates import approve, evaluate_gates
 from tests.helpers_gates import gate_inputs
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import (
     CHAMPION,
     PREVIOUS,
@@ -71,13 +72,15 @@ def reg(store, promoted, model_dir):
     name = f"agent-{next(_names)}"
 
     def register(week, report=promoted, **lineage):
-        lineage = {
-            "window_hash": f"hash-{week}",
-            "validation_success": True,
-            "train_rows": 80,
-            MODEL_DIGEST_KEY: model_digest(model_dir),  # as the week's decision records it
-            **lineage,
-        }
+        lineage = ChampionLineage(
+            **{
+                "window_hash": f"hash-{week}",
+                "validation": "passed",
+                "window_rows": 80,
+                "model_digest": model_digest(model_dir),  # as the week's decision records it
+                **lineage,
+            }
+        )
         return register_candidate(uri, model_dir, week, lineage, report, name=name, artifact_location=artifacts)
 
     register.uri, register.name = uri, name
@@ -98,9 +101,9 @@ def test_first_registration_becomes_champion_with_lineage(reg, promoted, tmp_pat
     assert aliases(reg) == {CHAMPION: 1}
     info = champion_info(reg.uri, reg.name)
     assert info.version == 1 and info.week == "2025-W01" and info.previous_version is None
-    assert info.tags["window_hash"] == "hash-2025-W01" and info.tags["validation_success"] == "True"
+    assert info.tags["window_hash"] == "hash-2025-W01" and info.tags["validation"] == "passed"
     assert info.tags["gate_report_digest"] == promoted.digest() and info.tags["gate_decision"] == "promote"
-    assert info.tags["train_rows"] == "80" and info.run_id and info.source.endswith("/model")
+    assert info.lineage.window_rows == 80 and info.run_id and info.source.endswith("/model")
     mv = reg.client.get_model_version(reg.name, "1")
     assert "2025-W01" in mv.description and "calibration_improvement" in mv.description
     # The registered artifact is the plain folder: safetensors + tokenizer, nothing pickled.
@@ -128,7 +131,7 @@ def test_rerunning_a_week_never_creates_a_second_version(reg):
 def test_with_no_champion_the_base_model_becomes_the_first_one_and_the_rollback_target(reg, model_dir):
     def base(week):
         return register_base_champion(
-            reg.uri, model_dir, week, {"shadow_success": 0.25, "violation_rate": 0.0}, name=reg.name
+            reg.uri, model_dir, week, ChampionLineage(shadow_success=0.25, violation_rate=0.0), name=reg.name
         )
 
     assert base("2025-W01") == 1  # week one: nothing promoted yet, the base serves and is champion
@@ -152,9 +155,9 @@ def test_a_base_version_left_without_its_alias_is_reused(reg, model_dir, monkeyp
 
     monkeypatch.setattr(MlflowClient, "set_registered_model_alias", dying)
     with pytest.raises(Crash):
-        register_base_champion(reg.uri, model_dir, "2025-W01", {}, name=reg.name)
+        register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=reg.name)
     monkeypatch.setattr(MlflowClient, "set_registered_model_alias", real)
-    assert register_base_champion(reg.uri, model_dir, "2025-W01", {}, name=reg.name) == 1
+    assert register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=reg.name) == 1
     assert versions(reg) == [1] and aliases(reg) == {CHAMPION: 1}
 
 
@@ -198,7 +201,7 @@ def test_store_failure_during_registration_leaves_champion_and_retry_registers_o
 
 def test_unreadable_sqlite_store_raises_clearly_then_retry_registers_once(tmp_path, promoted, model_dir):
     uri, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", (tmp_path / "art").as_uri()
-    lineage = {"window_hash": "h", MODEL_DIGEST_KEY: model_digest(model_dir)}
+    lineage = ChampionLineage(window_hash="h", model_digest=model_digest(model_dir))
     register_candidate(uri, model_dir, "2025-W01", lineage, promoted, artifact_location=artifacts)
     db = tmp_path / "mlflow.db"
     good = db.read_bytes()
@@ -220,7 +223,7 @@ def test_closed_port_is_a_clear_error(model_dir, promoted, monkeypatch):
         port = sock.getsockname()[1]
     uri = f"http://127.0.0.1:{port}"
     with pytest.raises(RegistryError) as err:
-        register_candidate(uri, model_dir, "2025-W01", {MODEL_DIGEST_KEY: model_digest(model_dir)}, promoted)
+        register_candidate(uri, model_dir, "2025-W01", ChampionLineage(model_digest=model_digest(model_dir)), promoted)
     assert uri in str(err.value) and err.value.step == "find week version"
 
 
@@ -300,7 +303,7 @@ def test_a_weight_file_changed_after_the_decision_is_refused_and_nothing_registe
     assert versions(reg) == [] and aliases(reg) == {}
     assert not list(model_dir.parent.glob(".model-staged-*"))  # the staged copy is gone
     with pytest.raises(ModelDigestError, match=r"records no model_digest"):
-        register_candidate(reg.uri, model_dir, "2025-W01", {"window_hash": "h"}, promoted, name=reg.name)
+        register_candidate(reg.uri, model_dir, "2025-W01", ChampionLineage(window_hash="h"), promoted, name=reg.name)
     assert versions(reg) == []
 
 
@@ -309,7 +312,7 @@ def test_the_registered_version_is_the_folder_the_decision_digested(reg, model_d
     info = champion_info(reg.uri, reg.name)
     assert info.tags[MODEL_DIGEST_KEY] == model_digest(model_dir)
     assert model_digest(download_champion(reg.uri, tmp_path / "dl", reg.name)) == model_digest(model_dir)
-    base = register_base_champion(reg.uri, model_dir, "2025-W01", {}, name=f"{reg.name}-base")
+    base = register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=f"{reg.name}-base")
     mv = reg.client.get_model_version(f"{reg.name}-base", str(base))
     assert mv.tags[MODEL_DIGEST_KEY] == model_digest(model_dir)  # the base is digested as it is uploaded
 

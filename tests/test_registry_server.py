@@ -19,9 +19,10 @@ import pytest
 import requests
 from safetensors.numpy import save_file
 
+from dataplane.hashing import model_digest
+from evaluation.decision import ChampionLineage
 from evaluation.gates import evaluate_gates
 from tests.helpers_gates import gate_inputs
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import RegistryError, champion_info, find_week_version, register_candidate, rollback
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -124,7 +125,7 @@ def test_registration_alias_rollback_and_outage_against_a_server(server, tmp_pat
     uri = server.uri
 
     def register(week: str) -> int:
-        lineage = {"window_hash": f"h-{week}", "eval_run_id": "r", MODEL_DIGEST_KEY: model_digest(model)}
+        lineage = ChampionLineage(window_hash=f"h-{week}", run_id="r", model_digest=model_digest(model))
         return register_candidate(uri, model, week, lineage, report)
 
     assert register("2025-W01") == 1

@@ -18,14 +18,15 @@ import pytest
 from safetensors.numpy import save_file
 
 from assets.resources import DuckDBStore, HomeResource, MLflowTracking
+from dataplane.hashing import model_digest
 from dataplane.incidents import list_incidents, record_incident
 from dataplane.ingest import ingest_paths
 from domains.retail.traffic.simulate import DEGRADED_MISTAKE_RATES, simulate
+from evaluation.decision import ChampionLineage
 from evaluation.gates import evaluate_gates
 from monitoring.health import check_champion
 from orchestration.sensors import champion_health
 from tests.helpers_gates import gate_inputs
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 from tracking.registry import champion_info, register_candidate
 
 pytestmark = pytest.mark.slow
@@ -41,14 +42,14 @@ def _model(path):
 @pytest.fixture()
 def two_champions(home, tmp_path):
     report = evaluate_gates(gate_inputs("better"))
-    lineage = {"shadow_success": 0.9, "violation_rate": 0.02}
+
     for week in ("2026-11-09", "2026-11-16"):
         model = _model(tmp_path / week)
         register_candidate(
             home.mlflow_uri,
             model,
             week,
-            {**lineage, MODEL_DIGEST_KEY: model_digest(model)},
+            ChampionLineage(shadow_success=0.9, violation_rate=0.02, model_digest=model_digest(model)),
             report,
             artifact_location=home.mlflow_artifacts.as_uri(),
         )

@@ -1,42 +1,26 @@
 """The live watch's judgements on crafted inputs: action drift, the reward-distribution alarm,
-failure-mode shares, the promotion pause and the `live_watch` gate. No Dagster, no MLflow."""
+and failure-mode shares. No Dagster, no MLflow (the pause they raise: tests/test_pause.py)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from dataplane.incidents import list_incidents
 from dataplane.served import ServedDay
 from domains.retail.traffic.agents import EXPERT_RATES
 from domains.retail.traffic.simulate import simulate
-from evaluation.gates import ApprovalError, approve, evaluate_gates
-from monitoring.pause import (
-    PauseStateError,
-    ResumeError,
-    active_pause,
-    last_resume,
-    lifted_pauses,
-    pause_promotions,
-    resume_promotions,
-)
+from evaluation.decision import EVALUATED_MIX_TAG, UNKNOWN_TOOL, fold_unknown_tools
 from monitoring.watch import (
-    EVALUATED_MIX_TAG,
-    UNKNOWN_TOOL,
     EvaluatedMixError,
     WatchSettings,
     action_drift,
     evaluated_mix,
-    fold_unknown_tools,
     reference_day,
     reward_shift,
     watch_day,
 )
-from monitoring.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT, sound_alarms
-from tests.helpers_gates import gate_inputs
 from tests.helpers_traffic import day_files, generated_world, read_records
 
 SMALL = WatchSettings(min_interactions=20)
@@ -159,77 +143,3 @@ def test_records_without_gold_count_for_the_mix_but_not_for_rewards_or_modes(tmp
     assert watch.interactions == 6 and watch.judged_with_gold == 4
     [skipped] = watch.skipped
     assert skipped["interaction_id"] == records[1]["interaction_id"] and "bad_messages" in skipped["reason"]
-
-
-# ---- the pause, its incidents, and the gate ----
-
-
-def _drifted_watch(day: str = "2026-11-25"):
-    watch = watch_day(day, "retail-agent/2", [], MIX, None, [], SMALL)
-    alarm = replace(watch.action_drift, status="alarm", value=0.12, detail="action drift TV=0.1200 > 0.05")
-    return replace(watch, action_drift=alarm)
-
-
-def test_drift_pauses_promotions_once_and_a_resume_records_who_and_why(home):
-    outcome = sound_alarms(home, _drifted_watch())
-    [incident] = list_incidents(home)
-    assert incident["kind"] == ACTION_DRIFT_INCIDENT and incident["evidence"]["day"] == "2026-11-25"
-    assert outcome.pause.since == "2026-11-25" and outcome.incidents == [str(next(home.incidents.glob("*.json")))]
-    assert "live watch paused since 2026-11-25: action drift TV=0.1200 > 0.05" in outcome.pause.summary
-    sound_alarms(home, _drifted_watch())  # a re-run of the day files nothing new
-    sound_alarms(home, _drifted_watch("2026-11-26"))  # a second drifting day joins the pause
-    assert len(list_incidents(home)) == 2
-    assert active_pause(home).since == "2026-11-25" and active_pause(home).days == ("2026-11-25", "2026-11-26")
-
-    assert last_resume(home) is None  # paused: nobody has resumed promotions
-    for by, reason, missing in (("", "read them", "--by"), ("alice", " ", "--reason")):
-        with pytest.raises(ResumeError, match=missing):
-            resume_promotions(home, by, reason)
-    assert active_pause(home) is not None  # a refused resume lifts nothing
-    lifted = resume_promotions(home, "alice", "read 40 transcripts: hand-overs were a queue outage")
-    assert lifted["lifted_by"] == "alice" and active_pause(home) is None
-    assert lifted["reason"] == "read 40 transcripts: hand-overs were a queue outage"
-    assert [p["since"] for p in lifted_pauses(home)] == ["2026-11-25"]
-    stored = json.loads((home.watch / "pause.json").read_text())["lifted"][-1]  # kept beside the pause
-    assert last_resume(home) == stored and stored["lifted_by"] == "alice" and stored["reason"] == lifted["reason"]
-    # The person judged those days: re-running one does not pause again.
-    again = sound_alarms(home, _drifted_watch("2026-11-26"))
-    assert again.pause is None and again.acknowledged_by == "alice" and len(list_incidents(home)) == 2
-    assert resume_promotions(home, "bob", "again") is None  # nothing paused any more
-
-
-def test_a_reward_alarm_files_an_incident_without_pausing(home):
-    watch = _drifted_watch()
-    shift = replace(watch.reward_shift, status="alarm", value=0.4, detail="KS 0.4")
-    outcome = sound_alarms(
-        home, replace(watch, action_drift=replace(watch.action_drift, status="ok"), reward_shift=shift)
-    )
-    assert outcome.pause is None
-    assert [i["kind"] for i in list_incidents(home)] == [REWARD_SHIFT_INCIDENT]
-
-
-def test_a_corrupt_pause_file_is_named(home):
-    home.watch.mkdir(parents=True)
-    (home.watch / "pause.json").write_text("{not json")
-    with pytest.raises(PauseStateError, match="pause.json"):
-        active_pause(home)
-
-
-def test_while_paused_every_week_holds_and_only_a_resume_lifts_the_hold(home):
-    pause = pause_promotions(home, "2026-11-25", "retail-agent/2", 0.12, 0.05, "incident.json")
-    report = evaluate_gates(replace(gate_inputs("better"), watch_pause=pause))
-    gate = report.gate("live_watch")
-    assert report.decision == "hold" and gate.verdict == "hold"
-    assert gate.detail == pause.summary and "retrain resume --by NAME --reason TEXT" in report.reason
-    # An approval alone does not lift the pause's hold: that is resume's, with its own who and why.
-    with pytest.raises(ApprovalError, match=r"live_watch held: .*retrain resume"):
-        approve(report, "alice")
-    resumed = resume_promotions(home, "bob", "the drift was a tool outage")
-    approved = approve(report, "alice", resumed=last_resume(home))
-    assert approved.decision == "promote" and approved.approved_by == "alice"
-    assert "promotions resumed by bob" in approved.gate("live_watch").detail
-    assert "the drift was a tool outage" in approved.gate("live_watch").detail
-    assert resumed["lifted_at"] in approved.gate("live_watch").detail
-    assert evaluate_gates(gate_inputs("better")).gate("live_watch").verdict == "pass"
-    with pytest.raises(ApprovalError, match="calibration_improvement"):  # a failure stays a failure
-        approve(evaluate_gates(replace(gate_inputs("identical"), watch_pause=pause)), "alice")

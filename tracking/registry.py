@@ -22,7 +22,6 @@ CLI and every Dagster code-location load import this module for its names and er
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -36,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 import requests
 import sqlalchemy.exc
 
+from dataplane.hashing import MODEL_DIGEST_KEY, model_digest
+from evaluation.decision import ChampionLineage
 from evaluation.gates import GateReport
-from tracking.model_digest import MODEL_DIGEST_KEY, model_digest
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -121,6 +121,11 @@ class ChampionInfo:
     @property
     def model_uri(self) -> str:
         return f"models:/{self.name}@{CHAMPION}"
+
+    @property
+    def lineage(self) -> ChampionLineage:
+        """What the version was registered with (LineageTagError for a tag that does not parse)."""
+        return ChampionLineage.from_tags(self.tags)
 
 
 @dataclass(frozen=True)
@@ -242,8 +247,8 @@ def _changed(uri: str, model_dir: str | Path, actual: str, expected: str) -> Mod
     )
 
 
-def _recorded_digest(uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any]) -> str:
-    expected = lineage.get(MODEL_DIGEST_KEY)
+def _recorded_digest(uri: str, model_dir: str | Path, week: str, lineage: ChampionLineage) -> str:
+    expected = lineage.model_digest
     if not expected:
         raise ModelDigestError(
             "no model digest",
@@ -254,7 +259,7 @@ def _recorded_digest(uri: str, model_dir: str | Path, week: str, lineage: Mappin
     return str(expected)
 
 
-def check_decision_digest(tracking_uri: str, model_dir: str | Path, week: str, lineage: Mapping[str, Any]) -> None:
+def check_decision_digest(tracking_uri: str, model_dir: str | Path, week: str, lineage: ChampionLineage) -> None:
     """Refuse (ModelDigestError) a model folder whose digest is not the one the week's decision
     recorded, before anything is written (an approval checks this before recording itself;
     registration checks it again on the copy it uploads)."""
@@ -271,12 +276,8 @@ def _check_names(week: str, name: str) -> None:
             raise ValueError(f"{label} {value!r} must be 1-64 of [A-Za-z0-9_.:-]")
 
 
-def _tag_value(value: Any) -> str:
-    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list, tuple)) else str(value)
-
-
-def _version_tags(week: str, lineage: Mapping[str, Any], report: GateReport) -> dict[str, str]:
-    tags = {str(k): _tag_value(v) for k, v in lineage.items()}
+def _version_tags(week: str, lineage: ChampionLineage, report: GateReport) -> dict[str, str]:
+    tags = lineage.to_tags()
     tags.update(
         {
             WEEK_TAG: week,
@@ -290,12 +291,12 @@ def _version_tags(week: str, lineage: Mapping[str, Any], report: GateReport) -> 
     return tags
 
 
-def _description(week: str, lineage: Mapping[str, Any], report: GateReport) -> str:
+def _description(week: str, lineage: ChampionLineage, report: GateReport) -> str:
     gates = "; ".join(f"{g.name}={'n/a' if g.value is None else f'{g.value:.4g}'} ({g.verdict})" for g in report.gates)
     approval = f" Approved by {report.approved_by}." if report.approved_by else ""
     return (
         f"GRPO candidate of week {week}, promoted over the {report.baseline_kind}. "
-        f"Window {lineage.get('window_hash', 'unknown')}.{approval} Gates: {gates}."
+        f"Window {lineage.window_hash or 'unknown'}.{approval} Gates: {gates}."
     )
 
 
@@ -367,7 +368,7 @@ def register_candidate(
     tracking_uri: str,
     model_dir: str | Path,
     week: str,
-    lineage: Mapping[str, Any],
+    lineage: ChampionLineage,
     gate_report: GateReport | Mapping[str, Any],
     *,
     name: str = DEFAULT_MODEL_NAME,
@@ -377,9 +378,9 @@ def register_candidate(
     """Register the week's promoted candidate and make it `champion`; returns the version number.
 
     Idempotent per week: a second call returns the same version (finishing alias moves a crash
-    interrupted). `run_id` (else `lineage["run_id"]`) is the run the model folder is logged into;
+    interrupted). `run_id` (else `lineage.run_id`) is the run the model folder is logged into;
     without either, a per-week model run is found or created in `retail-agent-weekly`.
-    `lineage[MODEL_DIGEST_KEY]` is the digest of the folder the gates evaluated (the decision
+    `lineage.model_digest` is the digest of the folder the gates evaluated (the decision
     records it): only a copy of the folder with that digest is uploaded.
     Raises NotPromotableError unless the report's decision is 'promote', ModelDigestError when the
     lineage records no digest or the folder's differs, ModelDirError for a folder that is not
@@ -400,7 +401,7 @@ def register_candidate(
     if versions:
         version = versions[0]
     else:
-        run = run_id or lineage.get("run_id")
+        run = run_id or lineage.run_id
         with (
             staged_model(path, expected, tracking_uri) as (staged, _),
             mlflow_step(tracking_uri, "log model artifacts"),
@@ -429,7 +430,7 @@ def register_base_champion(
     tracking_uri: str,
     model_dir: str | Path,
     week: str,
-    lineage: Mapping[str, Any],
+    lineage: ChampionLineage,
     *,
     name: str = DEFAULT_MODEL_NAME,
     run_id: str | None = None,
@@ -456,7 +457,7 @@ def register_base_champion(
     if found:
         version = min(int(mv.version) for mv in found)
     else:
-        tags = {str(k): _tag_value(v) for k, v in lineage.items()}
+        tags = lineage.to_tags()
         tags.update({ROLE_TAG: BASE_ROLE, BASE_WEEK_TAG: week})
         # No decision evaluated the base as a candidate: its digest is taken here, on the bytes uploaded.
         with (
@@ -464,7 +465,7 @@ def register_base_champion(
             mlflow_step(tracking_uri, "log model artifacts"),
         ):
             tags[MODEL_DIGEST_KEY] = digest
-            run = run_id or lineage.get("run_id") or _registration_run(client, week, artifact_location)
+            run = run_id or lineage.run_id or _registration_run(client, week, artifact_location)
             client.log_artifacts(run, str(staged), BASE_ARTIFACT_PATH)
             source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{BASE_ARTIFACT_PATH}"
         with mlflow_step(tracking_uri, "create model version"):

@@ -40,7 +40,10 @@ from matplotlib.figure import Figure
 
 from dataplane.pii_records import suspect_texts
 from dataplane.scrub import find_pii, scrub_text
+from evaluation.decision import PromotionDecision, WeekEvidence
 from evaluation.gates import GateReport
+from evaluation.reports import CalibrationReport
+from evaluation.week_alignment import alignment_series
 from tracking.registry import DEFAULT_EXPERIMENT, ensure_experiment, find_or_create_run, mlflow_client, mlflow_step
 
 if TYPE_CHECKING:
@@ -421,3 +424,68 @@ def load_gate_report(tracking_uri: str, run_id: str) -> GateReport:
         path = client.download_artifacts(run_id, "gate_report.json", tmp)
         data = json.loads(Path(path).read_text())
     return GateReport.from_dict(data)
+
+
+def _tool_shares(calibration: CalibrationReport) -> dict:
+    tools = {}
+    for policy, side in (("candidate", calibration.pair.candidate), ("champion", calibration.pair.baseline)):
+        tools[policy] = {t: n / max(1, sum(side.tool_counts.values())) for t, n in side.tool_counts.items()}
+    return tools
+
+
+def _calibration_input(calibration: CalibrationReport) -> DatasetRef:
+    """The week's calibration version as an MLflow dataset input, its set hash as the digest."""
+    source = {
+        "store": "interactions.duckdb",
+        "table": "calibration_sets",
+        "version": calibration.version,
+        "set_hash": calibration.set_hash,
+    }
+    frame = pd.DataFrame({"interaction_id": list(calibration.interaction_ids)}, dtype="string")
+    return DatasetRef(f"calibration-{calibration.version}", calibration.set_hash, source, frame, "calibration")
+
+
+def decision_week_run(
+    decision: PromotionDecision, evidence: WeekEvidence, *, dagster_run_id: str, dagster_run_url: str
+) -> WeekRun:
+    """What the week's MLflow run records of its decision (`log_week_run` writes it into
+    `decision.mlflow_run_id`, the run training opened for the week)."""
+    calibration, report, rises = evidence.calibration, decision.report, decision.failure_mode_rises
+    samples = [
+        {"policy": policy, **s}
+        for policy, side in (("candidate", calibration.pair.candidate), ("baseline", calibration.pair.baseline))
+        for s in side.samples
+    ]
+    return WeekRun(
+        week=evidence.week,
+        window_hash=evidence.window.content_hash,
+        window_frame=pd.DataFrame({"rows": [evidence.window.rows]}),
+        gate_report=report,
+        params={
+            "candidate_path": evidence.candidate_path,
+            "baseline_path": evidence.base_model,
+            "baseline_source": evidence.baseline_kind,
+            "window_rows": evidence.window.rows,
+        },
+        # The baseline is logged as `champion` (this module's naming); rises as their own metrics.
+        metrics={
+            **{s: {"candidate": v["candidate"], "champion": v["baseline"]} for s, v in decision.metrics.items()},
+            "failure_mode_rise": {"candidate": {j.mode: j.jump for j in rises}},
+        },
+        tool_distribution=_tool_shares(calibration),
+        failure_modes={"candidate": decision.failure_modes, "champion": calibration.pair.baseline.failure_modes},
+        reward_curve=list(evidence.reward_curve),
+        samples=samples,
+        validation={"success": evidence.validation_success},
+        datasets=[_calibration_input(calibration)],
+        # The week's reward alignment as a time series: one step per week across the weekly runs.
+        weekly={f"alignment/{k}": v for k, v in alignment_series(calibration.alignment).items()},
+        tags={
+            "calibration_version": calibration.version,
+            "alignment_labels_week": str(calibration.alignment.get("labels_week", "")),
+            "dagster_run_id": dagster_run_id,
+            "dagster_run_url": dagster_run_url,
+            "gate_reason": report.reason[:4000],
+            "failure_mode_rises": ", ".join(j.mode for j in rises) or "none",
+        },
+    )

@@ -3,8 +3,9 @@
 The same entry point runs as a plain subprocess (Dagster Pipes locally) and under `accelerate
 launch` (one process per device). A retry resumes from the last complete checkpoint in the output
 folder by itself, so a killed run loses at most `save_steps` steps. At the end the main process
-saves the model (safetensors + tokenizer + generation config) under `<output_dir>/final` and writes
-`<output_dir>/result.json`.
+saves the model (safetensors + tokenizer + generation config) under `<output_dir>/final`, reports
+the run's `GRPOResult` as the reporter's final event (Dagster reads it from Pipes) and writes it to
+`<output_dir>/result.json` for whoever ran it by hand.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import last_checkpoint, load_policy, save_final_model
 from training.curriculum import build_dataset, tools_for_levels
 from training.grpo_config import ConfigError, GRPORunConfig, to_grpo_config, validate
+from training.grpo_result import GRPOResult
 from training.reporting import Reporter, make_reporter
 from training.rewards import trl_reward_functions
 from training.sandbox.environment import environment_class
@@ -138,8 +140,9 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     return trainer, mix
 
 
-def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, Any]:
-    """Validate, train (resuming when a checkpoint exists), save, write result.json; the summary."""
+def run(config: GRPORunConfig, reporter: Reporter | None = None) -> GRPOResult | None:
+    """Validate, train (resuming when a checkpoint exists), save, report the result; the result on
+    the main process, None on the others (under `accelerate launch` only the main one reports)."""
     reporter = reporter or make_reporter()
     validate(config)
     if config.torch_threads:
@@ -166,32 +169,34 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> dict[str, An
         # save_model also pickles TrainingArguments; the model folder that is logged and registered
         # must hold nothing that unpickles (the registry refuses it).
         (final_dir / "training_args.bin").unlink(missing_ok=True)
-    summary: dict[str, Any] = {}
+    result = None
     if main:
         save_final_model(trainer.model, trainer.processing_class, final_dir)
-        summary = {
-            "final_step": trainer.state.global_step,
-            "model_path": str(final_dir),
-            "resumed_from": str(resume.path) if resume else None,
-            "resumed_from_step": resume.global_step if resume else 0,
-            "world_size": trainer.accelerator.num_processes,
-            "train_loss": float(output.training_loss),
-            "metrics": trainer.reporting_callback.last_logs,
-            "level_mix": mix.to_dict(),
-            "seconds": round(time.monotonic() - started, 1),
+        result = GRPOResult(
+            final_step=trainer.state.global_step,
+            model_path=str(final_dir),
+            train_loss=float(output.training_loss),
+            world_size=trainer.accelerator.num_processes,
+            resumed_from=str(resume.path) if resume else None,
+            resumed_from_step=resume.global_step if resume else 0,
+            seconds=round(time.monotonic() - started, 1),
             # The whole curve, resumed steps included (the trainer state carries the log history).
-            "reward_curve": [float(e["reward"]) for e in trainer.state.log_history if "reward" in e],
-            # Share of generation groups whose rewards were all equal (zero advantage, no gradient
-            # from the reward): 1.0 means the run had no learning signal at all.
-            "zero_std_fraction": _mean_logged(trainer.state.log_history, "frac_reward_zero_std"),
-        }
+            reward_curve=tuple(float(e["reward"]) for e in trainer.state.log_history if "reward" in e),
+            zero_std_fraction=_mean_logged(trainer.state.log_history, "frac_reward_zero_std"),
+            metrics=dict(trainer.reporting_callback.last_logs),
+            level_mix=mix.to_dict(),
+        )
         client = trainer.reporting_callback.client
         if client is not None:
             client.log_artifacts(config.mlflow_run_id, str(final_dir), "model")
-        (Path(config.output_dir) / "result.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-        reporter.final(summary)
+        # Not read back by any launcher (Dagster takes the result from the final event). It is for
+        # a run launched by hand, often under `accelerate launch`: there every process's library
+        # output interleaves on the terminal, and this file is the run's record that stays beside
+        # its checkpoints and model.
+        (Path(config.output_dir) / "result.json").write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+        reporter.final(result.to_dict())
     trainer.accelerator.wait_for_everyone()
-    return summary
+    return result
 
 
 def _mean_logged(log_history: list[dict[str, Any]], key: str) -> float | None:

@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resume",
         help="after a person read the served traffic: lift the live watch's promotion pause",
         description="Lift the live watch's promotion pause, recording who resumed promotions and why in "
-        "$RETRAIN_HOME/watch/pause.json beside the pause.",
+        "the Dagster instance (a promotion_pause event) beside the pause.",
     )
     p.add_argument("--by", required=True, help="who resumes promotions")
     p.add_argument("--reason", required=True, help="why: what the person read and concluded")

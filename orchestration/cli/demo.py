@@ -123,8 +123,8 @@ def _summary_rows(result: WeekRun) -> list[str]:
         return [f"  week {result.week}: no promotion decision (see the Dagster run for the failed step)"]
     report, lineage = decision.report, decision.lineage
     rows = [
-        f"  week {result.week}: window {lineage['window_rows']} rows, hash {lineage['window_hash'][:12]}, "
-        f"validation {lineage['validation']}, baseline = {report.baseline_kind}",
+        f"  week {result.week}: window {lineage.window_rows} rows, hash {(lineage.window_hash or '')[:12]}, "
+        f"validation {lineage.validation}, baseline = {report.baseline_kind}",
         f"    {'metric':32s} {'candidate':>10s} {'baseline':>10s}",
     ]
     for label in ("calibration", "shadow"):
