@@ -60,12 +60,28 @@ def validate_record(
     (`dataplane.openai_chat`). Raises ContractError naming the first violation.
     """
     try:
-        return RECORD_ADAPTER.validate_python(
-            obj, context=validation_context(now or datetime.now(UTC), domains, rebuilt)
-        )
+        return _VALIDATE(obj, context=_context(now, domains, rebuilt))
     except ValidationError as err:
         rule, detail = _first_violation(err.errors(include_url=False))
         raise ContractError(rule, detail, obj) from None
+
+
+# `TypeAdapter.validate_python` only checks its by_alias/by_name arguments and forwards to the
+# core validator: ingestion validates every record, so it calls the validator itself.
+_VALIDATE = RECORD_ADAPTER.validator.validate_python
+# The last context built, by the identity of what it was built from: an ingest pass validates
+# every record with the same `now` and `DomainLookup`. (The validators only read the context.)
+_LAST_CONTEXT: tuple[object, object, bool, dict] = (None, None, False, {})
+
+
+def _context(now: datetime | None, domains: DomainLookup | None, rebuilt: bool) -> dict:
+    global _LAST_CONTEXT
+    last_now, last_domains, last_rebuilt, context = _LAST_CONTEXT
+    if now is None or domains is None or now is not last_now or domains is not last_domains or rebuilt != last_rebuilt:
+        context = validation_context(now or datetime.now(UTC), domains, rebuilt)
+        if now is not None and domains is not None:
+            _LAST_CONTEXT = (now, domains, rebuilt, context)
+    return context
 
 
 # Python type names for pydantic's "wrong type" errors, as the details have always said them.

@@ -94,21 +94,6 @@ def nesting_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
 _SCAN = _DECODER.scan_once  # the C scanner the decoder wraps
 
 
-def _decode(text: str) -> Any:
-    """`_DECODER.decode(text)`, calling its scanner directly when `text` is one bare JSON value.
-
-    `JSONDecoder.decode` runs two whitespace regexes and a Python frame around the scanner; on
-    the four JSON texts of a Parquet row that is a tenth of ingesting it. Anything the scanner
-    does not take whole (whitespace around the value, trailing data, no value at all) goes through
-    `decode`, so every error and its message is the decoder's own.
-    """
-    try:
-        value, end = _SCAN(text, 0)
-    except StopIteration:
-        return _DECODER.decode(text)
-    return value if end == len(text) else _DECODER.decode(text)
-
-
 def decode_json(text: str, where: str = "") -> Any:
     """Decode `text`; `where` (e.g. "line 12"), when given, starts every error detail.
 
@@ -116,7 +101,18 @@ def decode_json(text: str, where: str = "") -> Any:
     with `ContractError.at`.
     """
     try:
-        value = _decode(text)
+        # The decoder's C scanner is called directly when `text` is one bare JSON value:
+        # `JSONDecoder.decode` runs two whitespace regexes and a Python frame around it, which on
+        # the four JSON texts of a Parquet row is a tenth of ingesting it. Anything the scanner
+        # does not take whole (whitespace around the value, trailing data, no value at all) goes
+        # through `decode`, so every error and its message is the decoder's own. (Inlined here,
+        # not a helper: a Python frame per text is measurable too.)
+        try:
+            value, end = _SCAN(text, 0)
+        except StopIteration:
+            end = None
+        if end != len(text):
+            value = _DECODER.decode(text)
     except _DuplicateKey as err:
         raise _located(ContractError("duplicate_key", f"an object repeats the key {err.key[:100]!r}"), where) from None
     except _IntTooLarge as err:
@@ -125,7 +121,8 @@ def decode_json(text: str, where: str = "") -> Any:
         raise _located(ContractError("invalid_json", str(err)), where) from err
     except RecursionError:  # far deeper than MAX_DEPTH: the decoder itself gives up
         raise _located(ContractError("too_deep", "arrays and objects nest too deep to decode"), where) from None
-    if _text_nests_deeper(text, value):
+    # The bracket count is `_text_nests_deeper`'s first test, inlined: most texts stop at it.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _text_nests_deeper(text, value):
         raise _located(ContractError("too_deep", f"arrays and objects nest deeper than {MAX_DEPTH} levels"), where)
     return value
 

@@ -78,6 +78,8 @@ def scrub_fields(record: dict[str, Any], scanner: PiiScanner) -> dict[str, Any]:
     clean = record
     for key in FREE_FORM_FIELDS:
         value = record[key]
+        if not value:  # None (no gold, no label), an empty text or object: the walk returns it as is
+            continue
         try:
             new = walk.messages(value) if key == "messages" else walk.value(value)
         except KeyCollisionError as err:
@@ -175,6 +177,8 @@ class _Walk:
             if (len(content) < _SHORT and "@" not in content and content.isascii()) or content in known
             else self.text(content)
         )
+        if len(message) == 2 and "role" in message:  # role and content alone, as most messages are
+            return message if new_content is content else {**message, "content": new_content}
         calls = message.get("tool_calls")
         new_calls = _replaced(calls, [self.call(c) for c in calls]) if calls else calls
         name = message.get("name")

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane import pii_records, rowtext, scrub
+from dataplane import jsontext, pii_records, record_model, rowtext, scrub
 from dataplane.contract import ContractError, validate_record
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store, prepare_row
@@ -238,3 +238,108 @@ def test_short_clean_strings_are_remembered_and_the_memory_is_bounded(monkeypatc
     for i in range(pii_records._KNOWN_CLEAN_MAX + 10):
         walk.text(f"tool_name_{i}")
     assert len(walk.known) <= pii_records._KNOWN_CLEAN_MAX
+
+
+# ---- issue 28, speed: the shortcuts of the ingest hot path against the code they replace ----
+
+
+def _id_may_hold_pii_by_str(value: str) -> bool:
+    """`record_model._id_may_hold_pii` as it was: a `str.translate` shape (the bytes one replaced it)."""
+    table = str.maketrans(
+        {
+            chr(c): "d" if chr(c).isdigit() else "s" if chr(c) in ".-" else "L" if chr(c).isupper() else "_"
+            for c in range(128)
+        }
+    )
+    if value[:1].isdigit() or ":" in value:
+        return True
+    shape = value.translate(table)
+    if "d" * 13 in shape or "dddsd" in shape or "LLdddddd" in shape:
+        return True
+    return len(value) >= 15 and record_model._ID_IBAN.search(value) is not None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet="0123456789AZGBdx_.:-", min_size=1, max_size=40))
+def test_id_shape_in_bytes_gives_the_str_shape_answer(value):
+    # Identifiers reach the check only after their pattern ([A-Za-z0-9_.:-]): ASCII.
+    assert record_model._id_may_hold_pii(value) == _id_may_hold_pii_by_str(value)
+
+
+def test_non_ascii_id_is_always_scanned():
+    assert record_model._id_may_hold_pii("ab\u0663cd")
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"content": st.text(alphabet="0123456789 -+@.ab\u200b", max_size=30)},
+            optional={
+                "role": st.just("user"),
+                "name": st.text(alphabet="0123456789 -@.ab", max_size=20),
+                "tool_calls": st.lists(
+                    st.fixed_dictionaries(
+                        {"name": st.just("f"), "arguments": st.dictionaries(st.just("k"), st.text("0123456789 -@.ab"))}
+                    ),
+                    max_size=2,
+                ),
+            },
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_message_of_role_and_content_scrubs_as_a_whole_message(messages):
+    # A message of role and content alone skips the tool-call and name lookups: the same result as
+    # walking its content as any other free-form text; any other message (even of two keys) is
+    # walked in full.
+    scanner = pii_records.domain_scanner()
+    clean = pii_records.scrub_field(messages, "messages", scanner)
+    for before, after in zip(messages, clean):
+        assert after["content"] == scanner.scrub(before["content"])
+        if "name" in before:
+            assert after["name"] == scanner.scrub(before["name"])
+        for call, new_call in zip(before.get("tool_calls") or [], after.get("tool_calls") or []):
+            assert new_call["arguments"] == pii_records.scrub_field(call["arguments"], "initial_state", scanner)
+        if after == before:
+            assert after is before
+
+
+@pytest.mark.parametrize(
+    "text, rule",
+    [
+        ("", "invalid_json"),
+        (" {}", None),
+        ('{"a": 1} x', "invalid_json"),
+        ('{"a": 1, "a": 2}', "duplicate_key"),
+        ("[" * 65 + "]" * 65, "too_deep"),
+        ("[" * 64 + "]" * 64, None),
+        ("9" * 30, "number_too_large"),
+    ],
+)
+def test_decode_json_with_the_scanner_inlined_keeps_every_rule(text, rule):
+    if rule is None:
+        assert jsontext.decode_json(text) == json.loads(text)
+    else:
+        with pytest.raises(ContractError) as err:
+            jsontext.decode_json(text, "line 3")
+        assert err.value.rule == rule and err.value.detail.startswith("line 3")
+
+
+def test_validation_context_is_reused_only_for_the_same_now_and_domains(good):
+    from dataplane import contract
+    from dataplane.domain_rules import DomainLookup
+
+    lookup = DomainLookup()
+    first = contract._context(NOW, lookup, False)
+    assert contract._context(NOW, lookup, False) is first
+    assert contract._context(NOW, DomainLookup(), False) is not first
+    assert contract._context(NOW, lookup, True)["rebuilt"] is True
+    later = datetime(2031, 1, 1, tzinfo=UTC)
+    assert contract._context(later, lookup, False)["now"] is later
+    # A record in the future of one `now` and not of the other is judged by the `now` given.
+    future = {**good, "ended_at": "2030-12-01T00:00:00Z", "started_at": "2030-12-01T00:00:00Z"}
+    with pytest.raises(ContractError):
+        validate_record(future, NOW, lookup)
+    assert validate_record(future, later, lookup)["ended_at"] == "2030-12-01T00:00:00Z"

@@ -103,9 +103,10 @@ class RetailDomain(Domain):
         conversation starts (`validate_world`), so a sparse record fails that one trial, named."""
         checked = super().validate_initial_state(initial_state)
         for table in self.tables:
-            bad = next((rid for rid, record in checked[table].items() if not isinstance(record, dict)), None)
-            if bad is not None:
-                raise ValueError(f"initial_state.{table}[{bad!r}] is not an object")
+            # A plain loop (no generator per table): ingestion runs this for every record.
+            for rid, record in checked[table].items():
+                if not isinstance(record, dict):
+                    raise ValueError(f"initial_state.{table}[{rid!r}] is not an object")
         return checked
 
     def replay(self, initial_state: Mapping[str, Any], actions: Sequence[Mapping[str, Any]]) -> tuple[dict, list[str]]:
