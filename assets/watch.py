@@ -27,6 +27,7 @@ from monitoring.watch import (
 )
 from monitoring.watch_alarms import AlarmOutcome, sound_alarms
 from monitoring.watch_log import log_watch_day
+from tracking.containment import containment_of
 from tracking.registry import champion_info
 
 # The thresholds are declared once, on WatchSettings; the Dagster config is built from its fields.
@@ -131,12 +132,23 @@ def live_watch(
     except EvaluatedMixError as err:  # a bad tag stays bad on a retry
         raise dg.Failure(str(err), allow_retries=False) from err
     watch = watch_day(day, served_by, records, evaluated, reference_on, reference, settings)
+    # An operator's containment changes what the champion's traffic shows (every conversation
+    # handed over, or writes refused), so the day's report says which mode was in force.
+    containment = containment_of(uri, model)
     outcome = sound_alarms(h, watch, InstancePauseLog(context.instance, context))
     run_id = log_watch_day(uri, watch, artifact_location=h.mlflow_artifacts.as_uri())
     for finding in watch.findings:
         yield _check(finding)
     context.log.info(
         f"{served_by} on {day}: {watch.interactions} interactions; {watch.action_drift.detail}; "
-        f"{watch.reward_shift.detail}" + (f"; {outcome.pause.summary}" if outcome.pause else "")
+        f"{watch.reward_shift.detail}"
+        + (f"; {outcome.pause.summary}" if outcome.pause else "")
+        + (
+            f"; contained ({containment.mode}) by {containment.by}: {containment.reason}"
+            if containment.mode != "off"
+            else ""
+        )
     )
-    yield dg.MaterializeResult(metadata=_metadata(watch, outcome, mlflow.run_url(h, run_id)))
+    yield dg.MaterializeResult(
+        metadata={**_metadata(watch, outcome, mlflow.run_url(h, run_id)), "containment": containment.to_dict()}
+    )

@@ -25,6 +25,7 @@ from orchestration import environment
 from orchestration.definitions import defs
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
+from tracking.containment import set_containment
 from tracking.registry import check_decision_digest, register_candidate, rollback
 from tracking.run_log import record_approval
 
@@ -180,6 +181,17 @@ def resume_watch(by: str, reason: str, home: Home | None = None) -> dict[str, An
     if lifted is None:
         raise ResumeError("nothing to resume: promotions are not paused by the live watch")
     return {"resumed": lifted}
+
+
+def contain_champion(
+    mode: str, by: str, reason: str, home: Home | None = None, domain: str = DEFAULT_DOMAIN
+) -> dict[str, Any]:
+    """Set the containment mode of `domain`'s registered model (`tracking.containment`): what every
+    server of its champion obeys from its next conversation on; the state now in force."""
+    home = (home or environment.home()).ensure()
+    uri, name = mlflow_target(home, domain)
+    state = set_containment(uri, name, mode, by, reason, artifact_location=home.mlflow_artifacts.as_uri())
+    return {"model": name, **state.to_dict()}
 
 
 def rollback_champion(home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:

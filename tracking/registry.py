@@ -147,7 +147,7 @@ def mlflow_step(uri: str, step: str) -> Iterator[None]:
         raise RegistryError(step, uri, err) from err
 
 
-def _has_code(err: MlflowException, name: str) -> bool:
+def has_code(err: MlflowException, name: str) -> bool:
     """Whether `err` carries MLflow error code `name` (e.g. "RESOURCE_ALREADY_EXISTS")."""
     from mlflow.protos.databricks_pb2 import ErrorCode  # heavy (~1 s): see the module docstring
 
@@ -177,7 +177,7 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | 
     try:
         return client.create_experiment(name, artifact_location=artifact_location)
     except MlflowException as err:
-        if not _has_code(err, "RESOURCE_ALREADY_EXISTS"):  # a concurrent creator won the race
+        if not has_code(err, "RESOURCE_ALREADY_EXISTS"):  # a concurrent creator won the race
             raise
         return client.get_experiment_by_name(name).experiment_id
 
@@ -306,12 +306,12 @@ def _ensure_registered_model(client: MlflowClient, name: str) -> None:
     try:
         client.get_registered_model(name)
     except MlflowException as err:
-        if not _has_code(err, "RESOURCE_DOES_NOT_EXIST"):
+        if not has_code(err, "RESOURCE_DOES_NOT_EXIST"):
             raise
         try:
             client.create_registered_model(name, description="Retail customer-service agent (GRPO, weekly).")
         except MlflowException as race:
-            if not _has_code(race, "RESOURCE_ALREADY_EXISTS"):
+            if not has_code(race, "RESOURCE_ALREADY_EXISTS"):
                 raise
 
 
@@ -508,7 +508,7 @@ def _aliases(client: MlflowClient, name: str, uri: str) -> dict[str, str] | None
         try:
             return dict(client.get_registered_model(name).aliases)
         except MlflowException as err:
-            if _has_code(err, "RESOURCE_DOES_NOT_EXIST"):
+            if has_code(err, "RESOURCE_DOES_NOT_EXIST"):
                 return None
             raise
 

@@ -34,11 +34,14 @@ from orchestration.runner import (
     NoDecisionError,
     RetrainBusyError,
     approve_week,
+    contain_champion,
     resume_watch,
     rollback_champion,
     run_week,
 )
+from tracking.containment import ContainmentRecordError
 from tracking.registry import ModelDirError, RegistryError
+from training.sandbox.containment import CONTAINMENT_MODES, ContainmentError
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
 
@@ -211,6 +214,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_contain(args: argparse.Namespace) -> int:
+    try:
+        print(json.dumps(contain_champion(args.mode, args.by, args.reason, domain=args.domain), indent=2))
+    except (ContainmentError, ContainmentRecordError) as err:
+        raise CliError(str(err)) from err
+    return 0
+
+
 def _cmd_rollback(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(rollback_champion(domain=args.domain), indent=2, default=str))
@@ -313,6 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", required=True, help="who resumes promotions")
     p.add_argument("--reason", required=True, help="why: what the person read and concluded")
     p.set_defaults(func=_cmd_resume)
+
+    p = sub.add_parser(
+        "contain",
+        help="stop the served agent doing harm while people look: hand every conversation over, or refuse writes",
+        description="Set the containment mode of the registered model, recorded in MLflow with who and why: "
+        "handoff (every conversation goes to a person), read-only (write tools are refused with a clear "
+        "message), off (serve as usual). Every server of the champion obeys it from its next conversation.",
+    )
+    p.add_argument("--mode", required=True, choices=CONTAINMENT_MODES)
+    p.add_argument("--by", required=True, help="who sets the mode")
+    p.add_argument("--reason", required=True, help="why: what was seen")
+    _domain_option(p)
+    p.set_defaults(func=_cmd_contain)
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")
     _domain_option(p)

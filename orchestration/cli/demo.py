@@ -28,8 +28,10 @@ from evaluation.gates import ApprovalError
 from monitoring.health import check_champion
 from orchestration import environment
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
+from tracking.containment import containment_of
 from tracking.registry import champion_info, find_base_version, find_week_version, local_champion
 from training.policies import HFPolicy
+from training.sandbox.containment import contained
 from training.tiny.manifest import shipped_agent_path
 from training.traffic.simulate import simulate
 
@@ -216,7 +218,10 @@ def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> 
     path, version = _serving_model(home, uri, name)
     print(f"serving week {monday} with {version} ({path}): {per_day} conversations a day ...", flush=True)
     started = time.monotonic()
-    policy = serving_policy(path)
+    containment = containment_of(uri, name)
+    if containment.mode != "off":
+        print(f"  contained ({containment.mode}) by {containment.by}: {containment.reason}", flush=True)
+    policy = contained(serving_policy(path), containment.mode)
     sim = simulate(
         days=7,
         per_day=per_day,

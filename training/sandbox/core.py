@@ -25,6 +25,12 @@ from training.sandbox.tool_args import ArgumentError, ParamSpec, check_arguments
 
 TRANSFERRED_ERROR = "Error: the conversation was transferred to a human agent; no further tool calls"
 INJECTED_ERROR = "Error: the system timed out; please try again"
+# What a write tool answers while an operator holds the agent read-only (`retrain contain --mode
+# read-only`): nothing changes, and the agent is told why and what it can still do.
+READ_ONLY_ERROR = (
+    "Error: refused: an operator has put the agent in read-only mode, so no change can be made; "
+    "hand the customer to a human agent for this request"
+)
 # Calls that can suffer an injected outage: the ones that reach the (imagined) back-end system.
 _OUTAGE_KINDS = frozenset({ToolKind.READ.value, ToolKind.WRITE.value, ToolKind.IDENTIFY.value})
 
@@ -70,6 +76,7 @@ class EnvironmentCore:
         self._simulator: Any = None
         self._outage_at: int | None = None  # which system call fails, when errors are injected
         self._system_calls = 0
+        self._read_only = False  # an operator's containment: every write tool is refused
 
     def reset(self, **row: Any) -> None:
         """Start a new conversation from one dataset row (TRL passes the whole row).
@@ -92,6 +99,7 @@ class EnvironmentCore:
         if row.get("inject_tool_errors"):
             # a private generator: the global one belongs to the trainer
             self._outage_at = random.Random(int(row.get("seed") or 0)).randint(1, 3)
+        self._read_only = row.get("read_only") is True
         target = row.get("customer_id", row.get("user_id"))
         self._target = target if isinstance(target, str) else None
         self._simulator = row.get("simulator")
@@ -111,11 +119,21 @@ class EnvironmentCore:
         self._transferred = False
         self._gold, self._escalation, self._target, self._simulator = None, None, None, None
         self._outage_at, self._system_calls = None, 0
+        self._read_only = False
 
     # ---- read-only views (properties, so TRL does not mistake them for tools) ----
     @property
     def domain(self) -> str:
         return self._DOMAIN
+
+    @property
+    def read_only(self) -> bool:
+        """Whether an operator's containment refuses every write tool (`training.sandbox.containment`)."""
+        return self._read_only
+
+    @read_only.setter
+    def read_only(self, value: bool) -> None:
+        self._read_only = bool(value)
 
     @property
     def state(self) -> dict[str, Any]:
@@ -184,6 +202,8 @@ class EnvironmentCore:
             return self._refuse(name, preview(arguments), f"Error: {exc}")
         if self._transferred:
             return self._refuse(name, clean, TRANSFERRED_ERROR)
+        if self._read_only and info.kind == ToolKind.WRITE:
+            return self._refuse(name, clean, READ_ONLY_ERROR)
         if self._outage_at is not None and info.kind in _OUTAGE_KINDS:
             self._system_calls += 1
             if self._system_calls == self._outage_at:
