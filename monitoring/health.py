@@ -255,7 +255,7 @@ def check_champion(
     )
     if verdict.healthy:
         return {"action": "none", "reason": verdict.reason, "n": verdict.n, "champion": served_by, "latest": latest}
-    result = rollback(tracking_uri, model_name)
+    result = rollback(tracking_uri, model_name, moved_by=f"champion_health check: {verdict.reason}")
     path = record_incident(
         home,
         "champion_rollback",

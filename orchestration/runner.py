@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import getpass
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,6 +163,7 @@ def approve_week(week: str, approver: str, home: Home | None = None, domain: str
         approved.week,
         approved.lineage,
         approved.report,
+        moved_by=f"retrain approve by {approver} (OS user {getpass.getuser()})",
         name=name,
         run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
@@ -196,4 +198,5 @@ def contain_champion(
 
 def rollback_champion(home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
     """Make `previous_champion` of `domain`'s model the champion again (one step back per call)."""
-    return asdict(rollback(*mlflow_target((home or environment.home()).ensure(), domain)))
+    uri, name = mlflow_target((home or environment.home()).ensure(), domain)
+    return asdict(rollback(uri, name, moved_by=f"retrain rollback (OS user {getpass.getuser()})"))

@@ -78,6 +78,7 @@ def champion(home, tmp_path):
         lineage,
         evaluate_gates(gate_inputs("better")),
         artifact_location=home.mlflow_artifacts.as_uri(),
+        moved_by="test",
     )
     return home
 

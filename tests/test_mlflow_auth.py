@@ -85,7 +85,7 @@ def test_only_a_signed_in_account_with_permission_moves_champion(tmp_path):
         assert requests.get(search, auth=(MLFLOW_TEST_USER, "wrong-password-here"), timeout=30).status_code == 401
         # The pipeline's account (MLFLOW_TRACKING_USERNAME/PASSWORD in its environment) registers.
         version = register_candidate(
-            uri, model, "2026-11-16", ChampionLineage(model_digest=model_digest(model)), report
+            uri, model, "2026-11-16", ChampionLineage(model_digest=model_digest(model)), report, moved_by="test"
         )
         assert champion_info(uri).version == version == 1
 

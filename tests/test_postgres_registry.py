@@ -46,7 +46,7 @@ def test_registration_aliases_and_rollback_are_idempotent_across_retries(server,
 
     def register(week: str) -> int:
         lineage = ChampionLineage(window_hash=f"h-{week}", run_id="r", model_digest=model_digest(model))
-        return register_candidate(uri, model, week, lineage, report)
+        return register_candidate(uri, model, week, lineage, report, moved_by="test")
 
     assert register("2026-11-16") == 1
     assert register("2026-11-23") == 2
@@ -72,7 +72,7 @@ def test_registration_aliases_and_rollback_are_idempotent_across_retries(server,
     assert aliases_in_postgres(db) == {"champion": 3, "previous_champion": 2}
     assert query(db, "select count(*) from model_versions where name = %s", ("retail-agent",)) == [(3,)]
 
-    assert rollback(uri).to_version == 2
+    assert rollback(uri, moved_by="test").to_version == 2
     assert aliases_in_postgres(db) == {"champion": 2, "previous_champion": 1}
     assert register("2026-11-30") == 3  # a retried registration never re-promotes a rolled-back week
     assert champion_info(uri).version == 2

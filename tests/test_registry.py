@@ -20,6 +20,7 @@ from evaluation.decision import ChampionLineage
 from evaluation.gates import approve, evaluate_gates
 from tests.helpers_gates import gate_inputs
 from tracking.registry import (
+    ALIAS_MOVES_MAX_CHARS,
     CHAMPION,
     PREVIOUS,
     ModelDigestError,
@@ -28,6 +29,7 @@ from tracking.registry import (
     NotPromotableError,
     RegistryError,
     StaleCandidateError,
+    alias_moves,
     champion_info,
     download_champion,
     find_base_version,
@@ -81,7 +83,9 @@ def reg(store, promoted, model_dir):
                 **lineage,
             }
         )
-        return register_candidate(uri, model_dir, week, lineage, report, name=name, artifact_location=artifacts)
+        return register_candidate(
+            uri, model_dir, week, lineage, report, name=name, artifact_location=artifacts, moved_by="test"
+        )
 
     register.uri, register.name = uri, name
     register.client = MlflowClient(uri, registry_uri=uri)
@@ -131,7 +135,12 @@ def test_rerunning_a_week_never_creates_a_second_version(reg):
 def test_with_no_champion_the_base_model_becomes_the_first_one_and_the_rollback_target(reg, model_dir):
     def base(week):
         return register_base_champion(
-            reg.uri, model_dir, week, ChampionLineage(shadow_success=0.25, violation_rate=0.0), name=reg.name
+            reg.uri,
+            model_dir,
+            week,
+            ChampionLineage(shadow_success=0.25, violation_rate=0.0),
+            name=reg.name,
+            moved_by="test",
         )
 
     assert base("2025-W01") == 1  # week one: nothing promoted yet, the base serves and is champion
@@ -144,7 +153,7 @@ def test_with_no_champion_the_base_model_becomes_the_first_one_and_the_rollback_
     assert reg("2025-W01") == 2  # a candidate that beat the base takes over; the base is kept for rollback
     assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
     assert base("2025-W02") is None and versions(reg) == [1, 2]
-    assert rollback(reg.uri, reg.name).to_version == 1
+    assert rollback(reg.uri, reg.name, moved_by="test").to_version == 1
 
 
 def test_a_base_version_left_without_its_alias_is_reused(reg, model_dir, monkeypatch):
@@ -155,9 +164,11 @@ def test_a_base_version_left_without_its_alias_is_reused(reg, model_dir, monkeyp
 
     monkeypatch.setattr(MlflowClient, "set_registered_model_alias", dying)
     with pytest.raises(Crash):
-        register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=reg.name)
+        register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=reg.name, moved_by="test")
     monkeypatch.setattr(MlflowClient, "set_registered_model_alias", real)
-    assert register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=reg.name) == 1
+    assert (
+        register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=reg.name, moved_by="test") == 1
+    )
     assert versions(reg) == [1] and aliases(reg) == {CHAMPION: 1}
 
 
@@ -202,16 +213,19 @@ def test_store_failure_during_registration_leaves_champion_and_retry_registers_o
 def test_unreadable_sqlite_store_raises_clearly_then_retry_registers_once(tmp_path, promoted, model_dir):
     uri, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", (tmp_path / "art").as_uri()
     lineage = ChampionLineage(window_hash="h", model_digest=model_digest(model_dir))
-    register_candidate(uri, model_dir, "2025-W01", lineage, promoted, artifact_location=artifacts)
+    register_candidate(uri, model_dir, "2025-W01", lineage, promoted, artifact_location=artifacts, moved_by="test")
     db = tmp_path / "mlflow.db"
     good = db.read_bytes()
     db.write_bytes(b"this is not a database" * 512)  # same inode: open connections see it too
     with pytest.raises(RegistryError) as err:
-        register_candidate(uri, model_dir, "2025-W02", lineage, promoted, artifact_location=artifacts)
+        register_candidate(uri, model_dir, "2025-W02", lineage, promoted, artifact_location=artifacts, moved_by="test")
     assert "Re-run to retry" in str(err.value)
     db.write_bytes(good)
     assert champion_info(uri).version == 1
-    assert register_candidate(uri, model_dir, "2025-W02", lineage, promoted, artifact_location=artifacts) == 2
+    assert (
+        register_candidate(uri, model_dir, "2025-W02", lineage, promoted, artifact_location=artifacts, moved_by="test")
+        == 2
+    )
     assert find_week_version(uri, "2025-W02") == 2 and champion_info(uri).version == 2
 
 
@@ -223,24 +237,60 @@ def test_closed_port_is_a_clear_error(model_dir, promoted, monkeypatch):
         port = sock.getsockname()[1]
     uri = f"http://127.0.0.1:{port}"
     with pytest.raises(RegistryError) as err:
-        register_candidate(uri, model_dir, "2025-W01", ChampionLineage(model_digest=model_digest(model_dir)), promoted)
+        register_candidate(
+            uri, model_dir, "2025-W01", ChampionLineage(model_digest=model_digest(model_dir)), promoted, moved_by="test"
+        )
     assert uri in str(err.value) and err.value.step == "find week version"
 
 
 def test_rollback_restores_previous_and_walks_further_back(reg):
     for week in ("2025-W01", "2025-W02", "2025-W03"):
         reg(week)
-    result = rollback(reg.uri, reg.name)
+    result = rollback(reg.uri, reg.name, moved_by="test")
     assert (result.from_version, result.to_version, result.previous_version) == (3, 2, 1)
     assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
     assert reg.client.get_model_version(reg.name, "3").tags["rolled_back"] == "true"
     # Re-running the rolled-back week must not re-promote it.
     assert reg("2025-W03") == 3 and aliases(reg)[CHAMPION] == 2
-    second = rollback(reg.uri, reg.name)
+    second = rollback(reg.uri, reg.name, moved_by="test")
     assert (second.to_version, second.previous_version) == (1, None)
     assert aliases(reg) == {CHAMPION: 1}
     with pytest.raises(NoPreviousChampionError):
-        rollback(reg.uri, reg.name)
+        rollback(reg.uri, reg.name, moved_by="test")
+
+
+def test_every_alias_move_records_who_or_what_moved_it(reg):
+    reg("2025-W01")
+    reg("2025-W02")
+    rollback(reg.uri, reg.name, moved_by="retrain rollback (OS user ann)")
+    moves = [(m["alias"], m["version"], m["by"]) for m in alias_moves(reg.uri, reg.name)]
+    assert moves == [
+        (CHAMPION, 1, "test"),
+        (PREVIOUS, 1, "test"),
+        (CHAMPION, 2, "test"),
+        (CHAMPION, 1, "retrain rollback (OS user ann)"),
+        (PREVIOUS, None, "retrain rollback (OS user ann)"),  # nothing older to roll back to: removed
+    ]
+    assert reg.client.get_model_version(reg.name, "1").tags[f"{CHAMPION}_set_by"] == "retrain rollback (OS user ann)"
+    assert alias_moves(reg.uri, "never-registered") == []
+
+
+def test_an_alias_move_without_a_mover_is_refused_before_anything_moves(reg):
+    reg("2025-W01")
+    reg("2025-W02")
+    with pytest.raises(RegistryError, match="who or what moved it"):
+        rollback(reg.uri, reg.name, moved_by=" ")
+    assert aliases(reg) == {CHAMPION: 2, PREVIOUS: 1}
+
+
+def test_the_move_history_stays_under_mlflows_tag_size(reg):
+    reg("2025-W01")
+    reg("2025-W02")
+    for _ in range(30):  # rollback and re-promote by hand, many times over
+        rollback(reg.uri, reg.name, moved_by="x" * 150)
+        reg.client.set_registered_model_alias(reg.name, PREVIOUS, "1")
+    moves = alias_moves(reg.uri, reg.name)
+    assert len(json.dumps(moves)) <= ALIAS_MOVES_MAX_CHARS and moves[-1]["by"] == "x" * 150
 
 
 def test_only_promote_decisions_register(reg):
@@ -303,7 +353,9 @@ def test_a_weight_file_changed_after_the_decision_is_refused_and_nothing_registe
     assert versions(reg) == [] and aliases(reg) == {}
     assert not list(model_dir.parent.glob(".model-staged-*"))  # the staged copy is gone
     with pytest.raises(ModelDigestError, match=r"records no model_digest"):
-        register_candidate(reg.uri, model_dir, "2025-W01", ChampionLineage(window_hash="h"), promoted, name=reg.name)
+        register_candidate(
+            reg.uri, model_dir, "2025-W01", ChampionLineage(window_hash="h"), promoted, name=reg.name, moved_by="test"
+        )
     assert versions(reg) == []
 
 
@@ -312,7 +364,9 @@ def test_the_registered_version_is_the_folder_the_decision_digested(reg, model_d
     info = champion_info(reg.uri, reg.name)
     assert info.tags[MODEL_DIGEST_KEY] == model_digest(model_dir)
     assert model_digest(download_champion(reg.uri, tmp_path / "dl", reg.name)) == model_digest(model_dir)
-    base = register_base_champion(reg.uri, model_dir, "2025-W01", ChampionLineage(), name=f"{reg.name}-base")
+    base = register_base_champion(
+        reg.uri, model_dir, "2025-W01", ChampionLineage(), name=f"{reg.name}-base", moved_by="test"
+    )
     mv = reg.client.get_model_version(f"{reg.name}-base", str(base))
     assert mv.tags[MODEL_DIGEST_KEY] == model_digest(model_dir)  # the base is digested as it is uploaded
 

@@ -126,7 +126,7 @@ def test_registration_alias_rollback_and_outage_against_a_server(server, tmp_pat
 
     def register(week: str) -> int:
         lineage = ChampionLineage(window_hash=f"h-{week}", run_id="r", model_digest=model_digest(model))
-        return register_candidate(uri, model, week, lineage, report)
+        return register_candidate(uri, model, week, lineage, report, moved_by="test")
 
     assert register("2025-W01") == 1
     assert register("2025-W02") == 2
@@ -134,7 +134,7 @@ def test_registration_alias_rollback_and_outage_against_a_server(server, tmp_pat
     info = champion_info(uri)
     assert (info.version, info.previous_version, info.week) == (2, 1, "2025-W02")
     assert info.source.startswith("mlflow-artifacts:")  # proxied artifacts, uploaded through the server
-    assert rollback(uri).to_version == 1 and champion_info(uri).version == 1
+    assert rollback(uri, moved_by="test").to_version == 1 and champion_info(uri).version == 1
 
     server.stop()  # MLflow goes down during the next registration
     with pytest.raises(RegistryError) as err:

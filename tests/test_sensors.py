@@ -52,6 +52,7 @@ def two_champions(home, tmp_path):
             ChampionLineage(shadow_success=0.9, violation_rate=0.02, model_digest=model_digest(model)),
             report,
             artifact_location=home.mlflow_artifacts.as_uri(),
+            moved_by="test",
         )
     assert champion_info(home.mlflow_uri).version == 2
     return home

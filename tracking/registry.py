@@ -22,6 +22,7 @@ CLI and every Dagster code-location load import this module for its names and er
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,7 @@ import requests
 import sqlalchemy.exc
 
 from dataplane.hashing import MODEL_DIGEST_KEY, model_digest
+from dataplane.scrub import scrub_text
 from evaluation.decision import ChampionLineage
 from evaluation.gates import GateReport
 
@@ -45,6 +48,11 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL_NAME = "retail-agent"
 DEFAULT_EXPERIMENT = "retail-agent-weekly"
+# Who or what moved each alias (record_alias_move): a JSON list on the registered model, oldest
+# dropped first to stay under MLflow's 5,000-character tag value.
+ALIAS_MOVES_TAG = "alias_moves"
+ALIAS_MOVES_MAX_CHARS = 4500
+MAX_MOVED_BY_CHARS = 200
 CHAMPION, PREVIOUS = "champion", "previous_champion"
 MODEL_ARTIFACT_PATH = "model"
 WEEK_TAG, PROMOTED_TAG, REPLACED_TAG = "week", "promoted", "replaced_version"
@@ -339,7 +347,50 @@ def _week_order(a: str, b: str) -> int | None:
     return None
 
 
-def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str) -> None:
+def record_alias_move(
+    client: MlflowClient, name: str, alias: str, version: int | None, moved_by: str, uri: str
+) -> None:
+    """Record that `moved_by` (a person, a command, a sensor) pointed `alias` at `version` (None:
+    removed): appended to the registered model's `ALIAS_MOVES_TAG`, a JSON list kept under MLflow's
+    tag size by dropping the oldest moves, and, for a version, its `<alias>_set_by` tag. MLflow keeps
+    no history of aliases, so without this a rollback or a promotion could not be traced to whoever
+    made it."""
+    by = _mover(moved_by, uri)
+    with mlflow_step(uri, f"record {alias} move"):
+        moves = json.loads(client.get_registered_model(name).tags.get(ALIAS_MOVES_TAG) or "[]")
+        moves.append(
+            {"alias": alias, "version": version, "by": by, "at": datetime.now(UTC).isoformat(timespec="seconds")}
+        )
+        while len(json.dumps(moves)) > ALIAS_MOVES_MAX_CHARS:
+            moves.pop(0)
+        client.set_registered_model_tag(name, ALIAS_MOVES_TAG, json.dumps(moves))
+        if version is not None:
+            client.set_model_version_tag(name, str(version), f"{alias}_set_by", by)
+
+
+def _mover(moved_by: Any, uri: str) -> str:
+    """`moved_by` as recorded (scrubbed, capped); RegistryError when it says nothing, checked before
+    any alias moves so that no move goes unrecorded."""
+    if not isinstance(moved_by, str) or not moved_by.strip():
+        raise RegistryError("set alias", uri, "an alias move needs who or what moved it (moved_by)")
+    return scrub_text(moved_by.strip())[:MAX_MOVED_BY_CHARS]
+
+
+def alias_moves(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> list[dict[str, Any]]:
+    """The recorded alias moves of `name`, oldest first ([] for a model never moved or not registered)."""
+    client = mlflow_client(tracking_uri)
+    from mlflow.exceptions import MlflowException  # heavy (~1 s): see the module docstring
+
+    with mlflow_step(tracking_uri, "read alias moves"):
+        try:
+            return json.loads(client.get_registered_model(name).tags.get(ALIAS_MOVES_TAG) or "[]")
+        except MlflowException as err:
+            if has_code(err, "RESOURCE_DOES_NOT_EXIST"):
+                return []
+            raise
+
+
+def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str, moved_by: str) -> None:
     with mlflow_step(uri, "read aliases"):
         mv = client.get_model_version(name, str(version))
         if mv.tags.get(PROMOTED_TAG) == "true":
@@ -355,11 +406,14 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str)
         with mlflow_step(uri, f"set alias {PREVIOUS}"):
             client.set_registered_model_alias(name, PREVIOUS, str(current))
             client.set_model_version_tag(name, str(version), REPLACED_TAG, str(current))
+        record_alias_move(client, name, PREVIOUS, int(current), moved_by, uri)
         with mlflow_step(uri, f"set alias {CHAMPION}"):
             client.set_registered_model_alias(name, CHAMPION, str(version))
+        record_alias_move(client, name, CHAMPION, version, moved_by, uri)
     elif current is None:
         with mlflow_step(uri, f"set alias {CHAMPION}"):
             client.set_registered_model_alias(name, CHAMPION, str(version))
+        record_alias_move(client, name, CHAMPION, version, moved_by, uri)
     with mlflow_step(uri, "tag promoted"):
         client.set_model_version_tag(name, str(version), PROMOTED_TAG, "true")
 
@@ -371,11 +425,13 @@ def register_candidate(
     lineage: ChampionLineage,
     gate_report: GateReport | Mapping[str, Any],
     *,
+    moved_by: str,
     name: str = DEFAULT_MODEL_NAME,
     run_id: str | None = None,
     artifact_location: str | None = None,
 ) -> int:
     """Register the week's promoted candidate and make it `champion`; returns the version number.
+    `moved_by` says who or what moved the aliases (`record_alias_move`).
 
     Idempotent per week: a second call returns the same version (finishing alias moves a crash
     interrupted). `run_id` (else `lineage.run_id`) is the run the model folder is logged into;
@@ -389,6 +445,7 @@ def register_candidate(
     report = gate_report if isinstance(gate_report, GateReport) else GateReport.from_dict(gate_report)
     if report.decision != "promote":
         raise NotPromotableError("not promotable", tracking_uri, f"gate decision is {report.decision!r}, not 'promote'")
+    _mover(moved_by, tracking_uri)
     expected = _recorded_digest(tracking_uri, model_dir, week, lineage)
     _check_names(week, name)
     path = check_model_dir(model_dir)
@@ -418,7 +475,7 @@ def register_candidate(
                 description=_description(week, lineage, report),
             )
         version = int(mv.version)
-    _promote(client, name, version, week, tracking_uri)
+    _promote(client, name, version, week, tracking_uri, moved_by)
     return version
 
 
@@ -432,11 +489,13 @@ def register_base_champion(
     week: str,
     lineage: ChampionLineage,
     *,
+    moved_by: str,
     name: str = DEFAULT_MODEL_NAME,
     run_id: str | None = None,
     artifact_location: str | None = None,
 ) -> int | None:
     """Make the base model the first `champion` when the registry has none; its version, else None.
+    `moved_by` says who or what moved the alias (`record_alias_move`).
 
     Week one has no champion to gate against, so the candidate is gated against the base model
     it was trained from. Whatever that decides, the base model is what serves
@@ -446,6 +505,7 @@ def register_base_champion(
     `previous_champion` to roll back to. It never replaces a champion. Idempotent: a base version
     registered before (say, by a run that crashed before the alias moved) is reused.
     """
+    _mover(moved_by, tracking_uri)
     _check_names(week, name)
     path = check_model_dir(model_dir)
     client = mlflow_client(tracking_uri)
@@ -477,7 +537,7 @@ def register_base_champion(
                 description=f"Base model, first champion (no candidate promoted yet; registered in week {week}).",
             )
         version = int(mv.version)
-    _promote(client, name, version, week, tracking_uri)
+    _promote(client, name, version, week, tracking_uri, moved_by)
     return version
 
 
@@ -562,14 +622,15 @@ def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAUL
         )
 
 
-def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResult:
-    """Make `previous_champion` the champion again.
+def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME, *, moved_by: str) -> RollbackResult:
+    """Make `previous_champion` the champion again; `moved_by` says who or what rolled back.
 
     Champion moves first (the point of the command), then `previous_champion` moves one step
     further back (to the version the restored one replaced) or is removed, so a second rollback
     goes further back instead of re-promoting the bad version. A crash in between leaves
     champion == previous; re-running finishes the job.
     """
+    _mover(moved_by, tracking_uri)
     client = mlflow_client(tracking_uri)
     aliases = _aliases(client, name, tracking_uri) or {}
     if PREVIOUS not in aliases:
@@ -578,16 +639,20 @@ def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> RollbackResul
         )
     target, current = int(aliases[PREVIOUS]), aliases.get(CHAMPION)
     with mlflow_step(tracking_uri, f"set alias {CHAMPION}"):
-        if current is None or int(current) != target:
+        moved = current is None or int(current) != target
+        if moved:
             client.set_registered_model_alias(name, CHAMPION, str(target))
             if current is not None:
                 client.set_model_version_tag(name, str(current), "rolled_back", "true")
+    if moved:
+        record_alias_move(client, name, CHAMPION, target, moved_by, tracking_uri)
     with mlflow_step(tracking_uri, f"move alias {PREVIOUS}"):
         older = client.get_model_version(name, str(target)).tags.get(REPLACED_TAG)
         if older is not None:
             client.set_registered_model_alias(name, PREVIOUS, older)
         else:
             client.delete_registered_model_alias(name, PREVIOUS)
+    record_alias_move(client, name, PREVIOUS, None if older is None else int(older), moved_by, tracking_uri)
     return RollbackResult(
         name, target if current is None else int(current), target, None if older is None else int(older)
     )
