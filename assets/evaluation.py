@@ -8,44 +8,40 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.configs import setting_field
+from assets.configs import config_from_dataclass
 from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from dataplane.window import window_ids
-from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER, WeekCalibration, week_calibration
+from evaluation.calibration_versions import RefreshSettings, WeekCalibration, week_calibration
 from evaluation.eval_sets import EvalSetError, build_shadow_set, shadow_counts
-from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
+from evaluation.reports import CalibrationReport, EvalSettings, PairReport, ShadowReport, evaluate_pair
 from evaluation.week_alignment import WeekAlignment, measure_alignment, read_week_labels
 from tracking.traces import TraceSettings, TrialTraces, tracing_to, week_traces
 from training.rewards import RewardWeights
-from training.sandbox.rollout import SERVING_MAX_TURNS
 
-
-class EvalConfig(dg.Config):
-    """How candidate and baseline are rolled out (the same settings for both, the same customers)."""
-
-    trials: int = 4  # k of pass^k: conversations per task, each with its own customer seed
-    max_tasks: int = 200  # calibration tasks evaluated (the frozen set is larger when labels abound)
-    shadow_size: int = 5000
-    seed: int = 0
-    max_turns: int = SERVING_MAX_TURNS
-    compact: bool = True  # short tool results, as the curriculum's first level trains with
-    max_new_tokens: int = 128
-    log_traces: bool = setting_field(TraceSettings, "log_traces")
-    trace_successes: int = setting_field(TraceSettings, "trace_successes")
-    max_traces: int = setting_field(TraceSettings, "max_traces")
-
-
-class CalibrationConfig(EvalConfig):
-    """EvalConfig, plus when the week's first run freezes a new calibration version."""
-
-    # A new version is frozen when this many eligible interactions (calibration customer, gold,
-    # agreed human label) have accrued outside the current one; `retrain calibration refresh`
-    # freezes one at any time.
-    calibration_refresh_after: int = DEFAULT_REFRESH_AFTER
+# Declared once, on the evaluation room's and tracking's settings dataclasses; the Dagster configs
+# are built from their fields, defaults and help texts.
+_TraceConfig = config_from_dataclass(TraceSettings, "_TraceConfig", module=__name__)
+EvalConfig = config_from_dataclass(
+    EvalSettings,
+    "EvalConfig",
+    base=_TraceConfig,
+    module=__name__,
+    doc="How candidate and baseline are rolled out (evaluation.reports.EvalSettings), and which trials "
+    "become MLflow traces (tracking.traces.TraceSettings).",
+)
+CalibrationConfig = config_from_dataclass(
+    RefreshSettings,
+    "CalibrationConfig",
+    base=EvalConfig,
+    prefix="calibration_",
+    module=__name__,
+    doc="EvalConfig, plus when the week's first run freezes a new calibration version "
+    "(evaluation.calibration_versions.RefreshSettings).",
+)
 
 
 def _split_fn(window_splits: WindowSplits):

@@ -24,6 +24,7 @@ from tracking.run_log import open_week_run
 from training.grpo_config import ConfigError, GRPORunConfig, validate
 from training.grpo_result import FINAL_EVENT, GRPOResult
 from training.policies import HFPolicy
+from training.policy_start import SCRATCH_BASE, PolicyStartSettings
 from training.reporting import REPORTER_ENV
 from training.sandbox.environment import tool_names
 from training.sandbox.prompting import domain_of, initial_messages
@@ -32,28 +33,10 @@ from training.sft_cache import cached_warm_start
 from training.tiny.bootstrap import ensure_base_policy
 from training.tiny.manifest import REBUILD_COMMAND, ManifestError, shipped_agent_path
 
-
-class _PolicyKnobs(dg.Config):
-    """Where the week's policy starts: the champion, else the base model (tiny and local by default).
-
-    The `sft_*` settings are `training.sft.SFTSettings`' own fields, generated from it; the
-    curriculum level comes from the run's `curriculum` resource."""
-
-    # Empty: the shipped agent (models/retail-agent-tiny, checked against its manifest), which can
-    # already act. A local folder (or a hub id, with network): that model. SCRATCH_BASE: a tiny
-    # model built here from nothing, which needs `sft_warm_start` (and copy pretraining) to act.
-    base_model: str = ""
-    use_champion: bool = True
-    # SFT on the window's trajectories before the first week. Off by default: the shipped agent
-    # and an instruct model already call tools; a model built from scratch needs it.
-    sft_warm_start: bool = False
-    # Copy pretraining of a SCRATCH_BASE model before SFT (training.tiny.pretrain): a freshly built
-    # model cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
-    copy_pretrain_steps: int = 0
-    probe_prompts: int = 8
-    min_tool_call_rate: float = 0.5
-
-
+# Declared once, on training.policy_start.PolicyStartSettings; the Dagster config is built from
+# its fields, and the `sft_*` ones from training.sft.SFTSettings' (the curriculum level comes from
+# the run's `curriculum` resource).
+_PolicyKnobs = config_from_dataclass(PolicyStartSettings, "_PolicyKnobs", module=__name__)
 PolicyConfig = config_from_dataclass(
     SFTSettings,
     "PolicyConfig",
@@ -65,6 +48,8 @@ PolicyConfig = config_from_dataclass(
     # the tiny model learns to copy ids instead of memorising the training customers'.
     defaults={"relabel": True},
     module=__name__,
+    doc="Where the week's policy starts (training.policy_start.PolicyStartSettings), and the SFT warm "
+    "start's settings (training.sft.SFTSettings, prefixed sft_).",
 )
 
 # What the asset itself supplies to a GRPO run; every other GRPORunConfig field is a Dagster setting.
@@ -94,9 +79,6 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
         return train
 
     return [load_domain(domain_of(task)).level1_demonstration(task) for task in at_level(train, 1)]
-
-
-SCRATCH_BASE = "scratch"  # `base_model` value: build the tiny model here instead of the shipped agent
 
 
 def _no_agent(config: _PolicyKnobs, domain: str) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.settings import setting
 from evaluation.failure_modes import failure_mode_shares, policy_violations, primary_failure_mode
 from evaluation.gates import PolicyOutcomes
 from evaluation.metrics import summarize, total_variation
@@ -32,6 +33,23 @@ from training.sandbox.rollout import SERVING_MAX_TURNS
 SAMPLES_PER_POLICY = 3
 # Errored trials named in a report (record, trial, error), so the first ones can be looked up.
 ERRORED_LISTED = 20
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How candidate and baseline are rolled out on the week's sets: the same settings for both,
+    the same customers (the evaluation assets' config is built from these fields)."""
+
+    trials: int = setting(4, "k of pass^k: conversations per calibration task, each with its own customer seed")
+    max_tasks: int = setting(
+        200, "calibration tasks evaluated (the frozen version is larger, so a curriculum level still finds enough)"
+    )
+    shadow_size: int = setting(5000, "recorded held-out conversations replayed by the shadow set, newest first")
+    seed: int = setting(0, "seeds the customers, the policies' sampling and the bootstrap")
+    # Serving's cap: an unfinished conversation is cut at the same turn in production and here.
+    max_turns: int = setting(SERVING_MAX_TURNS, "turns after which an unfinished conversation is cut")
+    compact: bool = setting(True, "short tool results, as the curriculum's first level trains with")
+    max_new_tokens: int = setting(128, "tokens a policy may generate per turn")
 
 
 @dataclass(frozen=True)
@@ -196,10 +214,10 @@ def evaluate_pair(
     records: Sequence[Mapping[str, Any]],
     *,
     k: int = 1,
-    seed: int = 0,
-    max_turns: int = SERVING_MAX_TURNS,
-    compact: bool = True,
-    max_new_tokens: int = 128,
+    seed: int = EvalSettings.seed,
+    max_turns: int = EvalSettings.max_turns,
+    compact: bool = EvalSettings.compact,
+    max_new_tokens: int = EvalSettings.max_new_tokens,
     batch_size: int | None = None,
     tools: tuple[str, ...] | None = None,
     reward_weights: Mapping[str, float] | None = None,
