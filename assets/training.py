@@ -1,10 +1,9 @@
 """Training assets: the policy to start from, and its GRPO update run out of process."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import json
 import math
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from dataplane.hashing import sha256_files
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from tracking.registry import champion_info, local_champion
 from tracking.run_log import open_week_run
-from training.grpo_config import ConfigError, GRPORunConfig, validate
+from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
 from training.grpo_result import FINAL_EVENT, GRPOResult
 from training.policies import HFPolicy
 from training.policy_start import SCRATCH_BASE, PolicyStartSettings
@@ -246,6 +245,75 @@ def pipes_grpo_result(invocation: dg.PipesClientCompletedInvocation) -> tuple[GR
     return GRPOResult.from_dict(finals[-1]), reported
 
 
+# The trainer runs offline, with tokenizers single-threaded beside TRL's own workers, and reports
+# through Dagster Pipes.
+TRAINER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER}
+
+
+def _run_folder(context: dg.AssetExecutionContext, week: Path) -> Path:
+    """The run's folder under the week's. Checkpoints belong to one run: a retry of it (same root
+    run) resumes them, while a new run of the same week trains afresh instead of resuming last
+    time's finished model."""
+    root_run = context.run.tags.get("dagster/root_run_id", context.run_id)
+    out = week / f"run-{root_run[:8]}"
+    out.mkdir(exist_ok=True)
+    return out
+
+
+def _week_run_config(
+    config: GRPOTrainingConfig,
+    policy_base: PolicyBase,
+    out: Path,
+    train: list[dict],
+    domain: str,
+    curriculum: Curriculum,
+) -> GRPORunConfig:
+    """The week's GRPO run: the run config's settings, on `train` (written beside the run) from
+    `policy_base`, checked before any compute: a bad setting fails the same way on every retry, so
+    it fails the step at once, without retries and before any MLflow run."""
+    run_config = GRPORunConfig(
+        model_path=policy_base.path,
+        output_dir=str(out / "grpo"),
+        records_path=write_records(out / "train_records.jsonl", train),
+        domain=domain,
+        levels=curriculum.levels_for(domain),
+        **dataclass_kwargs(config, GRPORunConfig),
+    )
+    try:
+        validate(run_config, num_processes=1)  # the subprocess is one process (no accelerate launch)
+    except ConfigError as err:
+        raise dg.Failure(str(err), allow_retries=False) from err
+    return run_config
+
+
+def _training_checks(result: GRPOResult, base_path: str):
+    """The candidate's blocking checks: a finite loss, moved weights, a logged reward curve."""
+    curve = result.reward_curve
+    changed = weights_digest(result.model_path) != weights_digest(base_path)
+    yield dg.AssetCheckResult(
+        check_name="finite_loss", passed=math.isfinite(result.train_loss), metadata={"train_loss": result.train_loss}
+    )
+    yield weights_changed_check(changed, result.zero_std_fraction, base_path, result.model_path)
+    yield dg.AssetCheckResult(
+        check_name="reward_curve_logged",
+        passed=len(curve) > 0 and all(map(math.isfinite, curve)),
+        metadata={"points": len(curve)},
+    )
+
+
+def _candidate_metadata(result: GRPOResult) -> dict:
+    curve = result.reward_curve
+    return {
+        "model_path": dg.MetadataValue.path(result.model_path),
+        "final_step": result.final_step,
+        "resumed_from_step": result.resumed_from_step,
+        "train_loss": result.train_loss,
+        "reward_first": curve[0] if curve else None,
+        "reward_last": curve[-1] if curve else None,
+        "seconds": result.seconds,
+    }
+
+
 @dg.asset(
     group_name="training",
     kinds={"pytorch", "mlflow"},
@@ -270,28 +338,8 @@ def grpo_candidate(
 ):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
     h, domain = home.home, window_splits.domain
-    # Checkpoints belong to one run: a retry of it (same root run) resumes them, while a new run
-    # of the same week trains afresh instead of resuming last time's finished model.
-    root_run = context.run.tags.get("dagster/root_run_id", context.run_id)
-    out = week_dir(h, context.partition_key, domain) / f"run-{root_run[:8]}"
-    out.mkdir(exist_ok=True)
-    records_path = out / "train_records.jsonl"
-    with records_path.open("w") as handle:
-        for record in train_records(h, store, window_splits):
-            handle.write(json.dumps(record) + "\n")
-    run_config = GRPORunConfig(
-        model_path=policy_base.path,
-        output_dir=str(out / "grpo"),
-        records_path=str(records_path),
-        domain=domain,
-        levels=curriculum.levels_for(domain),
-        **dataclass_kwargs(config, GRPORunConfig),
-    )
-    try:
-        validate(run_config, num_processes=1)  # the subprocess is one process (no accelerate launch)
-    except ConfigError as err:
-        # A bad setting fails the same way on every retry: say so before any compute or MLflow run.
-        raise dg.Failure(str(err), allow_retries=False) from err
+    out = _run_folder(context, week_dir(h, context.partition_key, domain))
+    run_config = _week_run_config(config, policy_base, out, train_records(h, store, window_splits), domain, curriculum)
     run_id = open_week_run(
         mlflow.uri(h),
         context.partition_key,
@@ -303,41 +351,14 @@ def grpo_candidate(
         yield from _untrained(policy_base, run_id, run_config)
         return
     run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
-    config_path = out / "grpo_config.json"
-    config_path.write_text(json.dumps(asdict(run_config), indent=2, sort_keys=True))
     invocation = pipes_subprocess_client.run(
-        command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)],
+        command=[sys.executable, "-m", "training.grpo", "--config", str(run_config.to_file(out / "grpo_config.json"))],
         context=context,
-        env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER},
+        env=TRAINER_ENV,
     )
     result, reported = pipes_grpo_result(invocation)
-    curve, loss = list(result.reward_curve), result.train_loss
-    changed = weights_digest(result.model_path) != weights_digest(policy_base.path)
-    yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
-    yield weights_changed_check(changed, result.zero_std_fraction, policy_base.path, result.model_path)
-    yield dg.AssetCheckResult(
-        check_name="reward_curve_logged",
-        passed=len(curve) > 0 and all(map(math.isfinite, curve)),
-        metadata={"points": len(curve)},
-    )
+    yield from _training_checks(result, policy_base.path)
     yield dg.MaterializeResult(
-        value=GRPOCandidate(
-            path=result.model_path,
-            mlflow_run_id=run_id,
-            final_step=result.final_step,
-            reward_curve=curve,
-            level_mix=result.level_mix,
-            reward_weights=dict(run_config.reward_weights),  # evaluation prices rewards as training did
-        ),
-        metadata={
-            **reported,
-            "model_path": dg.MetadataValue.path(result.model_path),
-            "final_step": result.final_step,
-            "resumed_from_step": result.resumed_from_step,
-            "train_loss": loss,
-            "reward_first": curve[0] if curve else None,
-            "reward_last": curve[-1] if curve else None,
-            "mlflow_run_id": run_id,
-            "seconds": result.seconds,
-        },
+        value=GRPOCandidate.trained(result, run_id, run_config.reward_weights),
+        metadata={**reported, **_candidate_metadata(result), "mlflow_run_id": run_id},
     )
