@@ -203,3 +203,27 @@ def test_config_show_names_the_gate_floors_file(monkeypatch, capsys, tmp_path):
         f"file {floors}",
     )
     assert rows["gates", "shadow_margin"]["source"] == "default"
+
+
+def test_the_cli_takes_its_defaults_from_the_settings_it_runs_with():
+    """`retrain demo` and `retrain review export` options are generated from the settings their code
+    declares; `retrain simulate` leaves the seed to the domain's traffic simulator."""
+    import dataclasses
+    import inspect
+
+    from orchestration.cli.commands import build_parser
+    from orchestration.cli.demo import DemoSettings, run_demo
+    from orchestration.cli.options import settings_values
+    from orchestration.cli.review import SampleSettings, export_review
+
+    parser = build_parser()
+    assert settings_values(parser.parse_args(["demo"]), DemoSettings) == dataclasses.asdict(DemoSettings())
+    demo = inspect.signature(run_demo).parameters
+    assert {f.name: demo[f.name].default for f in dataclasses.fields(DemoSettings)} == dataclasses.asdict(
+        DemoSettings()
+    )
+    review = parser.parse_args(["review", "export", "--week", "2026-11-09"])
+    assert settings_values(review, SampleSettings) == dataclasses.asdict(SampleSettings())
+    export = inspect.signature(export_review).parameters
+    assert (export["n"].default, export["seed"].default) == (SampleSettings.n, SampleSettings.seed)
+    assert parser.parse_args(["simulate", "--days", "1", "--per-day", "1", "--out", "x"]).seed is None
