@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
+from assets.configs import config_from_dataclass, dataclass_kwargs
 from assets.handoffs import IngestedInteractions, RecentIngests, ValidatedWindow, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import DuckDBStore, HomeResource
@@ -12,9 +13,9 @@ from assets.retries import CONTENTION_RETRY
 from assets.weekdata import run_domain
 from dataplane.ingest import ingest_paths
 from dataplane.landing import ingested_since
-from dataplane.splits import DEFAULT_FRACTIONS, customers_in_several_splits, split_counts, split_window
+from dataplane.splits import SplitSettings, customers_in_several_splits, split_counts, split_window
 from dataplane.validation import validate_window
-from dataplane.window import DEFAULT_SIZE, cut_window, window_frame, window_records
+from dataplane.window import WindowSettings, cut_window, window_frame, window_records
 from domains.registry import DEFAULT_DOMAIN
 
 # The landing sensor ingests files as they land, so by Monday this run may find nothing new: the
@@ -28,18 +29,10 @@ class IngestConfig(dg.Config):
     paths: list[str] = []
 
 
-class WindowConfig(dg.Config):
-    size: int = DEFAULT_SIZE  # dataplane.window's default: one declaration of the window's size
-    min_rows: int = 20
-    min_gold_share: float = 0.2
-    max_quarantine_rate: float = 0.05
-
-
-class SplitConfig(dg.Config):
-    # dataplane.splits' defaults, declared there once (the CLI and the demo split with them too).
-    train: float = DEFAULT_FRACTIONS[0]
-    calibration: float = DEFAULT_FRACTIONS[1]
-    shadow: float = DEFAULT_FRACTIONS[2]
+# Declared once, on the data plane's settings dataclasses (whose defaults the CLI and the demo cut
+# and split with too); the Dagster configs are built from their fields, defaults and help texts.
+WindowConfig = config_from_dataclass(WindowSettings, "WindowConfig", module=__name__)
+SplitConfig = config_from_dataclass(SplitSettings, "SplitConfig", module=__name__)
 
 
 @dg.asset(
@@ -190,7 +183,7 @@ def window_splits(
     store: DuckDBStore,
 ):
     """Train / calibration / shadow by a stable hash of customer_id; held-out customers never train."""
-    fractions = (config.train, config.calibration, config.shadow)
+    fractions = SplitSettings(**dataclass_kwargs(config, SplitSettings)).fractions
     with store.connect(home.home, read_only=True) as con:
         domain = interaction_window.domain
         splits = split_window(window_records(con, interaction_window.week, domain), fractions, domain=domain)

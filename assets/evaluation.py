@@ -8,44 +8,40 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.configs import setting_field
+from assets.configs import config_from_dataclass, dataclass_kwargs
 from assets.handoffs import GRPOCandidate, PolicyBase, WindowSplits
 from assets.partitions import week_end, weekly_partitions
 from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from dataplane.window import window_ids
-from evaluation.calibration_versions import DEFAULT_REFRESH_AFTER, WeekCalibration, week_calibration
-from evaluation.eval_sets import EvalSetError, build_shadow_set, shadow_counts
-from evaluation.reports import CalibrationReport, PairReport, ShadowReport, evaluate_pair
-from evaluation.week_alignment import WeekAlignment, measure_alignment, read_week_labels
+from evaluation.calibration_versions import RefreshSettings, WeekCalibration, week_calibration
+from evaluation.eval_sets import EvalSetError, ShadowSet, build_shadow_set, shadow_counts
+from evaluation.reports import EvalSettings, PairReport, PairRun, judge_calibration, judge_shadow
+from evaluation.week_alignment import WeekAlignment, read_week_labels
 from tracking.traces import TraceSettings, TrialTraces, tracing_to, week_traces
 from training.rewards import RewardWeights
-from training.sandbox.rollout import SERVING_MAX_TURNS
 
-
-class EvalConfig(dg.Config):
-    """How candidate and baseline are rolled out (the same settings for both, the same customers)."""
-
-    trials: int = 4  # k of pass^k: conversations per task, each with its own customer seed
-    max_tasks: int = 200  # calibration tasks evaluated (the frozen set is larger when labels abound)
-    shadow_size: int = 5000
-    seed: int = 0
-    max_turns: int = SERVING_MAX_TURNS
-    compact: bool = True  # short tool results, as the curriculum's first level trains with
-    max_new_tokens: int = 128
-    log_traces: bool = setting_field(TraceSettings, "log_traces")
-    trace_successes: int = setting_field(TraceSettings, "trace_successes")
-    max_traces: int = setting_field(TraceSettings, "max_traces")
-
-
-class CalibrationConfig(EvalConfig):
-    """EvalConfig, plus when the week's first run freezes a new calibration version."""
-
-    # A new version is frozen when this many eligible interactions (calibration customer, gold,
-    # agreed human label) have accrued outside the current one; `retrain calibration refresh`
-    # freezes one at any time.
-    calibration_refresh_after: int = DEFAULT_REFRESH_AFTER
+# Declared once, on the evaluation room's and tracking's settings dataclasses; the Dagster configs
+# are built from their fields, defaults and help texts.
+_TraceConfig = config_from_dataclass(TraceSettings, "_TraceConfig", module=__name__)
+EvalConfig = config_from_dataclass(
+    EvalSettings,
+    "EvalConfig",
+    base=_TraceConfig,
+    module=__name__,
+    doc="How candidate and baseline are rolled out (evaluation.reports.EvalSettings), and which trials "
+    "become MLflow traces (tracking.traces.TraceSettings).",
+)
+CalibrationConfig = config_from_dataclass(
+    RefreshSettings,
+    "CalibrationConfig",
+    base=EvalConfig,
+    prefix="calibration_",
+    module=__name__,
+    doc="EvalConfig, plus when the week's first run freezes a new calibration version "
+    "(evaluation.calibration_versions.RefreshSettings).",
+)
 
 
 def _split_fn(window_splits: WindowSplits):
@@ -106,9 +102,7 @@ def _week_traces(
         week=week,
         split=split,
         policy_versions={"candidate": f"{model}/candidate-{week}", "baseline": baseline},
-        settings=TraceSettings(
-            log_traces=config.log_traces, trace_successes=config.trace_successes, max_traces=config.max_traces
-        ),
+        settings=TraceSettings(**dataclass_kwargs(config, TraceSettings)),
         seed=config.seed,
     )
 
@@ -178,6 +172,50 @@ def _report_metadata(report: PairReport) -> dict:
     }
 
 
+def _pair_run(
+    config: EvalConfig,
+    policy_base: PolicyBase,
+    grpo_candidate: GRPOCandidate,
+    tools: tuple[str, ...] | None,
+    traces: TrialTraces | None,
+) -> PairRun:
+    """Both policies with the run's settings and the candidate's reward weights (evaluation prices
+    rewards as training did); each policy's trials traced as they end when `traces` is on."""
+    settings = EvalSettings(**dataclass_kwargs(config, EvalSettings))
+    weights = run_reward_weights(grpo_candidate)
+    return PairRun(grpo_candidate.path, policy_base.path, settings, weights, tools, traces)
+
+
+def _tasks_at_level(records: list[dict], curriculum: Curriculum, domain: str, what: str) -> list[dict]:
+    """The set's records at the run's curriculum level; none is an error (nothing to judge on)."""
+    level = curriculum.level_for(domain)
+    tasks = at_level(records, level)
+    if not tasks:
+        raise dg.Failure(f"no {what} at curriculum level {level} among {len(records)} records")
+    return tasks
+
+
+def _tracing(uri: str, traces: TrialTraces | None):
+    """Each policy's conversations are traced as soon as they end, and written before the step ends."""
+    return tracing_to(uri) if traces is not None else nullcontext()
+
+
+def _week_calibration(con, week: str, config: CalibrationConfig, window_splits: WindowSplits) -> WeekCalibration:
+    """The calibration version the week is pinned to, frozen first when enough eligible
+    interactions accrued; none to evaluate on fails the step."""
+    try:
+        return week_calibration(
+            con,
+            week,
+            before=week_end(week),
+            refresh_after=config.calibration_refresh_after,
+            split_of=_split_fn(window_splits),
+            domain=window_splits.domain,
+        )
+    except ValueError as err:  # EvalSetError, or a calibration_refresh_after below 1
+        raise dg.Failure(f"week {week}: no calibration version to evaluate on: {err}") from err
+
+
 @dg.asset(
     group_name="evaluation",
     kinds={"pytorch", "duckdb"},
@@ -202,71 +240,28 @@ def calibration_report(
     alignment scores the proxy reward against the labels of the interactions served this week.
     """
     h, week, domain = home.home, context.partition_key, window_splits.domain
-    splits = split_records(h, store, window_splits)
-    # The reward the candidate was trained on prices both the rollouts and the alignment evidence.
-    weights = run_reward_weights(grpo_candidate)
+    # Refused before a version is frozen: the candidate's reward weights price the rollouts and the alignment.
+    run_reward_weights(grpo_candidate)
     end = week_end(week)
     with store.connect(h) as con:
-        try:
-            chosen = week_calibration(
-                con,
-                week,
-                before=end,
-                refresh_after=config.calibration_refresh_after,
-                split_of=_split_fn(window_splits),
-                domain=domain,
-            )
-        except ValueError as err:  # EvalSetError, or a calibration_refresh_after below 1
-            raise dg.Failure(f"week {week}: no calibration version to evaluate on: {err}") from err
+        chosen = _week_calibration(con, week, config, window_splits)
         records = chosen.version.records(con)
         labels = read_week_labels(con, week, end - timedelta(days=7), end)
-    yield _never_trained_on(splits, records)
-    evaluated = at_level(records, curriculum.level_for(domain))[: config.max_tasks]
-    if not evaluated:
-        raise dg.Failure(
-            f"no calibration task at curriculum level {curriculum.level_for(domain)} among {len(records)} records"
-        )
-    context.log.info(
-        f"calibration {chosen.version.version}: {len(evaluated)} tasks x {config.trials} trials, candidate and baseline"
-    )
+    yield _never_trained_on(split_records(h, store, window_splits), records)
+    tasks = _tasks_at_level(records, curriculum, domain, "calibration task")[: config.max_tasks]
+    context.log.info(f"calibration {chosen.version.version}: {len(tasks)} tasks x {config.trials} trials")
     uri = mlflow.uri(h)
     traces = _week_traces(config, "calibration", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)
-    # One call rolls both policies out on the same records of the one version; each policy's
-    # conversations are traced as soon as they end, and written before the step ends.
-    with tracing_to(uri) if traces is not None else nullcontext():
-        pair = evaluate_pair(
-            grpo_candidate.path,
-            policy_base.path,
-            evaluated,
-            k=config.trials,
-            seed=config.seed,
-            max_turns=config.max_turns,
-            compact=config.compact,
-            max_new_tokens=config.max_new_tokens,
-            tools=curriculum.tools_for(domain),
-            reward_weights=weights,
-            on_trials=traces,
-        )
-    alignment = measure_alignment(labels, weights)
-    summary = alignment.summary()
-    report = CalibrationReport(
-        pair,
-        chosen.version.version,
-        chosen.version.set_hash,
-        len(records),
-        alignment.proxy_rewards,
-        alignment.human_success,
-        summary,
-        weights,
-        chosen.version.interaction_ids,
-    )
+    with _tracing(uri, traces):  # one call rolls both policies out on the same tasks of the one version
+        run = _pair_run(config, policy_base, grpo_candidate, curriculum.tools_for(domain), traces)
+        report, alignment = judge_calibration(run, chosen.version, len(records), tasks, labels)
     yield dg.MaterializeResult(
         value=report,
         metadata={
-            **_report_metadata(pair),
+            **_report_metadata(report.pair),
             **_calibration_metadata(chosen),
             **_alignment_metadata(alignment),
-            "reward_weights": dg.MetadataValue.json(RewardWeights.from_dict(weights).to_dict()),
+            "reward_weights": dg.MetadataValue.json(RewardWeights.from_dict(report.reward_weights).to_dict()),
             **_trace_metadata(context, traces, uri),
         },
     )
@@ -301,6 +296,19 @@ def _alignment_metadata(alignment: WeekAlignment) -> dict:
     }
 
 
+def _shadow_set(con, week: str, size: int, window_splits: WindowSplits) -> tuple[ShadowSet, list[dict], dict]:
+    """The week's shadow set, its records, and how many were found in the window and before it;
+    no set to replay fails the step."""
+    try:
+        shadow = build_shadow_set(
+            con, week, week_end(week), size=size, split_of=_split_fn(window_splits), domain=window_splits.domain
+        )
+    except EvalSetError as err:
+        raise dg.Failure(f"shadow set: {err}") from err
+    found = shadow_counts(shadow, window_ids(con, window_splits.week, window_splits.domain), size)
+    return shadow, shadow.records(con), found
+
+
 @dg.asset(
     group_name="evaluation",
     kinds={"pytorch", "duckdb"},
@@ -323,52 +331,25 @@ def shadow_report(
     The set is drawn from the whole stored log up to the week's end, newest first (a short window is
     topped up with older conversations); its metadata says how many came from the window.
     """
-    h, domain = home.home, window_splits.domain
-    splits = split_records(h, store, window_splits)
+    h, week, domain = home.home, context.partition_key, window_splits.domain
     with store.connect(h) as con:
-        try:
-            shadow = build_shadow_set(
-                con,
-                context.partition_key,
-                week_end(context.partition_key),
-                size=config.shadow_size,
-                split_of=_split_fn(window_splits),
-                domain=domain,
-            )
-        except EvalSetError as err:
-            raise dg.Failure(f"shadow set: {err}") from err
-        records = shadow.records(con)
-        found = shadow_counts(shadow, window_ids(con, window_splits.week, domain), config.shadow_size)
-    yield _never_trained_on(splits, records)
+        shadow, records, found = _shadow_set(con, week, config.shadow_size, window_splits)
+    yield _never_trained_on(split_records(h, store, window_splits), records)
     context.log.info(
         f"shadow: {found['found']} conversations of {found['requested']} requested "
-        f"({found['found_in_window']} in the window, {found['found_before_window']} before it), candidate and baseline"
+        f"({found['found_in_window']} in the window, {found['found_before_window']} before it), both policies"
     )
-    records = at_level(records, curriculum.level_for(domain))
-    if not records:
-        raise dg.Failure(f"no shadow conversation at curriculum level {curriculum.level_for(domain)}")
-    uri, week = mlflow.uri(h), context.partition_key
+    records = _tasks_at_level(records, curriculum, domain, "shadow conversation")
+    uri = mlflow.uri(h)
     traces = _week_traces(config, "shadow", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)
-    with tracing_to(uri) if traces is not None else nullcontext():
-        pair = evaluate_pair(
-            grpo_candidate.path,
-            policy_base.path,
-            records,
-            k=1,
-            seed=config.seed,
-            max_turns=config.max_turns,
-            compact=config.compact,
-            max_new_tokens=config.max_new_tokens,
-            tools=curriculum.tools_for(domain),
-            reward_weights=run_reward_weights(grpo_candidate),
-            on_trials=traces,
-        )
-    report = ShadowReport(pair, context.partition_key, shadow.set_hash, len(records))
+    with _tracing(uri, traces):
+        run = _pair_run(config, policy_base, grpo_candidate, curriculum.tools_for(domain), traces)
+        report = judge_shadow(run, week, shadow.set_hash, records)
     yield dg.MaterializeResult(
         value=report,
         metadata={
-            **_report_metadata(pair),
-            "shadow_rows": len(records),
+            **_report_metadata(report.pair),
+            "shadow_rows": report.rows,
             **{f"shadow_{name}": count for name, count in found.items()},
             **_trace_metadata(context, traces, uri),
         },

@@ -6,6 +6,7 @@ reads `policy_base.path` and a typo fails at once instead of as a KeyError deep 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -14,6 +15,7 @@ from dataplane.window import WindowInfo
 from domains.registry import DEFAULT_DOMAIN
 from evaluation.decision import WeekEvidence
 from evaluation.reports import CalibrationReport, ShadowReport
+from training.grpo_result import GRPOResult
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,19 @@ class GRPOCandidate:
     level_mix: dict | None = None
     # The run's overrides of the reward playbook: evaluation prices proxy rewards with them too.
     reward_weights: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def trained(cls, result: GRPOResult, run_id: str, reward_weights: Mapping[str, float]) -> GRPOCandidate:
+        """The candidate a finished GRPO run reported, in the week's MLflow run `run_id`, trained
+        with `reward_weights` (which evaluation prices rewards with, as training did)."""
+        return cls(
+            path=result.model_path,
+            mlflow_run_id=run_id,
+            final_step=result.final_step,
+            reward_curve=list(result.reward_curve),
+            level_mix=result.level_mix,
+            reward_weights=dict(reward_weights),
+        )
 
 
 def week_evidence(

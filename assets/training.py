@@ -1,10 +1,9 @@
 """Training assets: the policy to start from, and its GRPO update run out of process."""
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
-import json
 import math
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -21,9 +20,10 @@ from dataplane.hashing import sha256_files
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from tracking.registry import champion_info, local_champion
 from tracking.run_log import open_week_run
-from training.grpo_config import ConfigError, GRPORunConfig, validate
+from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
 from training.grpo_result import FINAL_EVENT, GRPOResult
 from training.policies import HFPolicy
+from training.policy_start import SCRATCH_BASE, PolicyStartSettings
 from training.reporting import REPORTER_ENV
 from training.sandbox.environment import tool_names
 from training.sandbox.prompting import domain_of, initial_messages
@@ -32,28 +32,10 @@ from training.sft_cache import cached_warm_start
 from training.tiny.bootstrap import ensure_base_policy
 from training.tiny.manifest import REBUILD_COMMAND, ManifestError, shipped_agent_path
 
-
-class _PolicyKnobs(dg.Config):
-    """Where the week's policy starts: the champion, else the base model (tiny and local by default).
-
-    The `sft_*` settings are `training.sft.SFTSettings`' own fields, generated from it; the
-    curriculum level comes from the run's `curriculum` resource."""
-
-    # Empty: the shipped agent (models/retail-agent-tiny, checked against its manifest), which can
-    # already act. A local folder (or a hub id, with network): that model. SCRATCH_BASE: a tiny
-    # model built here from nothing, which needs `sft_warm_start` (and copy pretraining) to act.
-    base_model: str = ""
-    use_champion: bool = True
-    # SFT on the window's trajectories before the first week. Off by default: the shipped agent
-    # and an instruct model already call tools; a model built from scratch needs it.
-    sft_warm_start: bool = False
-    # Copy pretraining of a SCRATCH_BASE model before SFT (training.tiny.pretrain): a freshly built
-    # model cannot copy a customer's name or zip into a call; 1000 steps (~4 min on 2 cores) start it.
-    copy_pretrain_steps: int = 0
-    probe_prompts: int = 8
-    min_tool_call_rate: float = 0.5
-
-
+# Declared once, on training.policy_start.PolicyStartSettings; the Dagster config is built from
+# its fields, and the `sft_*` ones from training.sft.SFTSettings' (the curriculum level comes from
+# the run's `curriculum` resource).
+_PolicyKnobs = config_from_dataclass(PolicyStartSettings, "_PolicyKnobs", module=__name__)
 PolicyConfig = config_from_dataclass(
     SFTSettings,
     "PolicyConfig",
@@ -65,6 +47,8 @@ PolicyConfig = config_from_dataclass(
     # the tiny model learns to copy ids instead of memorising the training customers'.
     defaults={"relabel": True},
     module=__name__,
+    doc="Where the week's policy starts (training.policy_start.PolicyStartSettings), and the SFT warm "
+    "start's settings (training.sft.SFTSettings, prefixed sft_).",
 )
 
 # What the asset itself supplies to a GRPO run; every other GRPORunConfig field is a Dagster setting.
@@ -94,9 +78,6 @@ def _sft_records(train: list[dict], level: int) -> list[dict]:
         return train
 
     return [load_domain(domain_of(task)).level1_demonstration(task) for task in at_level(train, 1)]
-
-
-SCRATCH_BASE = "scratch"  # `base_model` value: build the tiny model here instead of the shipped agent
 
 
 def _no_agent(config: _PolicyKnobs, domain: str) -> bool:
@@ -264,6 +245,75 @@ def pipes_grpo_result(invocation: dg.PipesClientCompletedInvocation) -> tuple[GR
     return GRPOResult.from_dict(finals[-1]), reported
 
 
+# The trainer runs offline, with tokenizers single-threaded beside TRL's own workers, and reports
+# through Dagster Pipes.
+TRAINER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER}
+
+
+def _run_folder(context: dg.AssetExecutionContext, week: Path) -> Path:
+    """The run's folder under the week's. Checkpoints belong to one run: a retry of it (same root
+    run) resumes them, while a new run of the same week trains afresh instead of resuming last
+    time's finished model."""
+    root_run = context.run.tags.get("dagster/root_run_id", context.run_id)
+    out = week / f"run-{root_run[:8]}"
+    out.mkdir(exist_ok=True)
+    return out
+
+
+def _week_run_config(
+    config: GRPOTrainingConfig,
+    policy_base: PolicyBase,
+    out: Path,
+    train: list[dict],
+    domain: str,
+    curriculum: Curriculum,
+) -> GRPORunConfig:
+    """The week's GRPO run: the run config's settings, on `train` (written beside the run) from
+    `policy_base`, checked before any compute: a bad setting fails the same way on every retry, so
+    it fails the step at once, without retries and before any MLflow run."""
+    run_config = GRPORunConfig(
+        model_path=policy_base.path,
+        output_dir=str(out / "grpo"),
+        records_path=write_records(out / "train_records.jsonl", train),
+        domain=domain,
+        levels=curriculum.levels_for(domain),
+        **dataclass_kwargs(config, GRPORunConfig),
+    )
+    try:
+        validate(run_config, num_processes=1)  # the subprocess is one process (no accelerate launch)
+    except ConfigError as err:
+        raise dg.Failure(str(err), allow_retries=False) from err
+    return run_config
+
+
+def _training_checks(result: GRPOResult, base_path: str):
+    """The candidate's blocking checks: a finite loss, moved weights, a logged reward curve."""
+    curve = result.reward_curve
+    changed = weights_digest(result.model_path) != weights_digest(base_path)
+    yield dg.AssetCheckResult(
+        check_name="finite_loss", passed=math.isfinite(result.train_loss), metadata={"train_loss": result.train_loss}
+    )
+    yield weights_changed_check(changed, result.zero_std_fraction, base_path, result.model_path)
+    yield dg.AssetCheckResult(
+        check_name="reward_curve_logged",
+        passed=len(curve) > 0 and all(map(math.isfinite, curve)),
+        metadata={"points": len(curve)},
+    )
+
+
+def _candidate_metadata(result: GRPOResult) -> dict:
+    curve = result.reward_curve
+    return {
+        "model_path": dg.MetadataValue.path(result.model_path),
+        "final_step": result.final_step,
+        "resumed_from_step": result.resumed_from_step,
+        "train_loss": result.train_loss,
+        "reward_first": curve[0] if curve else None,
+        "reward_last": curve[-1] if curve else None,
+        "seconds": result.seconds,
+    }
+
+
 @dg.asset(
     group_name="training",
     kinds={"pytorch", "mlflow"},
@@ -288,28 +338,8 @@ def grpo_candidate(
 ):
     """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
     h, domain = home.home, window_splits.domain
-    # Checkpoints belong to one run: a retry of it (same root run) resumes them, while a new run
-    # of the same week trains afresh instead of resuming last time's finished model.
-    root_run = context.run.tags.get("dagster/root_run_id", context.run_id)
-    out = week_dir(h, context.partition_key, domain) / f"run-{root_run[:8]}"
-    out.mkdir(exist_ok=True)
-    records_path = out / "train_records.jsonl"
-    with records_path.open("w") as handle:
-        for record in train_records(h, store, window_splits):
-            handle.write(json.dumps(record) + "\n")
-    run_config = GRPORunConfig(
-        model_path=policy_base.path,
-        output_dir=str(out / "grpo"),
-        records_path=str(records_path),
-        domain=domain,
-        levels=curriculum.levels_for(domain),
-        **dataclass_kwargs(config, GRPORunConfig),
-    )
-    try:
-        validate(run_config, num_processes=1)  # the subprocess is one process (no accelerate launch)
-    except ConfigError as err:
-        # A bad setting fails the same way on every retry: say so before any compute or MLflow run.
-        raise dg.Failure(str(err), allow_retries=False) from err
+    out = _run_folder(context, week_dir(h, context.partition_key, domain))
+    run_config = _week_run_config(config, policy_base, out, train_records(h, store, window_splits), domain, curriculum)
     run_id = open_week_run(
         mlflow.uri(h),
         context.partition_key,
@@ -321,41 +351,14 @@ def grpo_candidate(
         yield from _untrained(policy_base, run_id, run_config)
         return
     run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
-    config_path = out / "grpo_config.json"
-    config_path.write_text(json.dumps(asdict(run_config), indent=2, sort_keys=True))
     invocation = pipes_subprocess_client.run(
-        command=[sys.executable, "-m", "training.grpo", "--config", str(config_path)],
+        command=[sys.executable, "-m", "training.grpo", "--config", str(run_config.to_file(out / "grpo_config.json"))],
         context=context,
-        env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", REPORTER_ENV: PIPES_REPORTER},
+        env=TRAINER_ENV,
     )
     result, reported = pipes_grpo_result(invocation)
-    curve, loss = list(result.reward_curve), result.train_loss
-    changed = weights_digest(result.model_path) != weights_digest(policy_base.path)
-    yield dg.AssetCheckResult(check_name="finite_loss", passed=math.isfinite(loss), metadata={"train_loss": loss})
-    yield weights_changed_check(changed, result.zero_std_fraction, policy_base.path, result.model_path)
-    yield dg.AssetCheckResult(
-        check_name="reward_curve_logged",
-        passed=len(curve) > 0 and all(map(math.isfinite, curve)),
-        metadata={"points": len(curve)},
-    )
+    yield from _training_checks(result, policy_base.path)
     yield dg.MaterializeResult(
-        value=GRPOCandidate(
-            path=result.model_path,
-            mlflow_run_id=run_id,
-            final_step=result.final_step,
-            reward_curve=curve,
-            level_mix=result.level_mix,
-            reward_weights=dict(run_config.reward_weights),  # evaluation prices rewards as training did
-        ),
-        metadata={
-            **reported,
-            "model_path": dg.MetadataValue.path(result.model_path),
-            "final_step": result.final_step,
-            "resumed_from_step": result.resumed_from_step,
-            "train_loss": loss,
-            "reward_first": curve[0] if curve else None,
-            "reward_last": curve[-1] if curve else None,
-            "mlflow_run_id": run_id,
-            "seconds": result.seconds,
-        },
+        value=GRPOCandidate.trained(result, run_id, run_config.reward_weights),
+        metadata={**reported, **_candidate_metadata(result), "mlflow_run_id": run_id},
     )

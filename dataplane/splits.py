@@ -10,11 +10,29 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import astuple, dataclass
 
 from dataplane.domain_rules import DEFAULT_DOMAIN
+from dataplane.settings import setting
 
 SPLITS = ("train", "calibration", "shadow")
-DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """The share of customers (not interactions) each split gets (`window_splits`' run config);
+    the fields are in `SPLITS` order and sum to 1."""
+
+    train: float = setting(0.8, "share of customers whose interactions train the candidate")
+    calibration: float = setting(0.1, "share of customers held out for the calibration set (never trained on)")
+    shadow: float = setting(0.1, "share of customers held out for the shadow replay (never trained on)")
+
+    @property
+    def fractions(self) -> tuple[float, float, float]:
+        return astuple(self)
+
+
+DEFAULT_FRACTIONS = SplitSettings().fractions
 DEFAULT_SALT = "agent-retrain/splits/v1"
 
 

@@ -22,9 +22,25 @@ import pyarrow.compute as pc
 
 from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.pii_records import suspect_texts
+from dataplane.settings import setting
 from dataplane.store import stored_record
 
-DEFAULT_SIZE = 10_000
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """The weekly window and the checks that stop a week on it (`interaction_window`'s run config)."""
+
+    size: int = setting(10_000, "interactions in the window: the domain's last ones that ended before the week's end")
+    min_rows: int = setting(20, "fewest interactions a window may hold; fewer fails the week before training")
+    min_gold_share: float = setting(
+        0.2, "smallest share of the window's interactions with gold actions (the Great Expectations suite)"
+    )
+    max_quarantine_rate: float = setting(
+        0.05, "largest share of the past week's ingested rows that went to quarantine; above it the week stops"
+    )
+
+
+DEFAULT_SIZE = WindowSettings.size  # the class attribute a dataclass keeps for a field's default
 
 
 @dataclass(frozen=True)

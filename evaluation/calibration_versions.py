@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 import duckdb
 
 from dataplane.domain_rules import DEFAULT_DOMAIN
+from dataplane.settings import setting
 from dataplane.splits import split_of as default_split_of
 from dataplane.splits import stable_point
 from dataplane.store import load_records
@@ -43,10 +44,22 @@ from evaluation.eval_sets import (
     freeze_calibration_set,
 )
 
-# Eligible interactions that must accrue outside the current version before the weekly run freezes
-# a new one: enough to move the set's success estimate, few enough to refresh every few weeks of a
-# 200-a-week review. The run config `calibration_report.calibration_refresh_after` overrides it.
-DEFAULT_REFRESH_AFTER = 50
+
+@dataclass(frozen=True)
+class RefreshSettings:
+    """When the weekly run freezes a new calibration version (`calibration_report`'s run config
+    `calibration_refresh_after`); `retrain calibration refresh` freezes one at any time."""
+
+    # Enough to move the set's success estimate, few enough to refresh every few weeks of a
+    # 200-a-week review.
+    refresh_after: int = setting(
+        50,
+        "eligible interactions (calibration customer, gold, agreed human label) that must accrue outside "
+        "the current calibration version before the week's first run freezes a new one",
+    )
+
+
+DEFAULT_REFRESH_AFTER = RefreshSettings.refresh_after
 # The most interactions a version holds: five times the 200 tasks `calibration_report` evaluates by
 # default, so a curriculum level's filter still leaves enough, while a version of a busy log stays
 # bounded (the pool holds every calibration customer's gold conversation ever stored).

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.settings import setting
+from evaluation.eval_sets import CalibrationSet
 from evaluation.failure_modes import failure_mode_shares, policy_violations, primary_failure_mode
 from evaluation.gates import PolicyOutcomes
 from evaluation.metrics import summarize, total_variation
@@ -26,12 +28,30 @@ from evaluation.stats import (
     mcnemar_exact,
     paired_bootstrap_ci,
 )
+from evaluation.week_alignment import WeekAlignment, WeekLabels, measure_alignment
 from training.policies import HFPolicy
 from training.sandbox.rollout import SERVING_MAX_TURNS
 
 SAMPLES_PER_POLICY = 3
 # Errored trials named in a report (record, trial, error), so the first ones can be looked up.
 ERRORED_LISTED = 20
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How candidate and baseline are rolled out on the week's sets: the same settings for both,
+    the same customers (the evaluation assets' config is built from these fields)."""
+
+    trials: int = setting(4, "k of pass^k: conversations per calibration task, each with its own customer seed")
+    max_tasks: int = setting(
+        200, "calibration tasks evaluated (the frozen version is larger, so a curriculum level still finds enough)"
+    )
+    shadow_size: int = setting(5000, "recorded held-out conversations replayed by the shadow set, newest first")
+    seed: int = setting(0, "seeds the customers, the policies' sampling and the bootstrap")
+    # Serving's cap: an unfinished conversation is cut at the same turn in production and here.
+    max_turns: int = setting(SERVING_MAX_TURNS, "turns after which an unfinished conversation is cut")
+    compact: bool = setting(True, "short tool results, as the curriculum's first level trains with")
+    max_new_tokens: int = setting(128, "tokens a policy may generate per turn")
 
 
 @dataclass(frozen=True)
@@ -196,10 +216,10 @@ def evaluate_pair(
     records: Sequence[Mapping[str, Any]],
     *,
     k: int = 1,
-    seed: int = 0,
-    max_turns: int = SERVING_MAX_TURNS,
-    compact: bool = True,
-    max_new_tokens: int = 128,
+    seed: int = EvalSettings.seed,
+    max_turns: int = EvalSettings.max_turns,
+    compact: bool = EvalSettings.compact,
+    max_new_tokens: int = EvalSettings.max_new_tokens,
     batch_size: int | None = None,
     tools: tuple[str, ...] | None = None,
     reward_weights: Mapping[str, float] | None = None,
@@ -229,3 +249,61 @@ def evaluate_pair(
         if on_trials is not None:
             on_trials(side, trials[side])
     return compare(trials["candidate"], trials["baseline"], seed=seed)
+
+
+@dataclass(frozen=True)
+class PairRun:
+    """Candidate and baseline as the week's evaluation rolls them out: the same settings, tools
+    (None: all) and reward pricing for both, `reward_weights` being the ones the candidate trained
+    with; `on_trials` sees each policy's trials as they end (`evaluate_pair`)."""
+
+    candidate_path: str
+    baseline_path: str
+    settings: EvalSettings
+    reward_weights: Mapping[str, float]
+    tools: tuple[str, ...] | None = None
+    on_trials: Callable[[str, list[Trial]], None] | None = None
+
+    def evaluate(self, records: Sequence[Mapping[str, Any]], k: int) -> PairReport:
+        return evaluate_pair(
+            self.candidate_path,
+            self.baseline_path,
+            records,
+            k=k,
+            seed=self.settings.seed,
+            max_turns=self.settings.max_turns,
+            compact=self.settings.compact,
+            max_new_tokens=self.settings.max_new_tokens,
+            tools=self.tools,
+            reward_weights=self.reward_weights,
+            on_trials=self.on_trials,
+        )
+
+
+def judge_calibration(
+    run: PairRun, version: CalibrationSet, rows: int, tasks: Sequence[Mapping[str, Any]], labels: WeekLabels
+) -> tuple[CalibrationReport, WeekAlignment]:
+    """The week's calibration report: both policies on `tasks` of `version` (which holds `rows`
+    interactions), `settings.trials` conversations each, and the reward alignment on the week's
+    `labels`, priced with the run's reward weights. The alignment is returned for what the asset
+    shows of it."""
+    pair = run.evaluate(tasks, k=run.settings.trials)
+    alignment = measure_alignment(labels, run.reward_weights)
+    report = CalibrationReport(
+        pair,
+        version.version,
+        version.set_hash,
+        rows,
+        alignment.proxy_rewards,
+        alignment.human_success,
+        alignment.summary(),
+        dict(run.reward_weights),
+        version.interaction_ids,
+    )
+    return report, alignment
+
+
+def judge_shadow(run: PairRun, week: str, set_hash: str, records: Sequence[Mapping[str, Any]]) -> ShadowReport:
+    """The week's shadow report: both policies replaying each recorded conversation of the shadow
+    set (`set_hash`) once, with its recorded customer."""
+    return ShadowReport(run.evaluate(records, k=1), week, set_hash, len(records))

@@ -1,7 +1,6 @@
 """`retrain config show`: the effective value of every setting, by concern, and where it came from.
 
-A value's source is `default` (the declaration on the concern's settings dataclass or Dagster
-config), `env RETRAIN_X` (a variable of `orchestration.environment.VARIABLES` set in this
+A value's source is `default` (the declaration on the concern's settings dataclass), `env RETRAIN_X` (a variable of `orchestration.environment.VARIABLES` set in this
 environment) or `file PATH` (the deployment's gate floors file). Run config given to a single run
 (the launchpad, `retrain run --config`) is not shown: it belongs to that run, not the deployment.
 """
@@ -14,15 +13,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from assets.data import SplitConfig, WindowConfig
-from assets.evaluation import CalibrationConfig
 from dataplane.ingest_settings import IngestSettings
+from dataplane.splits import SplitSettings
+from dataplane.window import WindowSettings
+from evaluation.calibration_versions import RefreshSettings
 from evaluation.gate_floors import PRODUCT_DEFAULTS, resolve_floors
 from evaluation.gates import GateConfig
+from evaluation.reports import EvalSettings
 from monitoring.watch import WatchSettings
 from orchestration import environment
 from tracking.traces import TraceSettings
 from training.grpo_config import GRPORunConfig
+from training.policy_start import PolicyStartSettings
 from training.sft import SFTSettings
 
 DEFAULT = "default"
@@ -44,15 +46,6 @@ def _dataclass_rows(concern: str, settings: Any, sources: Mapping[str, str] | No
     return rows
 
 
-def _config_rows(concern: str, config_class: type) -> list[dict[str, Any]]:
-    """One row per field of a Dagster config class, at its declared default."""
-    rows = []
-    for name, spec in config_class.model_fields.items():
-        value = spec.get_default(call_default_factory=True)
-        rows.append(_row(concern, name, value, DEFAULT, spec.description or ""))
-    return rows
-
-
 def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Every setting of every concern, as this deployment's environment makes it."""
     home = environment.home(environ)
@@ -71,9 +64,11 @@ def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[st
     }
     rows = [
         *_dataclass_rows("ingest", IngestSettings()),
-        *_config_rows("window", WindowConfig),
-        *_config_rows("split", SplitConfig),
-        *_config_rows("evaluation", CalibrationConfig),
+        *_dataclass_rows("window", WindowSettings()),
+        *_dataclass_rows("split", SplitSettings()),
+        *_dataclass_rows("policy", PolicyStartSettings()),
+        *_dataclass_rows("evaluation", EvalSettings()),
+        *_dataclass_rows("calibration", RefreshSettings()),
         *_dataclass_rows("grpo", GRPORunConfig(model_path="", output_dir="")),
         *_dataclass_rows("sft", SFTSettings()),
         *_dataclass_rows("gates", floors.config, gate_sources),

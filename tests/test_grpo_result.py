@@ -88,3 +88,29 @@ def test_the_training_assets_read_no_result_file():
     import assets.training
 
     assert "result.json" not in Path(assets.training.__file__).read_text()
+
+
+def test_the_reported_result_becomes_the_candidate_and_its_checks(tmp_path):
+    """What grpo_candidate does with the result the training process reported: its checks read the
+    loss, the weights and the reward curve, and the candidate carries the run's curve and weights."""
+    from dataclasses import replace
+
+    from assets.handoffs import GRPOCandidate
+    from assets.training import _candidate_metadata, _training_checks
+
+    base, final = tmp_path / "base", tmp_path / "final"
+    for folder, weights in ((base, b"before"), (final, b"after")):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(weights)
+    result = replace(RESULT, model_path=str(final))
+    checks = {c.check_name: c for c in _training_checks(result, str(base))}
+    assert {name: c.passed for name, c in checks.items()} == {
+        "finite_loss": False,  # RESULT's loss is NaN
+        "weights_changed": True,
+        "reward_curve_logged": True,
+    }
+    candidate = GRPOCandidate.trained(result, "run-1", {"completed": 5.0})
+    assert (candidate.path, candidate.mlflow_run_id, candidate.final_step) == (str(final), "run-1", 10)
+    assert (candidate.reward_curve, candidate.reward_weights) == ([0.25, 0.5, 1.0], {"completed": 5.0})
+    metadata = _candidate_metadata(result)
+    assert (metadata["reward_first"], metadata["reward_last"], metadata["resumed_from_step"]) == (0.25, 1.0, 4)

@@ -33,6 +33,35 @@ def test_served_conversations_get_the_turn_cap_they_are_evaluated_with():
         assert inspect.signature(function).parameters["max_turns"].default == SERVING_MAX_TURNS, function
 
 
+def test_every_launchpad_setting_shows_its_help_text():
+    """The weekly assets' Dagster configs are generated from settings dataclasses: every field has
+    the dataclass's help text as its description."""
+    from assets.evaluation import CalibrationConfig, EvalConfig
+    from assets.promotion import GateSettings
+    from assets.training import GRPOTrainingConfig, PolicyConfig
+    from assets.watch import WatchConfig
+
+    for config in (WindowConfig, SplitConfig, EvalConfig, CalibrationConfig, PolicyConfig, GRPOTrainingConfig):
+        for name, spec in config.model_fields.items():
+            assert (spec.description or "").strip(), f"{config.__name__}.{name} has no help text"
+    for config in (GateSettings, WatchConfig):
+        assert all((spec.description or "").strip() for spec in config.model_fields.values()), config.__name__
+
+
+def test_the_generated_configs_keep_the_run_config_names_presets_and_tests_use():
+    from assets.evaluation import CalibrationConfig, EvalConfig
+    from assets.training import PolicyConfig
+
+    rollout = {"trials", "max_tasks", "shadow_size", "seed", "max_turns", "compact", "max_new_tokens"}
+    traces = {"log_traces", "trace_successes", "max_traces"}
+    assert set(WindowConfig.model_fields) == {"size", "min_rows", "min_gold_share", "max_quarantine_rate"}
+    assert set(SplitConfig.model_fields) == {"train", "calibration", "shadow"}
+    assert set(EvalConfig.model_fields) == rollout | traces
+    assert set(CalibrationConfig.model_fields) == rollout | traces | {"calibration_refresh_after"}
+    knobs = {"base_model", "use_champion", "sft_warm_start", "copy_pretrain_steps", "probe_prompts"}
+    assert knobs | {"min_tool_call_rate", "sft_relabel", "sft_steps"} <= set(PolicyConfig.model_fields)
+
+
 # ---- one settings convention, one environment module ---------------------------------------
 
 PRODUCT_ROOMS = ("orchestration", "assets", "dataplane", "training", "evaluation", "deploy")
@@ -93,16 +122,26 @@ def test_every_settings_dataclass_field_has_a_help_text():
     import dataclasses
 
     from dataplane.ingest_settings import IngestSettings
+    from dataplane.splits import SplitSettings
+    from dataplane.window import WindowSettings
+    from evaluation.calibration_versions import RefreshSettings
     from evaluation.gates import GateConfig
+    from evaluation.reports import EvalSettings
     from monitoring.health import HealthSettings
     from monitoring.watch import WatchSettings
     from tracking.traces import TraceSettings
     from training.grpo_config import GRPORunConfig
+    from training.policy_start import PolicyStartSettings
     from training.sft import SFTSettings
     from training.tiny.pretrain import CopySettings
 
     for source in (
         IngestSettings,
+        WindowSettings,
+        SplitSettings,
+        EvalSettings,
+        RefreshSettings,
+        PolicyStartSettings,
         GateConfig,
         HealthSettings,
         TraceSettings,
@@ -141,8 +180,9 @@ def test_config_show_names_each_values_source(monkeypatch, capsys, tmp_path):
     assert rows["window", "size"] == {**rows["window", "size"], "value": window.DEFAULT_SIZE, "source": "default"}
     assert rows["environment", "RETRAIN_HOME"]["source"] == "env RETRAIN_HOME"
     assert rows["environment", "RETRAIN_PII_KEY"]["value"] == "(set)"  # conftest sets it; a secret is not printed
-    # The window, split and evaluation configs are still Dagster classes without help texts.
-    assert all(r["help"] for r in rows.values() if r["concern"] not in ("window", "split", "evaluation"))
+    assert all(r["help"] for r in rows.values())
+    for concern in ("window", "split", "policy", "evaluation", "calibration"):
+        assert any(r["concern"] == concern for r in rows.values()), concern
     assert main(["config", "show"]) == 0
     assert "margin = 0.2  (env RETRAIN_HEALTH_MARGIN)" in capsys.readouterr().out
 
@@ -163,3 +203,27 @@ def test_config_show_names_the_gate_floors_file(monkeypatch, capsys, tmp_path):
         f"file {floors}",
     )
     assert rows["gates", "shadow_margin"]["source"] == "default"
+
+
+def test_the_cli_takes_its_defaults_from_the_settings_it_runs_with():
+    """`retrain demo` and `retrain review export` options are generated from the settings their code
+    declares; `retrain simulate` leaves the seed to the domain's traffic simulator."""
+    import dataclasses
+    import inspect
+
+    from orchestration.cli.commands import build_parser
+    from orchestration.cli.demo import DemoSettings, run_demo
+    from orchestration.cli.options import settings_values
+    from orchestration.cli.review import SampleSettings, export_review
+
+    parser = build_parser()
+    assert settings_values(parser.parse_args(["demo"]), DemoSettings) == dataclasses.asdict(DemoSettings())
+    demo = inspect.signature(run_demo).parameters
+    assert {f.name: demo[f.name].default for f in dataclasses.fields(DemoSettings)} == dataclasses.asdict(
+        DemoSettings()
+    )
+    review = parser.parse_args(["review", "export", "--week", "2026-11-09"])
+    assert settings_values(review, SampleSettings) == dataclasses.asdict(SampleSettings())
+    export = inspect.signature(export_review).parameters
+    assert (export["n"].default, export["seed"].default) == (SampleSettings.n, SampleSettings.seed)
+    assert parser.parse_args(["simulate", "--days", "1", "--per-day", "1", "--out", "x"]).seed is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -99,11 +100,24 @@ class GRPORunConfig:
             raise ConfigError("not_a_mapping", str(path), "the config file must hold one object")
         return cls.from_dict(raw)
 
+    def to_file(self, path: str | os.PathLike) -> Path:
+        """Write the config as JSON at `path`, for `python -m training.grpo --config` (`from_file`)."""
+        Path(path).write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+        return Path(path)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if self.records is not None:
             out["records"] = f"<{len(self.records)} records>"
         return out
+
+
+def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> str:
+    """`records` as a JSON Lines file at `path` (a run's `records_path`, which the trainer reads); its path."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+    return str(path)
 
 
 def _world_size() -> int:

@@ -7,7 +7,6 @@ exit non-zero (2 for bad input such as a missing path or a malformed week, 1 for
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -25,8 +24,9 @@ from evaluation.gates import ApprovalError
 from monitoring.pause import PauseStateError, ResumeError
 from orchestration import environment
 from orchestration.cli.calibration import add_calibration_parser
-from orchestration.cli.demo import run_demo, serving_policy
+from orchestration.cli.demo import DemoSettings, run_demo, serving_policy
 from orchestration.cli.errors import CliError
+from orchestration.cli.options import settings_options, settings_values
 from orchestration.cli.review import add_review_parser
 from orchestration.config_show import add_config_parser
 from orchestration.run_config import RunConfigFileError
@@ -49,9 +49,7 @@ from training.traffic.tasks_import import import_tasks
 def _cmd_ingest(args: argparse.Namespace) -> int:
     home = environment.home().ensure()
     try:
-        settings = IngestSettings(
-            **{spec.name: getattr(args, spec.name) for spec in dataclasses.fields(IngestSettings)}
-        )
+        settings = IngestSettings(**settings_values(args, IngestSettings))
     except ValueError as err:  # the settings' own check: a bad option value
         raise CliError(str(err)) from err
     try:
@@ -74,18 +72,6 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         if summary.superseded:
             print(f"  superseded {summary.superseded} quarantine row(s) of earlier reads of files still being written")
     return 0
-
-
-def _settings_options(parser: argparse.ArgumentParser, source: type) -> None:
-    """One option per field of the settings dataclass `source`: its name, type, default and help."""
-    for spec in dataclasses.fields(source):
-        parser.add_argument(
-            f"--{spec.name.replace('_', '-')}",
-            dest=spec.name,
-            type=type(spec.default),
-            default=spec.default,
-            help=f"{spec.metadata['help']} (default {spec.default})",
-        )
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -138,6 +124,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     extra = {"drift": drift} if drift else {}
     if args.policy_version:
         extra["policy_version"] = args.policy_version
+    if args.seed is not None:
+        extra["seed"] = args.seed
     try:
         if args.served_by:
             served = serving_policy(args.served_by, args.domain)
@@ -148,7 +136,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             domain=args.domain,
             days=args.days,
             per_day=args.per_day,
-            seed=args.seed,
             out_dir=args.out,
             start=args.start,
             world=args.world,
@@ -193,7 +180,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(weeks=args.weeks, per_day=args.per_day, fresh=args.fresh, legacy_per_day=args.legacy_per_day)
+    return run_demo(fresh=args.fresh, **settings_values(args, DemoSettings))
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
@@ -235,9 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="simulate traffic and run the weekly retrain end to end")
-    p.add_argument("--weeks", type=int, default=4, help="legacy weeks of the rule-based agent before (default 4)")
-    p.add_argument("--legacy-per-day", type=int, default=200, help="legacy interactions a day (default 200)")
-    p.add_argument("--per-day", type=int, default=40, help="model-served interactions a day (default 40)")
+    settings_options(p, DemoSettings)
     p.add_argument("--fresh", action="store_true", help="start from an empty home folder (make demo does)")
     p.set_defaults(func=_cmd_demo)
 
@@ -257,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="native interaction records, or conversations in the OpenAI chat shape (one a line); "
         "auto (default): *.openai.jsonl[.gz] files are OpenAI, the rest native",
     )
-    _settings_options(p, IngestSettings)
+    settings_options(p, IngestSettings)
     p.set_defaults(func=_cmd_ingest)
 
     p = sub.add_parser(
@@ -277,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="write simulated production traffic, one folder a day")
     p.add_argument("--days", type=int, required=True)
     p.add_argument("--per-day", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="seeds the traffic (default: the domain's traffic simulator's)")
     p.add_argument("--out", required=True, help="output folder (e.g. $RETRAIN_HOME/landing)")
     p.add_argument("--start", help="first day, YYYY-MM-DD (default: DAYS days before today)")
     p.add_argument(

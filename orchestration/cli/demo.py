@@ -14,17 +14,19 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
-from assets.evaluation import EvalConfig
 from assets.partitions import week_key
 from dataplane.home import Home
 from dataplane.ingest import ingest_paths
+from dataplane.settings import setting
 from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
+from evaluation.reports import EvalSettings
 from monitoring.health import check_champion
 from orchestration import environment
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
@@ -159,11 +161,20 @@ def _champion_line(champion, name: str) -> str:
     return f"{name} v{champion.version} (candidate of week {champion.week})"
 
 
-# The calendar: LEGACY_WEEKS of the shop's rule-based agent (scripted, LEGACY_VERSION), then three
-# weeks each served by the model that is champion when it starts (before the first retrain, the
-# shipped agent, which that week's `first_champion` registers as version 1): the first two are
-# retrained, the last is judged by the champion-health check, as the sensor does in production.
-LEGACY_WEEKS = 4
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo's traffic (`retrain demo`'s options are generated from these fields).
+
+    The calendar: `weeks` of the shop's rule-based agent (scripted, LEGACY_VERSION), then three
+    weeks each served by the model that is champion when it starts (before the first retrain, the
+    shipped agent, which that week's `first_champion` registers as version 1): the first two are
+    retrained, the last is judged by the champion-health check, as the sensor does in production."""
+
+    weeks: int = setting(4, "legacy weeks of the rule-based agent before the model-served ones")
+    legacy_per_day: int = setting(200, "legacy interactions a day")
+    per_day: int = setting(40, "model-served interactions a day")
+
+
 LEGACY_VERSION = "rules-agent/legacy"
 # Who approves a week held only for a shift in how the agent works (`evaluation.gates.APPROVABLE_HOLDS`). In
 # production a person reads the transcripts and runs `retrain approve`; the demo has no person, so
@@ -208,7 +219,7 @@ def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> HFPolicy:
     level1 = load_domain(domain).level1
     return HFPolicy(
         path,
-        max_new_tokens=EvalConfig().max_new_tokens,
+        max_new_tokens=EvalSettings.max_new_tokens,
         tools=level1.tools if level1 is not None else None,
         domain=domain,
     )
@@ -238,11 +249,11 @@ def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> 
 
 
 def run_demo(
-    weeks: int = LEGACY_WEEKS,
-    per_day: int = 40,
+    weeks: int = DemoSettings.weeks,
+    per_day: int = DemoSettings.per_day,
     fresh: bool = False,
     today: date | None = None,
-    legacy_per_day: int = 200,
+    legacy_per_day: int = DemoSettings.legacy_per_day,
 ) -> int:
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.

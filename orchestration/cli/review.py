@@ -23,16 +23,24 @@ from typing import Any
 from assets.partitions import WeekError, week_end, week_key
 from dataplane.labels import EXPORT_FIELDS, ImportSummary, LabelFileError, check_os_user, current_os_user, import_labels
 from dataplane.review_sample import ReviewSample, record_sample, stratified_sample, week_population
+from dataplane.settings import setting
 from dataplane.store import StoreLockedError, load_records, open_store
 from domains.registry import DEFAULT_DOMAIN
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.replay import ReplayError, judge_record
 from orchestration import environment
 from orchestration.cli.errors import CliError
+from orchestration.cli.options import settings_options
 from training.rewards import GoldError
 from training.sandbox.episode import MESSAGE_TOOL
 
-DEFAULT_SAMPLE = 200
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """The weekly review sample (`retrain review export`'s options are generated from these fields)."""
+
+    n: int = setting(200, "sample size")
+    seed: int = setting(0, "sampling seed; the same seed gives the same sample")
 
 
 def _text(value: Any) -> str:
@@ -126,7 +134,9 @@ class DrawnSample:
         return dict(sorted(found.items()))
 
 
-def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain: str = DEFAULT_DOMAIN) -> DrawnSample:
+def draw_review_sample(
+    week: str, n: int = SampleSettings.n, seed: int = SampleSettings.seed, domain: str = DEFAULT_DOMAIN
+) -> DrawnSample:
     """The stratified, seeded sample of `domain`'s week holding `week`, recorded in `review_samples`
     (exported by this OS account): the JSONL file and the MLflow traces are drawn here alike."""
     if n < 1:
@@ -155,8 +165,8 @@ def draw_review_sample(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain
 def export_review(
     week: str,
     out: str | os.PathLike,
-    n: int = DEFAULT_SAMPLE,
-    seed: int = 0,
+    n: int = SampleSettings.n,
+    seed: int = SampleSettings.seed,
     force: bool = False,
     domain: str = DEFAULT_DOMAIN,
 ) -> dict[str, Any]:
@@ -275,8 +285,7 @@ def add_review_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD); weeks start on Monday")
-    p.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"sample size (default {DEFAULT_SAMPLE})")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed; the same seed gives the same sample")
+    settings_options(p, SampleSettings)
     p.add_argument("--out", help="the JSONL file to write (with --to file)")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--domain", default=DEFAULT_DOMAIN, help=f"whose interactions to sample (default {DEFAULT_DOMAIN})")

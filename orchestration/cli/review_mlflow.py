@@ -44,7 +44,7 @@ from dataplane.store import StoreLockedError, open_store
 from domains.registry import DEFAULT_DOMAIN
 from orchestration import environment
 from orchestration.cli.errors import CliError
-from orchestration.cli.review import DEFAULT_SAMPLE, draw_review_sample, review_line
+from orchestration.cli.review import SampleSettings, draw_review_sample, review_line
 from tracking.registry import RegistryError, ensure_experiment, mlflow_client, mlflow_step
 from tracking.traces import (
     KIND_TAG,
@@ -112,7 +112,9 @@ def _review_traces(client: Any, experiment_id: str, week: str) -> list[Any]:
             return found
 
 
-def export_to_mlflow(week: str, n: int = DEFAULT_SAMPLE, seed: int = 0, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+def export_to_mlflow(
+    week: str, n: int = SampleSettings.n, seed: int = SampleSettings.seed, domain: str = DEFAULT_DOMAIN
+) -> dict[str, Any]:
     """Log the review sample of the week holding `week` as traces; returns a summary with the
     experiment and where to open it."""
     drawn = draw_review_sample(week, n, seed, domain)

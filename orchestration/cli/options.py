@@ -1,0 +1,28 @@
+"""Command-line options generated from a settings dataclass, so a command never restates a default.
+
+Each field declared with `dataplane.settings.setting` becomes `--field-name` with the field's type,
+default and help; the command reads the values back by field name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+
+def settings_options(parser: argparse.ArgumentParser, source: type) -> None:
+    """One option per field of the settings dataclass `source`: its name, type, default and help."""
+    for spec in dataclasses.fields(source):
+        parser.add_argument(
+            f"--{spec.name.replace('_', '-')}",
+            dest=spec.name,
+            type=type(spec.default),
+            default=spec.default,
+            help=f"{spec.metadata['help']} (default {spec.default})",
+        )
+
+
+def settings_values(args: argparse.Namespace, source: type) -> dict[str, Any]:
+    """The values of the options `settings_options` declared for `source`, by field name."""
+    return {spec.name: getattr(args, spec.name) for spec in dataclasses.fields(source)}
