@@ -10,12 +10,22 @@ from orchestration.sensors import champion_health, landing_ingest, retrain_failu
 
 _modules = [data, training, evaluation, promotion, registration, watch]
 
-defs = dg.Definitions(
-    assets=dg.load_assets_from_modules(_modules),
-    asset_checks=dg.load_asset_checks_from_modules(_modules),
-    jobs=[weekly_retrain, daily_watch],
-    schedules=[weekly_retrain_schedule, daily_watch_schedule],
-    sensors=[retrain_failure_incident, champion_health, landing_ingest],
-    resources=default_resources(),
-    loggers={"progress": progress_logger},
-)
+
+def build_definitions() -> dg.Definitions:
+    """The definitions with resources configured by the environment as it is now.
+
+    The code location builds them once, when it loads (`defs`). A process that runs a job itself
+    (`retrain run`, the demo) builds them again at each run, so a home or tracking URI set after
+    import (a test's fixture, a script that sets RETRAIN_HOME) is the one the run uses."""
+    return dg.Definitions(
+        assets=dg.load_assets_from_modules(_modules),
+        asset_checks=dg.load_asset_checks_from_modules(_modules),
+        jobs=[weekly_retrain, daily_watch],
+        schedules=[weekly_retrain_schedule, daily_watch_schedule],
+        sensors=[retrain_failure_incident, champion_health, landing_ingest],
+        resources=default_resources(),
+        loggers={"progress": progress_logger},
+    )
+
+
+defs = build_definitions()

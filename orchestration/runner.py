@@ -23,7 +23,7 @@ from evaluation.gate_floors import check_run_config, resolve_floors
 from evaluation.gates import approve
 from monitoring.pause import ResumeError, last_resume, resume_promotions
 from orchestration import environment
-from orchestration.definitions import defs
+from orchestration.definitions import build_definitions
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
 from tracking.containment import set_containment
@@ -102,7 +102,7 @@ def run_week(
     if terse and "loggers" not in config:
         config["loggers"] = {"progress": {}}
     with run_lock(home), dg.DagsterInstance.get() as instance:
-        job = defs.resolve_job_def("weekly_retrain")
+        job = build_definitions().resolve_job_def("weekly_retrain")
         result = job.execute_in_process(
             partition_key=key,
             instance=instance,

@@ -32,7 +32,7 @@ from monitoring.watch import judge_day, served_tool_mix
 from monitoring.watch_alarms import ACTION_DRIFT_INCIDENT, REWARD_SHIFT_INCIDENT
 from monitoring.watch_log import WATCH_EXPERIMENT
 from orchestration.cli import main
-from orchestration.definitions import defs
+from orchestration.definitions import build_definitions
 from orchestration.sensors import landing_ingest
 from tests.helpers_gates import gate_inputs
 from tests.helpers_promotion import fake_model, run_promotion
@@ -84,7 +84,7 @@ def champion(home, tmp_path):
 
 
 def _watch(instance, day: str) -> dg.ExecuteInProcessResult:
-    result = defs.resolve_job_def("daily_watch").execute_in_process(partition_key=day, instance=instance)
+    result = build_definitions().resolve_job_def("daily_watch").execute_in_process(partition_key=day, instance=instance)
     assert result.success
     return result
 
