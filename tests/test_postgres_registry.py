@@ -45,7 +45,7 @@ def test_registration_aliases_and_rollback_are_idempotent_across_retries(server,
     report = evaluate_gates(gate_inputs("better"))
 
     def register(week: str) -> int:
-        lineage = ChampionLineage(window_hash=f"h-{week}", run_id="r", model_digest=model_digest(model))
+        lineage = ChampionLineage(window_hash=f"h-{week}", model_digest=model_digest(model))
         return register_candidate(uri, model, week, lineage, report, moved_by="test")
 
     assert register("2026-11-16") == 1

@@ -125,7 +125,7 @@ def test_registration_alias_rollback_and_outage_against_a_server(server, tmp_pat
     uri = server.uri
 
     def register(week: str) -> int:
-        lineage = ChampionLineage(window_hash=f"h-{week}", run_id="r", model_digest=model_digest(model))
+        lineage = ChampionLineage(window_hash=f"h-{week}", model_digest=model_digest(model))
         return register_candidate(uri, model, week, lineage, report, moved_by="test")
 
     assert register("2025-W01") == 1
