@@ -27,7 +27,7 @@ from training.sandbox.rollout import DEFAULT_MAX_TURNS, Policy, roll_out, start_
 
 DEFAULT_START = date(2026, 11, 2)
 RECORDS_FILE = "interactions.jsonl"
-_RATERS = tuple(f"rater-{i:02d}" for i in range(1, 9))
+RATERS = tuple(f"rater-{i:02d}" for i in range(1, 9))
 _DRAWS = 20  # scenarios tried per conversation before the intent is declared unservable
 
 
@@ -54,8 +54,25 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def _timestamp(moment: datetime) -> str:
+def timestamp(moment: datetime) -> str:
+    """A record's timestamp: UTC, seconds, with its offset written out as the contract asks."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S+00:00")
+
+
+def simulated_label(
+    rng: random.Random, success: bool, label_share: float, flip_rate: float, ended: datetime
+) -> dict[str, Any] | None:
+    """The human label of one simulated interaction: drawn for `label_share` of them, each from one
+    of `RATERS`, agreeing with the verifier except for `flip_rate` of them (a rater's mistake), and
+    given minutes to hours after the conversation ended. Every domain's traffic draws it the same way,
+    in the same order from `rng`, so a record's label depends only on its own generator."""
+    if rng.random() >= label_share:
+        return None
+    return {
+        "task_success": (not success) if rng.random() < flip_rate else success,
+        "rater": rng.choice(RATERS),
+        "labeled_at": timestamp(ended + timedelta(minutes=rng.randrange(5, 240))),
+    }
 
 
 def _first_day(start: date | str | None, days: int) -> date:
@@ -195,17 +212,11 @@ def _record(
     success = outcome_of(episode) == "completed"
     outcome = "escalated" if episode.transferred else ("completed" if success else "failed")
     ended = started + timedelta(seconds=20 + 12 * len(conv.messages) + rng.randrange(60))
-    human_label = None
-    if rng.random() < label_share:
-        human_label = {
-            "task_success": (not success) if rng.random() < flip_rate else success,
-            "rater": rng.choice(_RATERS),
-            "labeled_at": _timestamp(ended + timedelta(minutes=rng.randrange(5, 240))),
-        }
+    human_label = simulated_label(rng, success, label_share, flip_rate, ended)
     return {
         "interaction_id": interaction_id,
-        "started_at": _timestamp(started),
-        "ended_at": _timestamp(ended),
+        "started_at": timestamp(started),
+        "ended_at": timestamp(ended),
         "policy_version": policy_version,
         "customer_id": row["customer_id"],
         "domain": row["domain"],

@@ -34,11 +34,11 @@ from domains.retail.world import load_world, validate_world
 from training.rewards import outcome_of
 from training.sandbox.rollout import Policy
 from training.traffic.simulate import TrafficConfigError as EngineTrafficConfigError
+from training.traffic.simulate import simulated_label, timestamp
 
 DEFAULT_START = date(2026, 11, 2)
 DEFAULT_POLICY_VERSION = "retail-agent/1"
 RECORDS_FILE = "interactions.jsonl"
-_RATERS = tuple(f"rater-{i:02d}" for i in range(1, 9))
 
 
 # Presets for the CLI's --intent-shift-day / --degrade-day / --drift-day: returns, exchanges and
@@ -192,10 +192,6 @@ def resolve_world(world: Mapping[str, Any] | str | Path | None, n_users: int = 3
     return world
 
 
-def _timestamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S+00:00")
-
-
 def record_outcome(episode: Any) -> str:
     """The contract's `outcome` of a conversation: what happened operationally.
 
@@ -223,18 +219,11 @@ def _record(
     outcome = record_outcome(episode)
     # Roughly half a minute per turn of the transcript, with jitter.
     ended = started + timedelta(seconds=20 + 12 * len(conv.messages) + rng.randrange(60))
-    human_label = None
-    if rng.random() < label_share:
-        judged = success
-        human_label = {
-            "task_success": (not judged) if rng.random() < flip_rate else judged,
-            "rater": rng.choice(_RATERS),
-            "labeled_at": _timestamp(ended + timedelta(minutes=rng.randrange(5, 240))),
-        }
+    human_label = simulated_label(rng, success, label_share, flip_rate, ended)
     return {
         "interaction_id": interaction_id,
-        "started_at": _timestamp(started),
-        "ended_at": _timestamp(ended),
+        "started_at": timestamp(started),
+        "ended_at": timestamp(ended),
         "policy_version": policy_version,
         "customer_id": scenario.user_id,
         "intent": scenario.intent,
