@@ -125,10 +125,13 @@ def _item_checks(state: World, record: dict[str, Any], item_ids: list[str], new_
     return _price_difference(state, record, item_ids, new_item_ids)
 
 
-def modify_pending_order_items(
-    state: World, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
-) -> Changed:
-    record = _pending_order(state, order_id, "modified")
+def _swap_checks(
+    state: World, record: dict[str, Any] | str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> tuple[float, dict[str, Any]] | str:
+    """(price difference, payment method) of swapping `item_ids` for `new_item_ids` on `record`, or
+    the first error in the order the reference checks them: the order (`record` is then its error
+    text), the items, the payment method. Modifying a pending order and exchanging a delivered one
+    check alike; only what each then charges differs."""
     if isinstance(record, str):
         return record
     difference = _item_checks(state, record, item_ids, new_item_ids)
@@ -137,7 +140,17 @@ def modify_pending_order_items(
     methods = _methods(state, record)
     if methods is None or payment_method_id not in methods:
         return "Error: payment method not found"
-    method = methods[payment_method_id]
+    return difference, methods[payment_method_id]
+
+
+def modify_pending_order_items(
+    state: World, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> Changed:
+    record = _pending_order(state, order_id, "modified")
+    checked = _swap_checks(state, record, item_ids, new_item_ids, payment_method_id)
+    if isinstance(checked, str):
+        return checked
+    difference, method = checked
     if method["source"] == "gift_card" and method["balance"] < difference:
         return "Error: insufficient gift card balance to pay for the new item"
     record["payment_history"].append(
@@ -215,16 +228,10 @@ def exchange_delivered_order_items(
     state: World, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> Changed:
     record = _delivered_order(state, order_id, "exchanged")
-    if isinstance(record, str):
-        return record
-    difference = _item_checks(state, record, item_ids, new_item_ids)
-    if isinstance(difference, str):
-        return difference
-    difference = round(difference, 2)
-    methods = _methods(state, record)
-    if methods is None or payment_method_id not in methods:
-        return "Error: payment method not found"
-    method = methods[payment_method_id]
+    checked = _swap_checks(state, record, item_ids, new_item_ids, payment_method_id)
+    if isinstance(checked, str):
+        return checked
+    difference, method = round(checked[0], 2), checked[1]
     if method["source"] == "gift_card" and method["balance"] < difference:
         return "Error: insufficient gift card balance to pay for the price difference"
     record["status"] = "exchange requested"
