@@ -240,7 +240,7 @@ def test_short_clean_strings_are_remembered_and_the_memory_is_bounded(monkeypatc
     assert len(walk.known) <= pii_records._KNOWN_CLEAN_MAX
 
 
-# ---- issue 28, speed: the shortcuts of the ingest hot path against the code they replace ----
+# ---- the shortcuts of the ingest hot path, each against the plain code it must equal ----
 
 
 def _id_may_hold_pii_by_str(value: str) -> bool:

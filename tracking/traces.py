@@ -454,20 +454,27 @@ def week_traces(
     return TrialTraces(experiment_id, run_id, week, split, dict(policy_versions), settings, seed)
 
 
-def _linked_trace_ids(client: Any, experiment_id: str, run_id: str | None, filter_string: str) -> list[str]:
-    """Ids of the evaluation traces in `experiment_id` matching `filter_string` (and linked to `run_id`)."""
-    found: list[str] = []
+def all_traces(client: Any, experiment_id: str, filter_string: str, run_id: str | None = None) -> list[Any]:
+    """Every trace of `experiment_id` matching `filter_string` (and linked to `run_id`), without
+    spans, read page by page (MLflow returns at most 500 a call)."""
+    found: list[Any] = []
     token = None
     while True:
         page = client.search_traces(
             locations=[experiment_id],
-            filter_string=f"tags.{KIND_TAG} = '{EVALUATION_KIND}' AND {filter_string}",
+            filter_string=filter_string,
             run_id=run_id,
             include_spans=False,
             max_results=500,
             page_token=token,
         )
-        found += [t.info.trace_id for t in page]
+        found += list(page)
         token = page.token
         if not token:
             return found
+
+
+def _linked_trace_ids(client: Any, experiment_id: str, run_id: str | None, filter_string: str) -> list[str]:
+    """Ids of the evaluation traces in `experiment_id` matching `filter_string` (and linked to `run_id`)."""
+    matching = f"tags.{KIND_TAG} = '{EVALUATION_KIND}' AND {filter_string}"
+    return [t.info.trace_id for t in all_traces(client, experiment_id, matching, run_id)]

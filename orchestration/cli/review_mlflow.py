@@ -50,6 +50,7 @@ from tracking.traces import (
     KIND_TAG,
     REVIEW_KIND,
     ConversationTrace,
+    all_traces,
     conversation_spans,
     judged_feedback,
     send_trace,
@@ -96,20 +97,7 @@ def _tracking(home: Home) -> tuple[MLflowTracking, str]:
 
 def _review_traces(client: Any, experiment_id: str, week: str) -> list[Any]:
     """Every review trace of `week` in the experiment, with its assessments (no spans)."""
-    found: list[Any] = []
-    token = None
-    while True:
-        page = client.search_traces(
-            locations=[experiment_id],
-            filter_string=f"tags.{KIND_TAG} = '{REVIEW_KIND}' AND tags.{WEEK_TAG} = '{week}'",
-            include_spans=False,
-            max_results=500,
-            page_token=token,
-        )
-        found += list(page)
-        token = page.token
-        if not token:
-            return found
+    return all_traces(client, experiment_id, f"tags.{KIND_TAG} = '{REVIEW_KIND}' AND tags.{WEEK_TAG} = '{week}'")
 
 
 def export_to_mlflow(
