@@ -418,6 +418,24 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str,
         client.set_model_version_tag(name, str(version), PROMOTED_TAG, "true")
 
 
+def _upload(
+    client: MlflowClient,
+    path: Path,
+    expected: str | None,
+    run: str | None,
+    week: str,
+    artifact_location: str | None,
+    artifact_path: str,
+    uri: str,
+) -> tuple[str, str, str]:
+    """Log a staged copy of the model folder (`staged_model`: its digest checked against `expected`
+    when given) into `run`, else the week's registration run: (run id, artifact source, digest)."""
+    with staged_model(path, expected, uri) as (staged, digest), mlflow_step(uri, "log model artifacts"):
+        run = run or _registration_run(client, week, artifact_location)
+        client.log_artifacts(run, str(staged), artifact_path)
+        return run, f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{artifact_path}", digest
+
+
 def register_candidate(
     tracking_uri: str,
     model_dir: str | Path,
@@ -458,14 +476,9 @@ def register_candidate(
     if versions:
         version = versions[0]
     else:
-        run = run_id or lineage.run_id
-        with (
-            staged_model(path, expected, tracking_uri) as (staged, _),
-            mlflow_step(tracking_uri, "log model artifacts"),
-        ):
-            run = run or _registration_run(client, week, artifact_location)
-            client.log_artifacts(run, str(staged), MODEL_ARTIFACT_PATH)
-            source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{MODEL_ARTIFACT_PATH}"
+        run, source, _ = _upload(
+            client, path, expected, run_id or lineage.run_id, week, artifact_location, MODEL_ARTIFACT_PATH, tracking_uri
+        )
         with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(
                 name,
@@ -520,14 +533,9 @@ def register_base_champion(
         tags = lineage.to_tags()
         tags.update({ROLE_TAG: BASE_ROLE, BASE_WEEK_TAG: week})
         # No decision evaluated the base as a candidate: its digest is taken here, on the bytes uploaded.
-        with (
-            staged_model(path, None, tracking_uri) as (staged, digest),
-            mlflow_step(tracking_uri, "log model artifacts"),
-        ):
-            tags[MODEL_DIGEST_KEY] = digest
-            run = run_id or lineage.run_id or _registration_run(client, week, artifact_location)
-            client.log_artifacts(run, str(staged), BASE_ARTIFACT_PATH)
-            source = f"{client.get_run(run).info.artifact_uri.rstrip('/')}/{BASE_ARTIFACT_PATH}"
+        run, source, tags[MODEL_DIGEST_KEY] = _upload(
+            client, path, None, run_id or lineage.run_id, week, artifact_location, BASE_ARTIFACT_PATH, tracking_uri
+        )
         with mlflow_step(tracking_uri, "create model version"):
             mv = client.create_model_version(
                 name,
