@@ -22,7 +22,7 @@ from typing import Any
 from domains.registry import DEFAULT_DOMAIN
 from training.fields import as_dict
 from training.sandbox.prompting import domain_of, system_policy, tool_schemas
-from training.tiny.pretrain import CopySettings, copy_pretrain
+from training.tiny.pretrain import COPY_TOKENS, CopySettings, copy_pretrain
 from training.tiny.relabel import customer_names
 
 # TRL's tool-call parsing and the chat template both key off these exact strings.
@@ -34,9 +34,9 @@ _EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]+"
 _EMAIL_LOCAL_CHAR = r"[A-Za-z0-9._%+-](?=[A-Za-z0-9._%+-]*@)"
 _CAPITALISED_WORD = r"[A-Z][a-z]+"
 # Bumped whenever the tokenizer's rules change (2: customers' names spelled a letter a token; 3:
-# digit runs optionally cut into groups, `TinyModelSpec.digit_group`), so
+# digit runs optionally cut into groups, `TinyModelSpec.digit_group`; 4: the copy task's markers), so
 # `ensure_base_policy` builds a new base rather than reusing one made under the old rules.
-TOKENIZER_FORMAT = 3
+TOKENIZER_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def train_tokenizer(
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS) + list(MARKUP_TOKENS),
+        special_tokens=list(SPECIAL_TOKENS) + list(MARKUP_TOKENS) + list(COPY_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -199,7 +199,7 @@ def train_tokenizer(
         tokenizer_object=tok,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]) + list(COPY_TOKENS),
     )
     fast.chat_template = qwen25_chat_template()
     return fast

@@ -21,6 +21,13 @@ from typing import Any
 from dataplane.settings import setting
 from training.checkpoints import load_policy, save_final_model
 
+# The copy task's own span markers, added to every tokenizer the bootstrap trains. Marking spans
+# with the chat template's `<tool_call>` and `<|im_end|>` taught a long copy stage that what
+# follows `<tool_call>` is random tokens to repeat, which SFT then had to unlearn.
+COPY_MARK = "<|copy|>"
+COPY_SEP = "<|paste|>"
+COPY_TOKENS = (COPY_MARK, COPY_SEP)
+
 
 @dataclass(frozen=True)
 class CopySettings:
@@ -131,7 +138,12 @@ def copy_pretrain(
             f"digit_share {settings.digit_share} needs the ten digit tokens; the tokenizer at "
             f"{model_path} has {len(digits)}"
         )
-    mark, sep = tokenizer.convert_tokens_to_ids("<tool_call>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
+    mark, sep = (tokenizer.convert_tokens_to_ids(token) for token in COPY_TOKENS)
+    if tokenizer.unk_token_id in (mark, sep) or None in (mark, sep):
+        raise ValueError(
+            f"the tokenizer at {model_path} has no copy markers {list(COPY_TOKENS)}: copy pretraining "
+            "is for a tiny model whose tokenizer training.tiny.bootstrap trained"
+        )
     pad = tokenizer.pad_token_id
     rng = random.Random(settings.seed)
     model.train()
