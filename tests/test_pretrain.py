@@ -82,3 +82,41 @@ def test_copy_pretraining_saves_a_policy_that_loads_the_same_way(tiny_base, tmp_
         if not p.detach().equal(q.detach())
     ]
     assert moved and len(tokenizer) == model.config.vocab_size
+
+
+def test_the_copy_markers_are_tokens_of_their_own_not_the_chat_templates(tiny_base):
+    from training.checkpoints import load_tokenizer
+    from training.tiny.bootstrap import MARKUP_TOKENS, SPECIAL_TOKENS
+    from training.tiny.pretrain import COPY_TOKENS, identifier_tokens
+
+    tokenizer = load_tokenizer(tiny_base)
+    ids = [tokenizer.convert_tokens_to_ids(token) for token in COPY_TOKENS]
+    assert tokenizer.unk_token_id not in ids and len(set(ids)) == 2
+    template = {tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS + MARKUP_TOKENS}
+    assert not template & set(ids)
+    # A marker is never a token to copy, and a rendered conversation never contains one.
+    assert not set(ids) & set(identifier_tokens(tokenizer))
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=True)
+    assert not set(ids) & set(rendered if isinstance(rendered, list) else rendered["input_ids"])
+
+
+def test_copy_pretraining_refuses_a_tokenizer_without_the_markers(tiny_base, tmp_path):
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from training.tiny.pretrain import COPY_TOKENS, CopySettings, copy_pretrain
+
+    # The same model with a tokenizer whose copy markers are renamed: an older build's tokenizer.
+    older = tmp_path / "older"
+    shutil.copytree(tiny_base, older)
+    text = (older / "tokenizer.json").read_text()
+    for token in COPY_TOKENS:
+        text = text.replace(token, token.replace("|", "#"))
+    Tokenizer.from_str(text).save(str(older / "tokenizer.json"))
+    config = (older / "tokenizer_config.json").read_text()
+    for token in COPY_TOKENS:
+        config = config.replace(token, token.replace("|", "#"))
+    (older / "tokenizer_config.json").write_text(config)
+    with pytest.raises(ValueError, match="no copy markers"):
+        copy_pretrain(older, tmp_path / "copy", CopySettings(steps=1, batch_size=2, torch_threads=1))
