@@ -154,8 +154,10 @@ class GateConfig:
     min_reward_alignment: float = setting(
         0.6, "smallest ROC AUC of the proxy reward against human task_success", tightens="up"
     )
+    # The week's review sample (`retrain review export`, 200 stratified conversations): the whole
+    # sample must come back labelled before the proxy reward is trusted again.
     min_human_labels: int = setting(
-        20, "human labels (of both outcomes) reward_alignment needs to be measured", tightens="up"
+        200, "human labels (of both outcomes) reward_alignment needs to be measured", tightens="up"
     )
     on_insufficient_labels: str = setting(
         "hold", "'hold' or 'fail' when reward_alignment cannot be measured", tightens=("hold", "fail")

@@ -98,7 +98,7 @@ def test_approval_of_a_week_also_short_of_human_labels_registers_nothing(home, t
     assert {g.name for g in report.gates if g.verdict == "hold"} == {"tool_call_drift", "reward_alignment"}
     refused = _retrain(home, "approve", "--week", WEEK, "--by", "alice")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert "reward_alignment held: 12 human labels, 20 needed: label 8 more" in refused.stderr
+    assert "reward_alignment held: 12 human labels, 200 needed: label 188 more" in refused.stderr
     assert find_week_version(home.mlflow_uri, WEEK) is None and champion_info(home.mlflow_uri) is None
 
 

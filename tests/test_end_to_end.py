@@ -99,7 +99,7 @@ def test_an_ordinary_week_at_default_gates_is_a_successful_rejection(week_runs):
     home, run = week_runs
     assert run.success, run
     assert run.decision is not None and run.decision.decision == "reject", run.decision
-    assert run.decision.report.config.min_human_labels == 20  # the product's thresholds, untouched
+    assert run.decision.report.config.min_human_labels == 200  # the product's thresholds, untouched
     assert {"promotion_gate", "first_champion"} <= set(run.materialized)
     assert "registered_model" not in run.materialized
     assert find_week_version(home.mlflow_uri, WEEK) is None

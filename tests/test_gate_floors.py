@@ -53,7 +53,7 @@ def test_every_gate_setting_says_how_it_gets_stricter():
     "requested",
     [
         {"shadow_margin": 0.0},  # a margin goes up
-        {"calibration_min_margin": 0.05, "min_human_labels": 50, "min_reward_alignment": 0.7},
+        {"calibration_min_margin": 0.05, "min_human_labels": 250, "min_reward_alignment": 0.7},
         {"max_tool_drift": 0.01, "violation_tolerance": 0.0, "hacking_excess_max": 0.0},  # maxima go down
         {"calibration_max_p": 0.05},  # a bound where the floor has none
         {"on_insufficient_labels": "fail"},  # from hold to the stricter fail
@@ -100,7 +100,7 @@ def test_every_loosened_setting_is_named_at_once_and_a_none_bound_is_looser_than
 def test_unset_settings_take_the_floor_not_the_product_default(tmp_path):
     floors = load_floors(_write(tmp_path / "f.yaml", "max_tool_drift: 0.01\nshadow_margin: 0.0\n"))
     config = apply_floors({}, floors)
-    assert (config.max_tool_drift, config.shadow_margin, config.min_human_labels) == (0.01, 0.0, 20)
+    assert (config.max_tool_drift, config.shadow_margin, config.min_human_labels) == (0.01, 0.0, 200)
     # The product's default is now looser than this deployment's floor: asking for it is refused.
     with pytest.raises(LoosenedGateError, match=r"max_tool_drift=0\.05 is looser than its floor 0\.01"):
         apply_floors({"max_tool_drift": 0.05}, floors)

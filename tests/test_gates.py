@@ -162,10 +162,10 @@ def test_approval_lifts_the_drift_hold_only_never_a_hold_for_missing_labels():
     with pytest.raises(ApprovalError) as info:
         approve(report, "ops-lead")
     message = str(info.value)
-    assert "reward_alignment held: 12 human labels, 20 needed: label 8 more" in message
+    assert "reward_alignment held: 12 human labels, 200 needed: label 188 more" in message
     assert "tool_call_drift" in message  # says what approval can lift
     alone = evaluate_gates(gate_inputs("better", labels=12))
-    with pytest.raises(ApprovalError, match="label 8 more"):
+    with pytest.raises(ApprovalError, match="label 188 more"):
         approve(alone, "ops-lead")
 
 

@@ -333,3 +333,48 @@ def test_review_flow_from_the_command_line(home, tmp_path):
     assert done.returncode == 2
     assert "1 bad line(s)" in done.stderr and "line 137: wrong_type" in done.stderr
     assert _rows(home) == stored
+
+
+# --- the demo's simulated reviewer --------------------------------------------------------------
+
+
+def test_the_demos_reviewer_labels_the_whole_sample_through_the_queue(home_with_week, tmp_path):
+    """Export, fill from the verifier with the reviewer's mistakes, import: every sampled conversation
+    gets one label by the demo's rater, tied to the recorded sample, and the mistakes are the share asked."""
+    from orchestration.cli.demo_review import DEMO_RATER, review_week
+    from orchestration.cli.review import SampleSettings
+
+    done = review_week(WEEK, tmp_path, error_rate=0.25, sample=SampleSettings(n=150, seed=4))
+    assert done["sampled"] == 150 and done["unjudged"] == 0
+    assert 0 < done["from_outcome"] < 150  # the week has conversations logged without gold
+    assert done["labelled"] == done["stored"] == 150
+    assert 0 < done["mistakes"] < 150 * 0.5  # about a quarter of 150, never all or none
+    filled = [json.loads(line) for line in (tmp_path / f"review-{WEEK}.jsonl").read_text().splitlines()]
+    truth = [
+        x["verified_success"] if x["verified_success"] is not None else x["outcome"] == "completed" for x in filled
+    ]
+    against = sum(line["task_success"] != verdict for line, verdict in zip(filled, truth))
+    assert against == done["mistakes"]
+    with duckdb.connect(str(home_with_week.duckdb_path), read_only=True) as con:
+        stored = con.execute("SELECT count(*), count(DISTINCT sample_id) FROM labels WHERE rater = ?", [DEMO_RATER])
+        assert stored.fetchone() == (150, 1)
+    # The same week again: the same sample and labels, nothing stored twice.
+    again = review_week(WEEK, tmp_path, error_rate=0.25, sample=SampleSettings(n=150, seed=4))
+    assert again["stored"] == 0 and again["already_stored"] == 150
+
+
+def test_the_demos_reviewer_leaves_out_a_line_it_cannot_judge(tmp_path):
+    from orchestration.cli.demo_review import fill_review_file
+
+    path = tmp_path / "review.jsonl"
+    lines = [
+        {"interaction_id": "a", "verified_success": True, "outcome": "failed"},  # the replay's verdict wins
+        {"interaction_id": "b", "verified_success": None, "outcome": "completed"},  # no gold: the logged outcome
+        {"interaction_id": "c", "verified_success": None, "outcome": None},  # nothing to judge by
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert fill_review_file(path, 0.0, 0) == {"labelled": 2, "mistakes": 0, "from_outcome": 1, "unjudged": 1}
+    kept = [json.loads(x) for x in path.read_text().splitlines()]
+    assert kept == [{**lines[0], "task_success": True}, {**lines[1], "task_success": True}]
+    with pytest.raises(ValueError, match="error_rate"):
+        fill_review_file(path, 1.5, 0)

@@ -113,7 +113,7 @@ def test_too_few_labels_of_the_week_hold_saying_how_many_more_and_how():
     inputs = dataclasses.replace(gate_inputs("better", labels=12), labels_week=W2)
     gate = evaluate_gates(inputs).gate("reward_alignment")
     assert gate.verdict == "hold"
-    assert gate.lift.startswith(f"12 human labels, 20 needed: label 8 more of week {W2}'s interactions")
+    assert gate.lift.startswith(f"12 human labels, 200 needed: label 188 more of week {W2}'s interactions")
     assert f"retrain review export --week {W2}" in gate.lift and "re-run the week" in gate.lift
     assert f"12 human labels of week {W2}'s interactions" in gate.detail
     measured = evaluate_gates(dataclasses.replace(gate_inputs("better"), labels_week=W2)).gate("reward_alignment")

@@ -29,6 +29,7 @@ from evaluation.gates import ApprovalError
 from evaluation.reports import EvalSettings
 from monitoring.health import check_champion
 from orchestration import environment
+from orchestration.cli.demo_review import DEMO_RATER, review_week
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from tracking.containment import containment_of
 from tracking.registry import champion_info, find_base_version, find_week_version, local_champion
@@ -173,13 +174,18 @@ class DemoSettings:
     weeks: int = setting(4, "legacy weeks of the rule-based agent before the model-served ones")
     legacy_per_day: int = setting(200, "legacy interactions a day")
     per_day: int = setting(40, "model-served interactions a day")
+    reviewer_error_rate: float = setting(
+        0.1,
+        "share of each served week's review sample the simulated reviewer labels against the verifier "
+        "(a person's mistakes)",
+    )
 
 
 LEGACY_VERSION = "rules-agent/legacy"
 # Who approves a week held only for a shift in how the agent works (`evaluation.gates.APPROVABLE_HOLDS`). In
 # production a person reads the transcripts and runs `retrain approve`; the demo has no person, so
 # it stands in for one through the same call, and says so.
-DEMO_REVIEWER = "demo-reviewer (standing in for a person)"
+DEMO_REVIEWER = f"{DEMO_RATER} (standing in for a person)"
 
 
 def review_hold(result: WeekRun, home: Home) -> dict | None:
@@ -189,14 +195,14 @@ def review_hold(result: WeekRun, home: Home) -> dict | None:
     decision = result.decision
     if decision is None or decision.decision != "hold":
         return None
+    for gate in decision.report.gates:
+        if gate.verdict == "hold":
+            print(f"  held for review: {gate.name}: {gate.detail}", flush=True)
     try:
         done = approve_week(result.week, approver=DEMO_REVIEWER, home=home)
     except ApprovalError as refused:
         print(f"  not approved: {refused}", flush=True)
         return None
-    for gate in decision.report.gates:
-        if gate.verdict == "hold":
-            print(f"  held for review: {gate.name}: {gate.detail}", flush=True)
     print(f"  approved by {DEMO_REVIEWER}: registered as version {done['version']}", flush=True)
     return done
 
@@ -242,10 +248,24 @@ def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> 
         policy=policy,
         level=1,
         policy_version=version,
-        label_share=0.5,
     )
     print(f"  served in {time.monotonic() - started:.0f} s: outcomes {sim['outcomes']}", flush=True)
     return sim
+
+
+def _review_week(home: Home, monday: date, error_rate: float) -> dict:
+    """The served week's review: its conversations stored, then the product's review sample exported,
+    labelled by the simulated reviewer and imported (`orchestration.cli.demo_review`)."""
+    ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the sample is drawn from the store
+    done = review_week(monday.isoformat(), home.root / "reviews", error_rate)
+    print(
+        f"  reviewed: {done['labelled']} of {done['sampled']} sampled conversations labelled by {DEMO_RATER} "
+        f"({done['mistakes']} against the verifier, {done['from_outcome']} judged by the logged outcome, "
+        f"{done['unjudged']} left out), "
+        f"sample {done['sample_id']}",
+        flush=True,
+    )
+    return done
 
 
 def run_demo(
@@ -254,6 +274,7 @@ def run_demo(
     fresh: bool = False,
     today: date | None = None,
     legacy_per_day: int = DemoSettings.legacy_per_day,
+    reviewer_error_rate: float = DemoSettings.reviewer_error_rate,
 ) -> int:
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.
@@ -281,13 +302,13 @@ def run_demo(
         seed=DEMO_SEED,
         out_dir=str(home.landing / "demo"),
         start=first_day,
-        label_share=0.5,
         policy_version=LEGACY_VERSION,
     )
     print(f"  {len(sim['files'])} day files, outcomes {sim['outcomes']}")
     results, approvals = [], {}
     for monday in retrained:
         _serve_week(home, monday, per_day, uri, model_name)
+        _review_week(home, monday, reviewer_error_rate)
         print(f"\nweekly_retrain for week {monday} (through Dagster):", flush=True)
         result = run_week(monday.isoformat(), run_config=demo_run_config(), home=home)
         results.append(result)
