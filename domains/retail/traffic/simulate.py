@@ -328,7 +328,10 @@ def simulate(
         raise TrafficConfigError(
             "mistake rates (and the drifts that set them) apply to the scripted agent, not a policy"
         )
-    fault_rate, resolve = served_options(policy, tool_fault_rate, resolve_handovers, faults=level != 1)
+    try:
+        fault_rate, resolve = served_options(policy, tool_fault_rate, resolve_handovers, faults=level != 1)
+    except EngineTrafficConfigError as err:
+        raise TrafficConfigError(str(err)) from None
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
     sampler, out = ScenarioSampler(the_world), Path(out_dir)
     counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
