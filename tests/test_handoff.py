@@ -309,3 +309,12 @@ def test_a_served_days_completed_handoffs_make_demonstrations_with_no_hand_over(
         assert "transfer_to_human_agents" not in calls
         assert not any(m.get("role") == "tool" and m.get("name") == "transfer_to_human_agents" for m in demo)
         assert re.match(r"Hello, this is a member", demo[2]["tool_calls"][0]["arguments"]["message"])
+
+
+def test_retrain_simulate_takes_level_and_fault_rate_only_for_a_served_day(tmp_path, capsys):
+    from orchestration.cli import main
+
+    args = ["simulate", "--days", "1", "--per-day", "2", "--out", str(tmp_path)]
+    assert main([*args, "--level", "1"]) == 2
+    assert main([*args, "--tool-fault-rate", "0.2"]) == 2
+    assert "--served-by" in capsys.readouterr().err and not day_files(tmp_path)
