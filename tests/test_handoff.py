@@ -318,3 +318,14 @@ def test_retrain_simulate_takes_level_and_fault_rate_only_for_a_served_day(tmp_p
     assert main([*args, "--level", "1"]) == 2
     assert main([*args, "--tool-fault-rate", "0.2"]) == 2
     assert "--served-by" in capsys.readouterr().err and not day_files(tmp_path)
+
+
+def test_the_published_schema_takes_a_handoff_and_refuses_a_malformed_one(handed_over):
+    import jsonschema
+
+    from dataplane.record_schema import record_json_schema
+
+    validator = jsonschema.Draft202012Validator(record_json_schema())
+    assert all(not list(validator.iter_errors(r)) for r in handed_over)
+    bad = {**handed_over[0], "handoff": {"at_message": 4, "by": "human:sim-agent-01", "outcome": "escalated"}}
+    assert list(validator.iter_errors(bad))

@@ -3,7 +3,7 @@
 When the served agent ends a conversation with its hand-over tool, a simulated person takes the
 same conversation over, in the same world state the agent left, and finishes it: the domain's
 rules agent playing without mistakes, or, for a domain without one, `GoldReplayHuman` (the gold's
-calls, then the gold's facts told). The record keeps both parts: the agent's messages up to and
+calls, made the way the policy asks, then the gold's facts told). The record keeps both parts: the agent's messages up to and
 including the hand-over, then the person's, and `handoff` says where the person began, who it
 was and how the person's part ended (`completed` when the whole conversation verifies against
 the gold, else `failed`). The record's own `outcome` and scores stay the agent's: the person's
@@ -30,7 +30,6 @@ from training.sandbox.environment import take_over
 from training.sandbox.episode import MESSAGE_TOOL, Episode
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Message, Policy, roll_out
 
-HANDOFF_OUTCOMES = ("completed", "failed")
 # The people of the simulated support desk; which one takes a conversation follows its seed.
 HUMAN_AGENTS = tuple(f"human:sim-agent-{i:02d}" for i in range(1, 13))
 _GREETING = (
