@@ -5,7 +5,7 @@ The contract itself is the pydantic model in `dataplane.record_model` (published
 raises `ContractError` whose `.rule` is a stable snake_case name and whose detail names the field.
 `_rule` below is the one place pydantic's error types become those rule names. The rules that
 depend on the record's domain (`unknown_domain`, `unknown_intent`, `bad_initial_state`,
-`customer_not_in_state`) read the domain through `dataplane.domain_rules`.
+`customer_not_in_state`, `bad_handoff`) read the domain through `dataplane.domain_rules`.
 """
 
 from __future__ import annotations
@@ -109,6 +109,9 @@ def _first_violation(errors: list[dict]) -> tuple[str, str]:
     if extra:
         return "unknown_field", f"unknown field(s) {sorted(map(str, extra))}"
     first = errors[0]
+    if first["loc"][:1] == ("handoff",):
+        # Any shape error of the person's part is one rule, whatever pydantic called it.
+        return "bad_handoff", f"{_dotted(first['loc'])}: {first['msg']}"
     if first["type"] == "extra_forbidden":
         parent = first["loc"][:-1]
         keys = sorted(str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == parent)

@@ -38,6 +38,7 @@ from dataplane.errors import ContractError
 from dataplane.jsontext import decode_json
 from dataplane.scrub import find_pii
 from dataplane.timestamps import RFC3339_RE, valid_instant
+from domains.api import ToolKind
 
 SCHEMA_VERSION = 1
 OUTCOMES = frozenset({"completed", "failed", "escalated"})
@@ -128,6 +129,17 @@ class HumanLabel(TypedDict):
     labeled_at: Timestamp
 
 
+@_with_config(_STRICT)
+class Handoff(TypedDict):
+    """Who finished a conversation the agent handed over: `messages[at_message:]` are the person's
+    (`by`), and `outcome` is how the person's part ended (checked against gold where it exists).
+    The record's own `outcome` stays the agent's."""
+
+    at_message: Annotated[int, Field(ge=1)]
+    by: Identifier
+    outcome: Literal["completed", "failed"]
+
+
 @_with_config(ConfigDict(strict=True, extra="forbid", title="InteractionRecord"))
 class InteractionRecord(TypedDict):
     """One customer-service conversation, as a producer lands it (schema_version 1)."""
@@ -150,6 +162,8 @@ class InteractionRecord(TypedDict):
     messages: Annotated[list[Message], Field(min_length=1)]
     gold: NotRequired[Gold | None]
     human_label: NotRequired[HumanLabel | None]
+    # Absent (or null) when no person took over: records from before it hash as they did.
+    handoff: NotRequired[Handoff | None]
 
 
 def _message(msg: dict, i: int) -> dict:
@@ -271,7 +285,7 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
     label = obj.get("human_label")
     if label is not None:
         _instant(label["labeled_at"], "human_label.labeled_at")
-    return {
+    record = {
         "interaction_id": obj["interaction_id"],
         "started_at": obj["started_at"],
         "ended_at": obj["ended_at"],
@@ -290,6 +304,30 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
         "schema_version": SCHEMA_VERSION,
         "domain": rules.name,  # always present once normalised; the store leaves the default out of its text
     }
+    handoff = obj.get("handoff")
+    if handoff is not None:
+        _check_handoff(handoff, obj, rules)
+        record["handoff"] = handoff
+    return record
+
+
+def _check_handoff(handoff: dict, obj: dict, rules: DomainRules) -> None:
+    """A person's part must follow the agent's hand-over, and the record's outcome stay the agent's."""
+    at, messages = handoff["at_message"], obj["messages"]
+    if at >= len(messages):
+        raise _rule("bad_handoff", f"handoff.at_message={at} but the record has {len(messages)} messages")
+    if obj["outcome"] != "escalated":
+        raise _rule("bad_handoff", f"outcome={obj['outcome']!r}: a record a person took over is the agent's escalation")
+    handed = any(
+        rules.kind(str(call.get("name"))) == ToolKind.HAND_OVER
+        for message in messages[:at]
+        if message["role"] == "assistant"
+        for call in message.get("tool_calls") or ()
+    )
+    if not handed:
+        raise _rule("bad_handoff", f"no {rules.name} hand-over call among messages[:{at}], the agent's part")
+    if _id_may_hold_pii(handoff["by"]) and (kinds := find_pii(handoff["by"])):
+        raise _rule("pii_in_id", f"handoff.by reads as PII ({kinds})")
 
 
 RECORD_ADAPTER: TypeAdapter[dict] = TypeAdapter(Annotated[InteractionRecord, AfterValidator(_record)])

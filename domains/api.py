@@ -308,7 +308,9 @@ class Domain:
     def rules_agent(self, **options: Any) -> Any | None:
         """A scripted policy for legacy traffic (the engine's `Policy`: `name`, `act(conversations)`),
         or None. If it has `plan(task_id, row, seed)`, the traffic driver calls it with each
-        conversation's scenario row before the conversation starts."""
+        conversation's scenario row before the conversation starts. `mistake_rates={}` asks for
+        it without mistakes: the person who finishes a conversation the served agent handed over
+        (`training.traffic.handoff`)."""
         return None
 
 

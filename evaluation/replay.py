@@ -6,7 +6,10 @@ assistant's tool calls in order through a new sandbox of the record's domain, bu
 `initial_state`, `gold` and escalation flag. The customer is not simulated again: a
 `RecordedCustomer` hands back the customer's recorded replies in order, so the conversation
 unfolds exactly as it did. Whatever the agent wrote as plain assistant text counts as told to
-the customer too (a model may talk without the `send_message_to_customer` tool).
+the customer too (a model may talk without the `send_message_to_customer` tool). Only the agent's
+part is replayed: where a person finished the conversation (`handoff`), the messages from the
+person's first one on are not the agent's. A call the back end refused with the retryable error
+is refused again.
 
 `judge_record` judges a recorded conversation like a rollout: its replayed episode, proxy reward
 and, when it carries gold, the `Trial` that failure modes and metrics read. The review export and
@@ -33,6 +36,7 @@ from domains.registry import DomainNotFoundError
 from evaluation.rollout import Trial
 from evaluation.stats import agreement_rate, roc_auc
 from training.rewards import GoldError, RewardWeights, score_episode, total_reward, verified_success
+from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.environment import call_tool, environment_class
 from training.sandbox.episode import MESSAGE_TOOL, Episode
 from training.sandbox.prompting import domain_of
@@ -43,6 +47,7 @@ __all__ = [
     "ReplayError",
     "Divergence",
     "ReplayedConversation",
+    "agent_messages",
     "replay_record",
     "recorded_episode",
     "proxy_reward",
@@ -209,15 +214,29 @@ def _customer(record: Mapping[str, Any], messages: list[Any], calls: list[_Call]
     return RecordedCustomer(opening, replies, float(sentiment))
 
 
+def agent_messages(record: Mapping[str, Any]) -> list[Any]:
+    """The record's messages the agent's conversation holds: all of them, or, where a person took
+    over (`handoff`), those before the person's first message. What is judged is the agent's."""
+    interaction_id = record.get("interaction_id")
+    messages = _as_json(record.get("messages"), "messages", interaction_id)
+    if not isinstance(messages, list) or not messages:
+        raise ReplayError(interaction_id, "empty_messages", "messages must be a non-empty list")
+    handoff = _as_json(record.get("handoff"), "handoff", interaction_id)
+    if handoff is None:
+        return messages
+    at = handoff.get("at_message") if isinstance(handoff, Mapping) else None
+    if isinstance(at, bool) or not isinstance(at, int) or not 1 <= at <= len(messages):
+        raise ReplayError(interaction_id, "bad_handoff", f"handoff {handoff!r:.200} names no message of the record")
+    return messages[:at]
+
+
 def replay_record(record: Mapping[str, Any]) -> ReplayedConversation:
     """Re-run a recorded conversation's tool calls in a fresh environment; see the module docstring.
 
     Raises ReplayError when the record lacks what a replay needs (messages, a valid initial state).
     """
     interaction_id = record.get("interaction_id")
-    messages = _as_json(record.get("messages"), "messages", interaction_id)
-    if not isinstance(messages, list) or not messages:
-        raise ReplayError(interaction_id, "empty_messages", "messages must be a non-empty list")
+    messages = agent_messages(record)
     calls = _calls(messages, interaction_id)
     try:
         env = environment_class(domain_of(dict(record)))()
@@ -245,7 +264,9 @@ def replay_record(record: Mapping[str, Any]) -> ReplayedConversation:
             told.append(content)
         for call in by_position.get(index, []):
             before = len(env.told)
-            result = call_tool(env, call.name, call.arguments)
+            # A call the back end refused in production is refused again: replaying it as
+            # answered would credit the agent with a change it never made.
+            result = call_tool(env, call.name, call.arguments, fault=call.recorded == INJECTED_ERROR)
             told += env.told[before:]
             if call.recorded is not None and call.recorded != result:
                 divergences.append(Divergence(index, str(call.name), call.recorded, result))
@@ -376,7 +397,7 @@ def judge_record(record: Mapping[str, Any], weights: Any = None) -> JudgedRecord
     interaction_id = str(record["interaction_id"])
     trial = None
     if episode.gold is not None:
-        messages = list(record.get("messages") or [])
+        messages = agent_messages(record)
         trial = Trial(
             record_id=interaction_id,
             trial=0,

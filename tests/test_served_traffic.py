@@ -77,7 +77,8 @@ def test_retrain_simulate_served_by_the_shipped_agent_records_its_conversations(
     from training.tiny.manifest import SHIPPED_AGENT_DIR
 
     args = ["simulate", "--days", "1", "--per-day", "4", "--start", "2026-11-02", "--out", str(tmp_path / "a")]
-    assert main([*args, "--served-by", str(SHIPPED_AGENT_DIR), "--policy-version", "retail-agent/1"]) == 0
+    served = ["--served-by", str(SHIPPED_AGENT_DIR), "--level", "1"]
+    assert main([*args, *served, "--policy-version", "retail-agent/1"]) == 0
     records = validate_all(read_records(day_files(tmp_path / "a")))
     assert len(records) == 4 and {r["policy_version"] for r in records} == {"retail-agent/1"}
     # The level-1 shop (only a model can serve it): the customer opens with identity and request.

@@ -166,6 +166,7 @@ class RetailDomain(Domain):
         return RetailTraffic()
 
     def rules_agent(self, **options: Any) -> Any:
-        from domains.retail.agents import ScriptedAgent
-
-        return ScriptedAgent(**options)
+        # The shop's scripted agent (`domains.retail.traffic.agents.ScriptedAgent`) plays a whole
+        # conversation in one call, reading each customer reply as it goes, so it is no
+        # turn-by-turn `Policy`: the shop's own traffic runs it, and nothing else can.
+        return None

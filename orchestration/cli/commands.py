@@ -130,8 +130,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if args.served_by:
             served = serving_policy(args.served_by, args.domain)
             extra["policy"] = served
-            if load_domain(args.domain).level1 is not None:
-                extra["level"] = 1
+            if args.level is not None:
+                if load_domain(args.domain).level1 is None:
+                    raise CliError(f"domain {args.domain!r} has no level 1 to serve")
+                extra["level"] = args.level
+            if args.tool_fault_rate is not None:
+                extra["tool_fault_rate"] = args.tool_fault_rate
+        elif args.level is not None or args.tool_fault_rate is not None:
+            raise CliError("--level and --tool-fault-rate apply to traffic a model serves: pass --served-by")
         summary = simulate(
             domain=args.domain,
             days=args.days,
@@ -276,8 +282,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--served-by",
         metavar="MODEL_DIR",
-        help="a model folder (e.g. models/retail-agent-tiny) that serves the traffic, greedy, as the level-1 "
-        "shop (order status and cancellations, customers who state their request), instead of the scripted agent",
+        help="a model folder (e.g. models/retail-agent-tiny) that serves the traffic, greedy, instead of the "
+        "scripted agent: the whole shop (every intent and persona, back-end faults, a simulated person finishing "
+        "what the model hands over) unless --level 1",
+    )
+    p.add_argument(
+        "--level",
+        type=int,
+        choices=[1],
+        help="with --served-by: serve the level-1 shop only (order status and cancellations, customers who state "
+        "their request, no faults)",
+    )
+    p.add_argument(
+        "--tool-fault-rate",
+        type=float,
+        help="with --served-by: share of back-end calls that fail with a retryable error (default: the served "
+        "traffic setting, 0.08; 0 at level 1)",
     )
     p.set_defaults(func=_cmd_simulate)
 

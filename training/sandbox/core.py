@@ -76,6 +76,10 @@ class EnvironmentCore:
         self._simulator: Any = None
         self._outage_at: int | None = None  # which system call fails, when errors are injected
         self._system_calls = 0
+        # Served traffic's flaky back end: each system call fails with this chance, drawn from a
+        # generator of the conversation's own (so a day's faults are the same on every run).
+        self._fault_rate = 0.0
+        self._faults: random.Random | None = None
         self._read_only = False  # an operator's containment: every write tool is refused
 
     def reset(self, **row: Any) -> None:
@@ -87,7 +91,9 @@ class EnvironmentCore:
         deep-copied, so the row is never modified. Returns None: the prompt stays as it is.
         `inject_tool_errors` (curriculum level 3) makes one of the first three calls that reach
         the back-end system, chosen by `seed`, fail with a retryable Error and change nothing, so
-        the policy learns to recover.
+        the policy learns to recover. `tool_fault_rate` (served traffic) makes each call that
+        reaches the back-end system fail with that chance instead, the same retryable Error,
+        drawn from a generator seeded by `seed`.
         """
         state = _as_object(row.get("initial_state"), "initial_state")
         if state is None:
@@ -99,6 +105,11 @@ class EnvironmentCore:
         if row.get("inject_tool_errors"):
             # a private generator: the global one belongs to the trainer
             self._outage_at = random.Random(int(row.get("seed") or 0)).randint(1, 3)
+        rate = float(row.get("tool_fault_rate") or 0.0)
+        if not 0.0 <= rate <= 1.0:
+            raise EnvironmentSetupError(f"tool_fault_rate={rate!r} must be in [0, 1]")
+        if rate > 0.0:
+            self._fault_rate, self._faults = rate, random.Random(f"tool-faults:{int(row.get('seed') or 0)}")
         self._read_only = row.get("read_only") is True
         target = row.get("customer_id", row.get("user_id"))
         self._target = target if isinstance(target, str) else None
@@ -119,6 +130,7 @@ class EnvironmentCore:
         self._transferred = False
         self._gold, self._escalation, self._target, self._simulator = None, None, None, None
         self._outage_at, self._system_calls = None, 0
+        self._fault_rate, self._faults = 0.0, None
         self._read_only = False
 
     # ---- read-only views (properties, so TRL does not mistake them for tools) ----
@@ -187,7 +199,7 @@ class EnvironmentCore:
         return None
 
     # ---- dispatch ----
-    def _invoke(self, name: Any, arguments: Any) -> str:
+    def _invoke(self, name: Any, arguments: Any, fault: bool = False) -> str:
         info = self._TOOLS.get(name) if isinstance(name, str) else None
         if info is None:
             shown = (
@@ -208,6 +220,10 @@ class EnvironmentCore:
             self._system_calls += 1
             if self._system_calls == self._outage_at:
                 return self._refuse(name, clean, INJECTED_ERROR)
+        if info.kind in _OUTAGE_KINDS and (
+            fault or (self._faults is not None and self._faults.random() < self._fault_rate)
+        ):
+            return self._refuse(name, clean, INJECTED_ERROR)
         if name == MESSAGE_TOOL:
             result, changed = self._send_message(clean["message"]), False
         else:
@@ -220,6 +236,11 @@ class EnvironmentCore:
             record = (info.record.table, clean[info.record.argument])
         self._audit.append(AuditEntry(name, clean, result, changed, error, info.kind, record))
         return result
+
+    def _take_over(self) -> None:
+        """Let a person go on with a conversation the agent handed over: tool calls run again on
+        the same world, and the hand-over stays in the audit log (the episode is still a transfer)."""
+        self._transferred = False
 
     def _call_world(self, name: str, arguments: dict[str, Any], writes: bool) -> tuple[str, bool]:
         """Run a domain tool; whether it changed the world comes from the world when it says

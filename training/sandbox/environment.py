@@ -29,6 +29,7 @@ from training.sandbox.tool_args import ParamSpec
 __all__ = [
     "SandboxEnvironment",
     "call_tool",
+    "take_over",
     "check_tool_names",
     "environment_class",
     "tool_names",
@@ -184,6 +185,15 @@ def environment_class(domain: str = DEFAULT_DOMAIN, tools: Iterable[str] | None 
     return _CLASSES[key]
 
 
-def call_tool(env: EnvironmentCore, name: Any, arguments: Any) -> str:
-    """Run one parsed tool call through the allow-list; always a string, never an exception."""
-    return env._invoke(name, arguments)
+def call_tool(env: EnvironmentCore, name: Any, arguments: Any, fault: bool = False) -> str:
+    """Run one parsed tool call through the allow-list; always a string, never an exception.
+
+    `fault`: a call that reaches the back-end system fails with the retryable error, as it did in
+    the conversation being replayed (`evaluation.replay`)."""
+    return env._invoke(name, arguments, fault)
+
+
+def take_over(env: EnvironmentCore) -> None:
+    """Reopen a handed-over conversation for the person who takes it (`training.traffic.handoff`):
+    the world stays as the agent left it, and the agent's hand-over stays in the audit log."""
+    env._take_over()

@@ -151,13 +151,15 @@ def start_conversation(
     compact: bool = False,
     tools: tuple[str, ...] | None = None,
     read_only: bool = False,
+    tool_fault_rate: float = 0.0,
 ) -> Conversation:
     """A reset environment for `row` (a record or scenario: `initial_state`, `user_scenario`,
     `gold`, `escalation_was_necessary`, as objects or JSON text) and its opening messages.
 
     The row's `domain` (default retail) picks the sandbox. `tools` limits the environment to
     those tools (None: all); `read_only` refuses every write tool (an operator's containment); `customer_id` names the customer
-    the conversation is about, when known. The environment's simulator has already spoken its
+    the conversation is about, when known; `tool_fault_rate` is the chance that each call reaching
+    the back-end system fails with a retryable Error (served traffic's faults). The environment's simulator has already spoken its
     opening for (scenario, seed); `initial_messages` rebuilds the same words (or takes the row's
     recorded opening) without advancing that simulator.
     """
@@ -173,6 +175,7 @@ def start_conversation(
         compact=compact,
         customer_id=customer_id,
         read_only=read_only,
+        tool_fault_rate=tool_fault_rate,
     )
     opening = initial_messages(dict(row), seed=seed)
     conversation = Conversation(opening, env=env, task_id=task_id, trial=trial, seed=seed, intent=row.get("intent"))

@@ -5,7 +5,10 @@ presets, the level-1 shop) is simulated by it. Every other domain goes through t
 here: each interaction samples a replay-verified scenario from the domain's generated world, lets
 the serving agent (a model policy, else the domain's rules agent) talk to the domain's simulated
 customer in the sandbox, and writes what happened as a schema-version-1 record, one folder a day.
-Every random choice comes from a generator seeded by (seed, day, index), so the same arguments
+Traffic a model serves is the whole shop by default (`ServedTraffic`): the domain's whole intent
+mix, its customers' personas, back-end faults on a share of the calls, and a simulated person who
+finishes every conversation the model hands over (`training.traffic.handoff`; the record's
+`handoff` says who did what). Every random choice comes from a generator seeded by (seed, day, index), so the same arguments
 write byte-identical files.
 """
 
@@ -16,14 +19,18 @@ import random
 import time
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dataplane.settings import default_of, setting
 from domains.api import Domain
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.rewards import outcome_of
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Policy, roll_out, start_conversation
+from training.traffic import handoff
+from training.traffic.handoff import HumanPart
 
 DEFAULT_START = date(2026, 11, 2)
 RECORDS_FILE = "interactions.jsonl"
@@ -33,6 +40,53 @@ _DRAWS = 20  # scenarios tried per conversation before the intent is declared un
 
 class TrafficConfigError(ValueError):
     """A bad argument to `simulate` (names the argument, the value and the rule)."""
+
+
+@dataclass(frozen=True)
+class ServedTraffic:
+    """What simulated traffic served by a model (`simulate(policy=...)`) is, unless told otherwise."""
+
+    tool_fault_rate: float = setting(
+        0.08,
+        "share of the served conversations' back-end calls (reads, writes, identification) that fail with "
+        "the sandbox's retryable error, drawn per call from the conversation's seed",
+    )
+    resolve_handovers: bool = setting(
+        True,
+        "a simulated person finishes every conversation the served model hands over; the record keeps "
+        "both parts and says who did what (`handoff`)",
+    )
+
+
+def served_options(
+    policy: Policy | None, tool_fault_rate: float | None, resolve_handovers: bool | None, faults: bool = True
+) -> tuple[float, bool]:
+    """(fault rate, whether hand-overs are resolved) of one simulation: `ServedTraffic`'s defaults
+    for traffic a model serves (no faults where `faults` is False: a slice defined without them),
+    nothing for a scripted agent's, which never retries a refused call."""
+    if policy is None:
+        if tool_fault_rate or resolve_handovers:
+            raise TrafficConfigError(
+                "tool_fault_rate and resolve_handovers apply to traffic a model serves: pass the policy"
+            )
+        return 0.0, False
+    if tool_fault_rate is None:
+        tool_fault_rate = default_of(ServedTraffic, "tool_fault_rate") if faults else 0.0
+    if (
+        isinstance(tool_fault_rate, bool)
+        or not isinstance(tool_fault_rate, (int, float))
+        or not 0.0 <= tool_fault_rate <= 1.0
+    ):
+        raise TrafficConfigError(f"tool_fault_rate={tool_fault_rate!r} must be a number in [0, 1]")
+    resolve = default_of(ServedTraffic, "resolve_handovers") if resolve_handovers is None else resolve_handovers
+    return float(tool_fault_rate), bool(resolve)
+
+
+def with_human_part(record: dict[str, Any], part: HumanPart | None) -> dict[str, Any]:
+    """`record` with the person's messages after the agent's and its `handoff` (as is without one)."""
+    if part is None:
+        return record
+    return {**record, "messages": [*record["messages"], *part.messages], "handoff": part.handoff}
 
 
 def simulate(domain: str = DEFAULT_DOMAIN, **options: Any) -> dict[str, Any]:
@@ -113,14 +167,19 @@ def generic_simulate(
     label_flip_rate: float = 0.1,
     n_users: int = 300,
     max_turns: int = DEFAULT_MAX_TURNS,
+    tool_fault_rate: float | None = None,
+    resolve_handovers: bool | None = None,
     **unsupported: Any,
 ) -> dict[str, Any]:
-    """The generic driver: `days` x `per_day` interactions into `out_dir/<YYYY-MM-DD>/interactions.jsonl`."""
+    """The generic driver: `days` x `per_day` interactions into `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
+
+    With a `policy`, the served traffic's faults and hand-over resolution follow `served_options`."""
     used = sorted(k for k, v in unsupported.items() if v is not None)
     if used:
         raise TrafficConfigError(f"domain {domain.name!r} does not simulate {used} (its traffic has no own simulate)")
     days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
     first = _first_day(start, days)
+    fault_rate, resolve = served_options(policy, tool_fault_rate, resolve_handovers)
     agent = policy if policy is not None else domain.rules_agent()
     if agent is None:
         raise TrafficConfigError(f"domain {domain.name!r} has no rules agent: give a model to serve the traffic")
@@ -152,13 +211,23 @@ def generic_simulate(
             task_id, conv_seed = f"{day.isoformat()}:{index}", rng.randrange(2**31)
             if hasattr(agent, "plan"):  # a rules agent scripts each conversation from its routed scenario
                 agent.plan(task_id, row, conv_seed)
-            conversations.append(start_conversation(row, conv_seed, task_id=task_id, customer_id=row["customer_id"]))
+            conversations.append(
+                start_conversation(
+                    row, conv_seed, task_id=task_id, customer_id=row["customer_id"], tool_fault_rate=fault_rate
+                )
+            )
         roll_out(agent, conversations, max_turns=max_turns)
+        people = (
+            handoff.resolve_handovers(domain.name, list(zip(conversations, [row for _, row in drawn])))
+            if resolve
+            else [None] * len(conversations)
+        )
         lines, outcomes = [], Counter()
-        for index, ((rng, row), conv, offset) in enumerate(zip(drawn, conversations, offsets)):
+        for index, ((rng, row), conv, offset, person) in enumerate(zip(drawn, conversations, offsets, people)):
             record = _record(
                 row,
                 conv,
+                person,
                 rng,
                 f"sim-{domain.name}-{seed}-{day.strftime('%Y%m%d')}-{index:05d}",
                 midnight + timedelta(seconds=offset),
@@ -201,6 +270,7 @@ def generic_simulate(
 def _record(
     row: Mapping[str, Any],
     conv: Any,
+    person: HumanPart | None,
     rng: random.Random,
     interaction_id: str,
     started: datetime,
@@ -208,12 +278,15 @@ def _record(
     shares: tuple[float, float, float],
 ) -> dict[str, Any]:
     verified_share, label_share, flip_rate = shares
-    episode = conv.episode
+    # The record's outcome and scores are the model's: a person's part is judged in `handoff`.
+    episode = conv.episode if person is None else person.agent_episode
     success = outcome_of(episode) == "completed"
     outcome = "escalated" if episode.transferred else ("completed" if success else "failed")
-    ended = started + timedelta(seconds=20 + 12 * len(conv.messages) + rng.randrange(60))
+    talked = len(conv.messages) + (0 if person is None else len(person.messages))
+    ended = started + timedelta(seconds=20 + 12 * talked + rng.randrange(60))
     human_label = simulated_label(rng, success, label_share, flip_rate, ended)
-    return {
+    sentiment = getattr(conv.env.simulator, "sentiment_delta", 0.0) if person is None else person.agent_sentiment
+    record = {
         "interaction_id": interaction_id,
         "started_at": timestamp(started),
         "ended_at": timestamp(ended),
@@ -227,8 +300,9 @@ def _record(
         "outcome": outcome,
         "escalation_was_necessary": row.get("escalation_was_necessary") if episode.transferred else None,
         "actions_taken": len(episode.actions),
-        "customer_sentiment_delta": round(float(getattr(conv.env.simulator, "sentiment_delta", 0.0)), 4),
+        "customer_sentiment_delta": round(float(sentiment), 4),
         "gold": row["gold"] if rng.random() < verified_share else None,
         "human_label": human_label,
         "schema_version": 1,
     }
+    return with_human_part(record, person)

@@ -83,9 +83,12 @@ def scenario_row(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def scenario_conversation(scenario: Scenario, seed: int) -> Conversation:
-    """A conversation about `scenario` in a reset environment, opened (system policy, customer)."""
-    return start_conversation(scenario_row(scenario), seed, customer_id=scenario.user_id)
+def scenario_conversation(scenario: Scenario, seed: int, tool_fault_rate: float = 0.0) -> Conversation:
+    """A conversation about `scenario` in a reset environment, opened (system policy, customer);
+    `tool_fault_rate`: see `start_conversation`."""
+    return start_conversation(
+        scenario_row(scenario), seed, customer_id=scenario.user_id, tool_fault_rate=tool_fault_rate
+    )
 
 
 class _Turns:

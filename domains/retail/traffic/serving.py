@@ -1,7 +1,9 @@
 """Traffic served by a model: a day's customers drawn first, then every conversation in one batch.
 
 `simulate(policy=...)` records what a model (e.g. the registered champion) actually does with the
-day's customers. At `level=1` the shop is the one a level-1 policy is trained and judged on
+day's customers: by default the whole shop (every intent of the mix, every persona, back-end
+faults, a person finishing what the model hands over: `training.traffic.simulate.ServedTraffic`).
+At `level=1` the shop is the one a level-1 policy is trained and judged on
 (`training.tiny.level1`): order-status and cancellation requests of a cooperative customer who
 states identity and request in the first message, compact tool results and the level-1 tools. A
 scenario that has no level-1 form (two orders, too many actions) is drawn again from the same
@@ -67,19 +69,29 @@ def draw(world: dict[str, Any], intent: str, rng: random.Random, sampler: Scenar
     return Drawn(rng, scenario, task, rng.randrange(2**31))
 
 
-def serve(policy: Policy, drawn: Sequence[Drawn], max_turns: int = SERVING_MAX_TURNS) -> list[Conversation]:
-    """Hold every drawn conversation with `policy`, in one batched rollout.
+def serve(
+    policy: Policy, drawn: Sequence[Drawn], max_turns: int = SERVING_MAX_TURNS, tool_fault_rate: float = 0.0
+) -> list[Conversation]:
+    """Hold every drawn conversation with `policy`, in one batched rollout; `tool_fault_rate` of
+    the back-end calls fail with the sandbox's retryable error (see `start_conversation`).
 
     A model answers every live conversation's next turn in one generate call (`roll_out` keeps the
     batch at the policy's `max_live`): what makes a day of model-served traffic affordable on a CPU.
     Conversations are independent, so batching changes no transcript.
     """
-    conversations = [_open(item) for item in drawn]
+    conversations = [_open(item, tool_fault_rate) for item in drawn]
     roll_out(policy, conversations, max_turns)
     return conversations
 
 
-def _open(item: Drawn) -> Conversation:
+def _open(item: Drawn, tool_fault_rate: float) -> Conversation:
     if item.task is None:
-        return scenario_conversation(item.scenario, item.seed)
-    return start_conversation(item.task, item.seed, customer_id=item.scenario.user_id, compact=True, tools=LEVEL1_TOOLS)
+        return scenario_conversation(item.scenario, item.seed, tool_fault_rate)
+    return start_conversation(
+        item.task,
+        item.seed,
+        customer_id=item.scenario.user_id,
+        compact=True,
+        tools=LEVEL1_TOOLS,
+        tool_fault_rate=tool_fault_rate,
+    )

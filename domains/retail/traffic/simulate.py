@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from domains.retail.traffic.agents import ScriptedAgent, validate_mistake_rates
+from domains.retail.traffic.agents import ScriptedAgent, scenario_row, validate_mistake_rates
 from domains.retail.traffic.scenarios import (
     DEFAULT_INTENT_MIX,
     Scenario,
@@ -33,8 +33,10 @@ from domains.retail.traffic.worldgen import generate_world
 from domains.retail.world import load_world, validate_world
 from training.rewards import outcome_of
 from training.sandbox.rollout import Policy
+from training.traffic import handoff
+from training.traffic.handoff import HumanPart
 from training.traffic.simulate import TrafficConfigError as EngineTrafficConfigError
-from training.traffic.simulate import simulated_label, timestamp
+from training.traffic.simulate import served_options, simulated_label, timestamp, with_human_part
 
 DEFAULT_START = date(2026, 11, 2)
 DEFAULT_POLICY_VERSION = "retail-agent/1"
@@ -206,6 +208,7 @@ def record_outcome(episode: Any) -> str:
 def _record(
     scenario: Scenario,
     conv: Any,
+    person: HumanPart | None,
     rng: random.Random,
     interaction_id: str,
     started: datetime,
@@ -214,13 +217,16 @@ def _record(
     label_share: float,
     flip_rate: float,
 ) -> dict[str, Any]:
-    episode = conv.episode
+    # The record's outcome and scores are the agent's: a person's part is judged in `handoff`.
+    episode = conv.episode if person is None else person.agent_episode
     success = outcome_of(episode) == "completed"
     outcome = record_outcome(episode)
+    talked = len(conv.messages) + (0 if person is None else len(person.messages))
     # Roughly half a minute per turn of the transcript, with jitter.
-    ended = started + timedelta(seconds=20 + 12 * len(conv.messages) + rng.randrange(60))
+    ended = started + timedelta(seconds=20 + 12 * talked + rng.randrange(60))
     human_label = simulated_label(rng, success, label_share, flip_rate, ended)
-    return {
+    sentiment = conv.env.simulator.sentiment_delta if person is None else person.agent_sentiment
+    record = {
         "interaction_id": interaction_id,
         "started_at": timestamp(started),
         "ended_at": timestamp(ended),
@@ -233,11 +239,12 @@ def _record(
         "outcome": outcome,
         "escalation_was_necessary": (scenario.intent == "other") if episode.transferred else None,
         "actions_taken": len(episode.actions),
-        "customer_sentiment_delta": round(float(conv.env.simulator.sentiment_delta), 4),
+        "customer_sentiment_delta": round(float(sentiment), 4),
         "gold": scenario.gold if rng.random() < verified_share else None,
         "human_label": human_label,
         "schema_version": 1,
     }
+    return with_human_part(record, person)
 
 
 def _days(
@@ -274,6 +281,8 @@ def simulate(
     n_users: int = 300,
     policy: Policy | None = None,
     level: int | None = None,
+    tool_fault_rate: float | None = None,
+    resolve_handovers: bool | None = None,
 ) -> dict[str, Any]:
     """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
 
@@ -282,7 +291,10 @@ def simulate(
     Returns a JSON-serialisable summary (files, counts by outcome, intent and mistake, success
     rate per day, throughput). `world` is a world dict, a reference-format folder, or None for
     the generated world (`n_users` users, always the same customers); `policy` replaces the
-    scripted agent with a model policy. Raises TrafficConfigError on bad arguments.
+    scripted agent with a model policy, serving the whole shop unless `level=1` asks for the
+    level-1 slice (its intents, a cooperative customer, no faults). `tool_fault_rate` and
+    `resolve_handovers` (model-served traffic only) default to `ServedTraffic`'s.
+    Raises TrafficConfigError on bad arguments.
     """
     days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -316,6 +328,10 @@ def simulate(
         raise TrafficConfigError(
             "mistake rates (and the drifts that set them) apply to the scripted agent, not a policy"
         )
+    try:
+        fault_rate, resolve = served_options(policy, tool_fault_rate, resolve_handovers, faults=level != 1)
+    except EngineTrafficConfigError as err:
+        raise TrafficConfigError(str(err)) from None
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
     sampler, out = ScenarioSampler(the_world), Path(out_dir)
     counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
@@ -335,15 +351,22 @@ def simulate(
             for index, intent in enumerate(intents)
         ]
         conversations = (
-            serve(policy, drawn)
+            serve(policy, drawn, tool_fault_rate=fault_rate)
             if policy is not None
             else [settings.agent.run(item.scenario, seed=item.seed) for item in drawn]
         )
-        for index, (offset, intent, item, conv) in enumerate(zip(offsets, intents, drawn, conversations)):
+        people: list[HumanPart | None] = [None] * len(conversations)
+        if resolve:
+            rows = [{**scenario_row(i.scenario), "customer_id": i.scenario.user_id} for i in drawn]
+            people = handoff.resolve_handovers("retail", list(zip(conversations, rows)))
+        for index, (offset, intent, item, conv, person) in enumerate(
+            zip(offsets, intents, drawn, conversations, people)
+        ):
             rng, scenario = item.rng, item.scenario
             record = _record(
                 scenario,
                 conv,
+                person,
                 rng,
                 f"sim-{seed}-{day.strftime('%Y%m%d')}-{index:05d}",
                 midnight + timedelta(seconds=offset),

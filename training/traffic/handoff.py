@@ -1,0 +1,216 @@
+"""Hand-overs resolved by a person: the rest of a served conversation, and what SFT can learn from it.
+
+When the served agent ends a conversation with its hand-over tool, a simulated person takes the
+same conversation over, in the same world state the agent left, and finishes it: the domain's
+rules agent playing without mistakes, or, for a domain without one, `GoldReplayHuman` (the gold's
+calls, made the way the policy asks, then the gold's facts told). The record keeps both parts: the agent's messages up to and
+including the hand-over, then the person's, and `handoff` says where the person began, who it
+was and how the person's part ended (`completed` when the whole conversation verifies against
+the gold, else `failed`). The record's own `outcome` and scores stay the agent's: the person's
+work must not count as the agent's success.
+
+A scripted person plays its own procedure from its first turn; it reads the turns it took
+itself, with any call the back end refused with the retryable error left out, so it repeats a
+refused call as a person would (up to the turn cap). `resolved_demonstration` turns a record whose
+person completed the task into one conversation an SFT step can learn from.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from domains.api import ToolKind, copy_json
+from domains.registry import DEFAULT_DOMAIN, load_domain
+from training.rewards import verified_success
+from training.sandbox.core import INJECTED_ERROR
+from training.sandbox.environment import take_over
+from training.sandbox.episode import MESSAGE_TOOL, Episode
+from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Message, Policy, roll_out
+
+# The people of the simulated support desk; which one takes a conversation follows its seed.
+HUMAN_AGENTS = tuple(f"human:sim-agent-{i:02d}" for i in range(1, 13))
+_GREETING = (
+    "Hello, this is a member of the support team. I have the notes from your conversation and will take it from here."
+)
+_CLOSING = "Your request has been completed. Is there anything else I can help you with? Have a great day!"
+
+
+@dataclass(frozen=True)
+class HumanPart:
+    """What the person added to one handed-over conversation, and what the agent's part left.
+
+    `messages`: the person's, to append to the agent's transcript; `handoff`: the record's field;
+    `agent_episode` and `agent_sentiment`: the conversation as the agent left it (the record's
+    outcome, actions and sentiment are the agent's)."""
+
+    messages: list[Message]
+    handoff: dict[str, Any]
+    agent_episode: Episode
+    agent_sentiment: float
+
+
+def _call(name: str, arguments: Mapping[str, Any]) -> Message:
+    return {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": dict(arguments)}]}
+
+
+def _say(text: str) -> Message:
+    return _call(MESSAGE_TOOL, {"message": text})
+
+
+class GoldReplayHuman:
+    """A person who does what the gold says, the way the domain's policy asks it done: greets,
+    asks the customer for what an identification call needs before making it, reads, proposes
+    each change and waits for the answer before making it, tells the gold's facts, and closes.
+    The hand-over in the gold is left out (the person is who it handed to). The `Policy` of a
+    domain without a rules agent."""
+
+    name = "human:gold-replay"
+
+    def __init__(self, domain: str = DEFAULT_DOMAIN) -> None:
+        self._kinds = load_domain(domain).kinds()
+        self._scripts: dict[str, list[Message]] = {}
+
+    def plan(self, task_id: str, row: Mapping[str, Any], seed: int) -> None:
+        gold = row.get("gold") or {}
+        steps = [_say(_GREETING)]
+        for action in gold.get("actions") or ():
+            name, arguments = str(action["name"]), dict(action.get("arguments") or {})
+            kind = self._kinds.get(name)
+            if kind == ToolKind.HAND_OVER:
+                continue
+            if kind == ToolKind.IDENTIFY:
+                wanted = " and ".join(key.replace("_", " ") for key in arguments)
+                steps.append(_say(f"To verify your identity, could you please provide your {wanted}?"))
+            elif kind == ToolKind.WRITE:
+                shown = ", ".join(f"{key}: {value}" for key, value in arguments.items())
+                steps.append(_say(f"I can {name.replace('_', ' ')} ({shown}). Shall I proceed?"))
+            steps.append(_call(name, arguments))
+        outputs = [str(o) for o in gold.get("outputs") or ()]
+        if outputs:
+            steps.append(_say("Here is what you asked for: " + ", ".join(outputs) + "."))
+        steps.append(_say(_CLOSING))
+        self._scripts[task_id] = steps
+
+    def act(self, conversations: list[Any]) -> list[Message]:
+        replies = []
+        for conversation in conversations:
+            script = self._scripts[str(conversation.task_id)]
+            turn = sum(1 for m in conversation if m.get("role") == "assistant")
+            replies.append(script[turn] if turn < len(script) else {"role": "assistant", "content": "Goodbye."})
+        return replies
+
+
+class _Desk:
+    """The person's view of each conversation: its own turns, without the calls the back end
+    refused with the retryable error, so a scripted person repeats such a call."""
+
+    def __init__(self, person: Policy) -> None:
+        self.person, self.name = person, person.name
+
+    def act(self, conversations: list[Any]) -> list[Message]:
+        return self.person.act([_without_faults(c) for c in conversations])
+
+
+def _without_faults(conversation: Conversation) -> Conversation:
+    kept: list[Message] = []
+    for message in conversation:
+        if message.get("role") == "tool" and message.get("content") == INJECTED_ERROR:
+            # Drop the refused call's assistant turn (and its other results) with it.
+            while kept and kept[-1].get("role") == "tool":
+                kept.pop()
+            if kept and kept[-1].get("role") == "assistant":
+                kept.pop()
+            continue
+        kept.append(message)
+    return Conversation(kept, env=conversation.env, task_id=conversation.task_id, seed=conversation.seed)
+
+
+def human_agent(domain: str) -> Policy:
+    """The person who takes hand-overs in `domain`: its rules agent without mistakes when it has
+    one that plays turn by turn (`Policy`), else `GoldReplayHuman`."""
+    agent = load_domain(domain).rules_agent(mistake_rates={})
+    if agent is not None and callable(getattr(agent, "act", None)):
+        return agent
+    return GoldReplayHuman(domain)
+
+
+def _hand_over_tools(domain: str) -> frozenset[str]:
+    return frozenset(load_domain(domain).tool_names(ToolKind.HAND_OVER))
+
+
+def resolve_handovers(
+    domain: str,
+    served: Sequence[tuple[Conversation, Mapping[str, Any]]],
+    max_turns: int = DEFAULT_MAX_TURNS,
+) -> list[HumanPart | None]:
+    """A person finishes each served conversation that ended with the agent's hand-over.
+
+    `served`: (conversation, its scenario row: `gold`, `customer_id`, ...) pairs, after the
+    agent's rollout. Returns, per conversation, the person's part (None where the agent did not
+    hand over). The conversations themselves are left as the agent ended them; their environments
+    go on with the person's calls."""
+    parts: list[HumanPart | None] = [None] * len(served)
+    person = human_agent(domain)
+    hand_over = _hand_over_tools(domain)
+    desks: list[tuple[int, Conversation, Episode, float]] = []
+    for index, (conversation, row) in enumerate(served):
+        if conversation.env is None or conversation.ended_by != "done" or not conversation.episode.transferred:
+            continue
+        gold = row.get("gold") or {}
+        actions = [a for a in gold.get("actions") or () if a.get("name") not in hand_over]
+        task_id = f"handoff:{index}"
+        if callable(getattr(person, "plan", None)):
+            person.plan(task_id, {**row, "gold": {**gold, "actions": actions}}, conversation.seed)
+        agent_episode = conversation.episode
+        sentiment = float(getattr(conversation.env.simulator, "sentiment_delta", 0.0))
+        take_over(conversation.env)
+        desk = Conversation([], env=conversation.env, task_id=task_id, seed=conversation.seed)
+        desks.append((index, desk, agent_episode, sentiment))
+    if not desks:
+        return parts
+    roll_out(_Desk(person), [desk for _, desk, _, _ in desks], max_turns=max_turns)
+    for index, desk, agent_episode, sentiment in desks:
+        conversation = served[index][0]
+        episode = desk.episode
+        resolved = verified_success(episode) if episode.gold is not None else desk.ended_by in ("answer", "done")
+        parts[index] = HumanPart(
+            messages=desk.messages,
+            handoff={
+                "at_message": len(conversation),
+                "by": HUMAN_AGENTS[random.Random(f"human:{conversation.seed}").randrange(len(HUMAN_AGENTS))],
+                "outcome": "completed" if resolved else "failed",
+            },
+            agent_episode=agent_episode,
+            agent_sentiment=sentiment,
+        )
+    return parts
+
+
+def resolved_demonstration(record: Mapping[str, Any]) -> list[Message] | None:
+    """The conversation a handed-over record teaches, when its person completed the task: the
+    agent's part without the hand-over call (and its result), then the person's turns as the
+    assistant's. None for a record without `handoff` or whose person's part failed.
+
+    The person's turns are assistant turns already (the person spoke through the same tools), so
+    they are kept as recorded; what goes is the agent's decision to hand over."""
+    handoff = record.get("handoff")
+    if not isinstance(handoff, Mapping) or handoff.get("outcome") != "completed":
+        return None
+    messages = [copy_json(dict(m)) for m in record.get("messages") or ()]
+    at = int(handoff["at_message"])
+    hand_over = _hand_over_tools(str(record.get("domain") or DEFAULT_DOMAIN))
+    agent: list[Message] = []
+    for message in messages[:at]:
+        if message.get("role") == "tool" and message.get("name") in hand_over:
+            continue
+        calls = message.get("tool_calls") or []
+        if message.get("role") == "assistant" and any(c.get("name") in hand_over for c in calls):
+            kept = [c for c in calls if c.get("name") not in hand_over]
+            if not kept and not str(message.get("content") or "").strip():
+                continue
+            message = {**message, "tool_calls": kept}
+        agent.append(message)
+    return agent + messages[at:]
