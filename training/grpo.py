@@ -120,7 +120,9 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     from trl import GRPOTrainer
 
     records = config.records if config.records is not None else load_records(config.records_path)
-    dataset, mix = build_dataset(records, config.levels, seed=config.seed, size=config.dataset_size)
+    dataset, mix = build_dataset(
+        records, config.levels, seed=config.seed, size=config.dataset_size, intent_weights=config.intent_weights
+    )
     dtype = torch.bfloat16 if config.profile == "gpu" else torch.float32
     model, tokenizer = load_policy(config.model_path, dtype=dtype)
     args = to_grpo_config(config)
