@@ -321,7 +321,13 @@ def _mix_metrics(mix: WeekMix) -> dict[str, float]:
 
 
 def _supervised_step(
-    config: GRPOTrainingConfig, run_config: GRPORunConfig, train: list[dict], out: Path, curriculum: Curriculum, log
+    config: GRPOTrainingConfig,
+    run_config: GRPORunConfig,
+    train: list[dict],
+    splits: WindowSplits,
+    out: Path,
+    curriculum: Curriculum,
+    log,
 ) -> EpisodeUpdate:
     """The week's supervised step on its good episodes (training.episode_update), before GRPO."""
     return episode_update(
@@ -334,6 +340,7 @@ def _supervised_step(
         seed=run_config.seed,
         torch_threads=run_config.torch_threads,
         log=log,
+        fractions=splits.fractions,
     )
 
 
@@ -422,7 +429,7 @@ def grpo_candidate(
     if not policy_base.acts:
         yield from _untrained(policy_base, run_id, run_config)
         return
-    update = _supervised_step(config, run_config, train, out, curriculum, context.log.info)
+    update = _supervised_step(config, run_config, train, window_splits, out, curriculum, context.log.info)
     inputs = _log_inputs(mlflow.uri(h), run_id, update, mix)
     run_config = replace(
         run_config, model_path=update.model_path, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id

@@ -4,7 +4,12 @@ Level 1: one intent, few gold actions, an opening message that already states ev
 the gold actions need (order id, email, reason), compact tool results. This is the level the demo
 model must learn. Level 2: the other verified tasks with more steps. Level 3: adversarial personas
 and injected tool errors, so recovery is rewarded (when no recorded customer was adversarial, the
-short tasks replayed with an adversarial persona). Level 4: the raw window records as recorded.
+short tasks replayed with an adversarial persona, or every verified task when none is short).
+Level 4: the raw window records as recorded.
+
+The week's shares of the levels and of the intents follow the production agent's failures in the
+window (`week_mix`): more of what it fails, a floor for what it already does. Personas and tool
+faults come with the level (level 3's rows carry both), so they follow the same mix.
 
 Arrow cannot hold the heterogeneous world dicts, so `initial_state`, `user_scenario` and `gold`
 travel as JSON strings; the environment's `reset` accepts either form.
@@ -340,8 +345,10 @@ def select_rows(
             if simplified is not None:
                 by_level[1].append(simplified)
     generated: dict[int, int] = {}
-    if 3 in shares and not by_level[3] and short:
-        by_level[3] = [adversarial_variant(r) for r in short]
+    if 3 in shares and not by_level[3]:
+        # The short tasks first, the ones a policy can recover in; a window of long tasks only
+        # hardens those rather than leaving the level empty.
+        by_level[3] = [adversarial_variant(r) for r in short or by_level[4]]
         generated[3] = len(by_level[3])
     missing = [level for level in shares if not by_level[level]]
     if missing:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dataplane.settings import setting
+from dataplane.splits import DEFAULT_FRACTIONS, split_of
 from domains.registry import load_domain
 from training.fields import as_dict
 from training.sandbox.prompting import domain_of
@@ -96,13 +97,20 @@ def _labelled_failure(record: Mapping[str, Any]) -> bool:
 
 
 def good_episodes(
-    records: Iterable[Mapping[str, Any]], level: int, tools: tuple[str, ...] | None = None
+    records: Iterable[Mapping[str, Any]],
+    level: int,
+    tools: tuple[str, ...] | None = None,
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
 ) -> list[dict[str, Any]]:
-    """The records whose conversation, in `level`'s form with `tools` offered, replays as a
-    verified success (see the module docstring). Pass only training-split records."""
+    """The training-split records (by `fractions`, `dataplane.splits`) whose conversation, in
+    `level`'s form with `tools` offered, replays as a verified success (see the module docstring).
+    The split is checked here again, so a held-out customer never reaches the step even when a
+    caller hands over the whole window."""
     out = []
     for record in records:
         if not as_dict(record.get("gold")) or _labelled_failure(record):
+            continue
+        if split_of(str(record.get("customer_id", "")), fractions) != "train":
             continue
         task = _in_level_form(record, level)
         if task is not None and replay_trajectory(task, tools=tools) is not None:
@@ -124,6 +132,7 @@ def episode_update(
     seed: int = 0,
     torch_threads: int | None = None,
     log: Callable[[str], None] = print,
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
 ) -> EpisodeUpdate:
     """SFT `base` on the good episodes among `records` (training split) into `out`; the policy
     GRPO should start from and what was done. `out` already holding a summary: that one."""
@@ -134,7 +143,7 @@ def episode_update(
     candidates = sum(1 for r in records if as_dict(r.get("gold")))
     if not settings.enabled:
         return _skipped(str(base), 0, candidates, "disabled (episodes_enabled is false)")
-    episodes = good_episodes(records, level, tools)
+    episodes = good_episodes(records, level, tools, fractions)
     if len(episodes) < max(settings.min_episodes, 1):
         why = f"{len(episodes)} good episodes, fewer than episodes_min_episodes {settings.min_episodes}"
         log(f"supervised step skipped: {why}")
