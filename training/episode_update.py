@@ -49,6 +49,9 @@ class EpisodeUpdateSettings:
     # The tiny policy copies identifiers only when it never sees the same one twice
     # (training.tiny.relabel); a real model needs no relabelling.
     relabel: bool = setting(True, "train on relabelled copies of the episodes (fresh identifiers in every one)")
+    # A real model's step belongs on its GPU (the presets set it false); the tiny one trains faster
+    # on the CPU.
+    use_cpu: bool = setting(True, "run the supervised step on the CPU even when an accelerator is present")
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,9 @@ def episode_update(
         tools=tools,
         relabel=settings.relabel,
         torch_threads=torch_threads,
+        # As the level's GRPO rows render tool results (training.curriculum.task_row).
+        compact=level < 4,
+        use_cpu=settings.use_cpu,
     )
     log(f"supervised step on {len(episodes)} good episodes of {candidates} ({settings.steps} steps)")
     started = time.monotonic()
