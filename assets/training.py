@@ -275,7 +275,8 @@ def _week_mix(home: Home, week: str, train: list[dict], champion: str | None, cu
     and the incidents open for the week (training.curriculum.week_mix)."""
     failures = window_failures(train)
     incidents = incident_intents(open_incidents(list_incidents(home), week, champion), train)
-    seen = Counter(str(r.get("intent", "other")) for r in train)
+    # The intents the week can draw: at level 1 alone only those level 1 can restate.
+    seen = Counter(str(r.get("intent", "other")) for r in at_level(train, curriculum.level_for(domain)))
     mix = week_mix(
         curriculum.levels_for(domain),
         seen,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from datetime import date
 
 import pytest
 
@@ -166,3 +167,25 @@ def test_open_incidents_are_the_weeks_or_the_champions_and_point_at_intents(worl
     assert [i["kind"] for i in open_incidents(incidents, "2026-11-16")] == ["run_failure"]
     # The drift raised the cancellation tool's share: it points at the intent whose gold calls it.
     assert incident_intents(opened, records) == {"order_status": 1, "cancel_order": 1}
+
+
+def test_the_weeks_mix_reads_the_windows_failures_and_the_homes_open_incidents(home, world):
+    """What grpo_candidate hands GRPO: the level-1 intents weighted by the failures of the train
+    split's conversations, plus an incident filed in the week naming an intent."""
+    from assets.resources import Curriculum
+    from assets.training import _week_mix
+    from dataplane.incidents import record_incident
+
+    records = level1_records(world, 30, seed=4)
+    cancels = [r for r in records if r["intent"] == "cancel_order"]
+    train = [_failed(r) if r in cancels[:6] else r for r in records]
+    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail")
+    assert mix.levels == {"1": 1.0}
+    assert mix.intents == pytest.approx({"cancel_order": 0.9, "order_status": 0.1})
+    assert mix.evidence["failed_by_intent"] == {"cancel_order": 6} and mix.evidence["incident_intents"] == {}
+    record_incident(home, "review", "status answers wrong", {"intent": "order_status"})
+    this_week = _week_mix(home, date.today().isoformat(), train, None, Curriculum(levels={"1": 1.0}), "retail")
+    assert this_week.evidence["incident_intents"] == {"order_status": 1}
+    assert this_week.intents["order_status"] > mix.intents["order_status"]
+    off = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}, by_failures=False), "retail")
+    assert (off.levels, off.intents) == ({"1": 1.0}, None)
