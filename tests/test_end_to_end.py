@@ -138,7 +138,21 @@ def test_the_rejected_week_keeps_its_evidence_in_mlflow_and_dagster(week_runs):
         report = json.loads(Path(client.download_artifacts(run_id, "gate_report.json", tmp)).read_text())
     assert report["decision"] == "reject"
     assert len(client.get_metric_history(run_id, "train/reward")) >= 1
+    # Both training steps and the week's mix are on the run, with their data counts.
+    for key in ("sft/episodes", "sft/candidates", "sft/steps", "grpo/tasks", "mix/level/1"):
+        assert key in logged.data.metrics, key
+    assert {"episode_update.json", "curriculum_weights.json"} <= {a.path for a in client.list_artifacts(run_id)}
     with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
         stored = instance.get_run_by_id(run.run_id)
         assert stored is not None and stored.tags.get("dagster/partition") == WEEK
         assert stored.is_success
+        [candidate] = [
+            e.dagster_event.event_specific_data.materialization
+            for e in instance.all_logs(run.run_id)
+            if e.dagster_event is not None
+            and e.dagster_event.event_type_value == "ASSET_MATERIALIZATION"
+            and e.dagster_event.asset_key == dg.AssetKey("grpo_candidate")
+        ]
+    shown = candidate.metadata
+    assert shown["sft_episodes"].value == logged.data.metrics["sft/episodes"]
+    assert {"sft_steps", "sft_skipped", "curriculum_weights", "curriculum_evidence"} <= set(shown)
