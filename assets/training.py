@@ -441,7 +441,7 @@ def grpo_candidate(
         env=TRAINER_ENV,
     )
     result, reported = pipes_grpo_result(invocation)
-    yield from _training_checks(result, policy_base.path)
+    yield from _training_checks(result, run_config.model_path)  # GRPO's own start: the supervised step's model
     yield dg.MaterializeResult(
         value=GRPOCandidate.trained(result, run_id, run_config.reward_weights),
         metadata={**reported, **_candidate_metadata(result), **inputs, "mlflow_run_id": run_id},
