@@ -18,7 +18,7 @@ from dataplane.home import Home
 from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN
 from tracking.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_client
-from training.curriculum import CurriculumError, levels_for_domain, parse_mix, tools_for_levels
+from training.curriculum import CurriculumError, MixSettings, levels_for_domain, parse_mix, tools_for_levels
 from training.grpo_config import GRPORunConfig
 
 MLFLOW_UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` on the embedded store
@@ -107,6 +107,11 @@ class Curriculum(dg.ConfigurableResource):
     rewritten short tasks and level 1's tool list; any other: the conversations as recorded)."""
 
     levels: dict[str, float] = setting_field(GRPORunConfig, "levels")
+    # The week's shares of these levels, and of the intents, follow the champion's failures
+    # (training.curriculum.week_mix); the knobs are declared on MixSettings.
+    by_failures: bool = setting_field(MixSettings, "by_failures")
+    floor: float = setting_field(MixSettings, "floor")
+    incident_boost: float = setting_field(MixSettings, "incident_boost")
 
     @field_validator("levels")
     @classmethod
@@ -125,6 +130,10 @@ class Curriculum(dg.ConfigurableResource):
     def levels_for(self, domain: str = DEFAULT_DOMAIN) -> dict[str, float]:
         """The mix as `domain` can follow it (`training.curriculum.levels_for_domain`)."""
         return levels_for_domain(self.levels, domain)
+
+    @property
+    def mix_settings(self) -> MixSettings:
+        return MixSettings(by_failures=self.by_failures, floor=self.floor, incident_boost=self.incident_boost)
 
     def level_for(self, domain: str = DEFAULT_DOMAIN) -> int:
         """The hardest level of the domain's mix: the task form its policy is warm-started and judged on."""

@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 import math
 import sys
+from collections import Counter
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -17,9 +18,14 @@ from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracki
 from assets.retries import TRAINING_RETRY
 from assets.weekdata import at_level, train_records, week_dir
 from dataplane.hashing import sha256_files
+from dataplane.home import Home
+from dataplane.incidents import list_incidents
 from domains.registry import DEFAULT_DOMAIN, load_domain
+from evaluation.week_failures import incident_intents, open_incidents, window_failures
 from tracking.registry import champion_info, local_champion
-from tracking.run_log import open_week_run
+from tracking.run_log import log_training_inputs, open_week_run
+from training.curriculum import WeekMix, week_mix
+from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update
 from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
 from training.grpo_result import FINAL_EVENT, GRPOResult
 from training.policies import HFPolicy
@@ -57,18 +63,22 @@ SUPPLIED_BY_ASSET = (
     "output_dir",
     "records_path",
     "records",
-    "levels",  # the run's curriculum resource
+    "levels",  # the run's curriculum resource, weighted by the week's failures
+    "intent_weights",  # the week's failures too (training.curriculum.week_mix)
     "domain",  # the run's domain tag
     "mlflow_tracking_uri",
     "mlflow_run_id",
 )
+_GRPOKnobs = config_from_dataclass(GRPORunConfig, "_GRPOKnobs", exclude=SUPPLIED_BY_ASSET, module=__name__)
 GRPOTrainingConfig = config_from_dataclass(
-    GRPORunConfig,
+    EpisodeUpdateSettings,
     "GRPOTrainingConfig",
-    exclude=SUPPLIED_BY_ASSET,
+    base=_GRPOKnobs,
+    prefix="episodes_",
     module=__name__,
-    doc="The knobs of a GRPO update (training.grpo_config.GRPORunConfig's own fields); any other TRL "
-    "GRPOConfig field goes in `grpo_overrides`.",
+    doc="The week's update: the supervised step on the window's good episodes (training.episode_update."
+    "EpisodeUpdateSettings, prefixed episodes_), then GRPO (training.grpo_config.GRPORunConfig's own "
+    "fields); any other TRL GRPOConfig field goes in `grpo_overrides`.",
 )
 
 
@@ -260,23 +270,43 @@ def _run_folder(context: dg.AssetExecutionContext, week: Path) -> Path:
     return out
 
 
+def _week_mix(home: Home, week: str, train: list[dict], champion: str | None, curriculum: Curriculum, domain: str):
+    """The week's level and intent shares from the champion's failures on the window's train split
+    and the incidents open for the week (training.curriculum.week_mix)."""
+    failures = window_failures(train)
+    incidents = incident_intents(open_incidents(list_incidents(home), week, champion), train)
+    # The intents the week can draw: at level 1 alone only those level 1 can restate.
+    seen = Counter(str(r.get("intent", "other")) for r in at_level(train, curriculum.level_for(domain)))
+    mix = week_mix(
+        curriculum.levels_for(domain),
+        seen,
+        failures.failed_by_intent,
+        failures.failed_by_level,
+        failures.judged,
+        incidents,
+        curriculum.mix_settings,
+    )
+    return replace(mix, evidence={**mix.evidence, "failure_modes": failures.modes, "skipped": failures.skipped})
+
+
 def _week_run_config(
     config: GRPOTrainingConfig,
     policy_base: PolicyBase,
     out: Path,
     train: list[dict],
     domain: str,
-    curriculum: Curriculum,
+    mix: WeekMix,
 ) -> GRPORunConfig:
     """The week's GRPO run: the run config's settings, on `train` (written beside the run) from
-    `policy_base`, checked before any compute: a bad setting fails the same way on every retry, so
-    it fails the step at once, without retries and before any MLflow run."""
+    `policy_base`, in the week's mix, checked before any compute: a bad setting fails the same way
+    on every retry, so it fails the step at once, without retries and before any MLflow run."""
     run_config = GRPORunConfig(
         model_path=policy_base.path,
         output_dir=str(out / "grpo"),
         records_path=write_records(out / "train_records.jsonl", train),
         domain=domain,
-        levels=curriculum.levels_for(domain),
+        levels=mix.levels,
+        intent_weights=mix.intents,
         **dataclass_kwargs(config, GRPORunConfig),
     )
     try:
@@ -284,6 +314,52 @@ def _week_run_config(
     except ConfigError as err:
         raise dg.Failure(str(err), allow_retries=False) from err
     return run_config
+
+
+def _mix_metrics(mix: WeekMix) -> dict[str, float]:
+    out = {f"mix/level/{level}": share for level, share in mix.levels.items()}
+    return out | {f"mix/intent/{intent}": share for intent, share in (mix.intents or {}).items()}
+
+
+def _supervised_step(
+    config: GRPOTrainingConfig,
+    run_config: GRPORunConfig,
+    train: list[dict],
+    splits: WindowSplits,
+    out: Path,
+    curriculum: Curriculum,
+    log,
+) -> EpisodeUpdate:
+    """The week's supervised step on its good episodes (training.episode_update), before GRPO."""
+    return episode_update(
+        run_config.model_path,
+        train,
+        out / "episodes",
+        EpisodeUpdateSettings(**dataclass_kwargs(config, EpisodeUpdateSettings, prefix="episodes_")),
+        curriculum.level_for(run_config.domain),
+        curriculum.tools_for(run_config.domain),
+        seed=run_config.seed,
+        torch_threads=run_config.torch_threads,
+        log=log,
+        fractions=splits.fractions,
+    )
+
+
+def _log_inputs(uri: str, run_id: str, update: EpisodeUpdate, mix: WeekMix) -> dict:
+    """Both into the week's MLflow run; the asset metadata showing them."""
+    log_training_inputs(
+        uri,
+        run_id,
+        update.metrics() | _mix_metrics(mix),
+        {"episode_update.json": update.to_dict(), "curriculum_weights.json": mix.to_dict()},
+    )
+    rows = [f"| {name} | {share:.3f} |" for name, share in sorted(_mix_metrics(mix).items())]
+    metadata = {f"sft_{k.split('/')[1]}": v for k, v in update.metrics().items()}
+    return metadata | {
+        "sft_skipped": update.skipped or "",
+        "curriculum_weights": dg.MetadataValue.md("| mix | share |\n|---|---|\n" + "\n".join(rows)),
+        "curriculum_evidence": dg.MetadataValue.json(mix.evidence),
+    }
 
 
 def _training_checks(result: GRPOResult, base_path: str):
@@ -336,10 +412,14 @@ def grpo_candidate(
     curriculum: Curriculum,
     pipes_subprocess_client: dg.PipesSubprocessClient,
 ):
-    """A GRPO update of policy_base on the train split, trained by `python -m training.grpo` via Pipes."""
-    h, domain = home.home, window_splits.domain
-    out = _run_folder(context, week_dir(h, context.partition_key, domain))
-    run_config = _week_run_config(config, policy_base, out, train_records(h, store, window_splits), domain, curriculum)
+    """policy_base updated on the train split: a supervised step on the window's good episodes, then
+    GRPO in the week's failure-weighted mix, trained by `python -m training.grpo` via Pipes."""
+    h, domain, week = home.home, window_splits.domain, context.partition_key
+    out = _run_folder(context, week_dir(h, week, domain))
+    train = train_records(h, store, window_splits)
+    champion = f"{mlflow.model_for(domain)}/{policy_base.champion_version}" if policy_base.champion_version else None
+    mix = _week_mix(h, week, train, champion, curriculum, domain)
+    run_config = _week_run_config(config, policy_base, out, train, domain, mix)
     run_id = open_week_run(
         mlflow.uri(h),
         context.partition_key,
@@ -350,15 +430,19 @@ def grpo_candidate(
     if not policy_base.acts:
         yield from _untrained(policy_base, run_id, run_config)
         return
-    run_config = replace(run_config, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id)
+    update = _supervised_step(config, run_config, train, window_splits, out, curriculum, context.log.info)
+    inputs = _log_inputs(mlflow.uri(h), run_id, update, mix)
+    run_config = replace(
+        run_config, model_path=update.model_path, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id
+    )
     invocation = pipes_subprocess_client.run(
         command=[sys.executable, "-m", "training.grpo", "--config", str(run_config.to_file(out / "grpo_config.json"))],
         context=context,
         env=TRAINER_ENV,
     )
     result, reported = pipes_grpo_result(invocation)
-    yield from _training_checks(result, policy_base.path)
+    yield from _training_checks(result, run_config.model_path)  # GRPO's own start: the supervised step's model
     yield dg.MaterializeResult(
         value=GRPOCandidate.trained(result, run_id, run_config.reward_weights),
-        metadata={**reported, **_candidate_metadata(result), "mlflow_run_id": run_id},
+        metadata={**reported, **_candidate_metadata(result), **inputs, "mlflow_run_id": run_id},
     )

@@ -23,6 +23,8 @@ from evaluation.reports import EvalSettings
 from monitoring.watch import WatchSettings
 from orchestration import environment
 from tracking.traces import TraceSettings
+from training.curriculum import MixSettings
+from training.episode_update import EpisodeUpdateSettings
 from training.grpo_config import GRPORunConfig
 from training.policy_start import PolicyStartSettings
 from training.sft import SFTSettings
@@ -71,6 +73,8 @@ def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[st
         *_dataclass_rows("calibration", RefreshSettings()),
         *_dataclass_rows("grpo", GRPORunConfig(model_path="", output_dir="")),
         *_dataclass_rows("sft", SFTSettings()),
+        *_dataclass_rows("episodes", EpisodeUpdateSettings()),
+        *_dataclass_rows("curriculum", MixSettings()),
         *_dataclass_rows("gates", floors.config, gate_sources),
         *_dataclass_rows("health", environment.health_settings(environ), health_sources),
         *_dataclass_rows("watch", WatchSettings()),

@@ -269,6 +269,7 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
         "step_time",
     ):
         assert key in logged, key
+    assert client.get_run(run_id).data.metrics["grpo/tasks"] == sum(summary.level_mix["rows_per_level"].values())
     assert summary.final_step == 3 and summary.resumed_from is None
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["model_path"] == summary.model_path

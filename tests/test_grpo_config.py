@@ -14,6 +14,8 @@ from assets.training import SUPPLIED_BY_ASSET, GRPOTrainingConfig, PolicyConfig
 from domains.retail.level1 import LEVEL1_TOOLS
 from orchestration.cli.demo import demo_run_config
 from orchestration.definitions import defs
+from training.curriculum import MixSettings
+from training.episode_update import EpisodeUpdateSettings
 from training.grpo_config import GRPORunConfig
 from training.sft import SFTSettings
 
@@ -31,14 +33,27 @@ def _defaults(source: type) -> dict:
 # ---------- the Dagster configs are generated from the dataclasses ----------
 
 
-def test_grpo_config_fields_defaults_and_help_come_from_the_run_config():
+def test_grpo_config_fields_defaults_and_help_come_from_the_run_config_and_the_supervised_step():
     run_fields = {f.name: f for f in dataclasses.fields(GRPORunConfig)}
-    assert set(GRPOTrainingConfig.model_fields) == set(run_fields) - set(SUPPLIED_BY_ASSET)
-    defaults = _defaults(GRPORunConfig)
+    step_fields = {f"episodes_{f.name}": f for f in dataclasses.fields(EpisodeUpdateSettings)}
+    assert set(step_fields) == {
+        "episodes_enabled",
+        "episodes_steps",
+        "episodes_batch_size",
+        "episodes_learning_rate",
+        "episodes_min_episodes",
+        "episodes_relabel",
+        "episodes_use_cpu",
+    }
+    assert set(GRPOTrainingConfig.model_fields) == (set(run_fields) - set(SUPPLIED_BY_ASSET)) | set(step_fields)
+    defaults = _defaults(GRPORunConfig) | {f"episodes_{k}": v for k, v in _defaults(EpisodeUpdateSettings).items()}
     built = GRPOTrainingConfig()
     for name, info in GRPOTrainingConfig.model_fields.items():
         assert getattr(built, name) == defaults[name], name
-        assert info.description == run_fields[name].metadata["help"], name
+        assert info.description == {**run_fields, **step_fields}[name].metadata["help"], name
+    # The supervised step runs every week unless a run config turns it off.
+    assert built.episodes_enabled is True
+    assert dataclass_kwargs(built, EpisodeUpdateSettings, prefix="episodes_") == _defaults(EpisodeUpdateSettings)
 
 
 def test_policy_config_takes_the_sft_settings_with_their_defaults():
@@ -104,6 +119,8 @@ def test_dagster_values_become_the_run_config_unchanged(tmp_path):
 
 def test_curriculum_level_and_tools_follow_the_mix():
     assert Curriculum().levels == _defaults(GRPORunConfig)["levels"]  # one default, the run config's
+    assert Curriculum().mix_settings == MixSettings()  # the failure weighting's knobs, declared once
+    assert Curriculum(floor=0.2, by_failures=False).mix_settings == MixSettings(by_failures=False, floor=0.2)
     level1 = Curriculum(levels={"1": 1.0})
     assert (level1.level, level1.tools_for("retail")) == (1, LEVEL1_TOOLS)
     mixed = Curriculum(levels={"1": 0.5, "4": 0.5})

@@ -17,6 +17,7 @@ from orchestration.definitions import defs
 from orchestration.jobs import build_weekly_retrain
 from orchestration.run_config import RunConfigFileError, load_run_config, scheduled_run_config
 from tests.conftest import REPO_ROOT
+from training.episode_update import EpisodeUpdateSettings
 from training.grpo_config import GRPORunConfig, validate
 
 PRESETS = sorted((REPO_ROOT / "configs").glob("*.yaml"))
@@ -52,7 +53,11 @@ def test_preset_overrides_are_trl_fields_selecting_vllm_colocate(preset):
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_preset_passes_the_trainers_checks_on_one_gpu(preset, tmp_path):
     """What grpo_candidate hands `python -m training.grpo`, checked as the trainer checks it before compute."""
-    grpo = dict(load_run_config(str(preset))["ops"]["grpo_candidate"]["config"])
+    settings = dict(load_run_config(str(preset))["ops"]["grpo_candidate"]["config"])
+    # The asset hands the supervised step its `episodes_*` settings and GRPO the rest.
+    step = {k.removeprefix("episodes_"): v for k, v in settings.items() if k.startswith("episodes_")}
+    assert EpisodeUpdateSettings(**step).use_cpu is False  # a real model's step runs on its GPU
+    grpo = {k: v for k, v in settings.items() if not k.startswith("episodes_")}
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": QWEN25_CONTEXT}))

@@ -388,6 +388,24 @@ def log_week_run(
     return run_id
 
 
+def log_training_inputs(
+    tracking_uri: str, run_id: str, metrics: Mapping[str, float], documents: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """What the week's update trained on, into the week's run before training starts: `metrics`
+    (`a/b` names, e.g. `sft/episodes`, `mix/intent/cancel_order`) at step 0 and `documents` as JSON
+    artifacts by file name. Logged from the asset, so a skipped step is on record too."""
+    from mlflow.entities import Metric  # heavy (~1 s): see `_dataset_input`
+
+    now = int(time.time() * 1000)
+    entries = [Metric(metric_key(*name.split("/")), float(v), now, 0) for name, v in sorted(metrics.items())]
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "log training inputs"):
+        if entries:
+            client.log_batch(run_id, metrics=entries)
+        for name, document in documents.items():
+            client.log_dict(run_id, dict(document), name)
+
+
 def record_approval(tracking_uri: str, run_id: str, held: GateReport, approved: GateReport) -> None:
     """Put a person's approval on the week's run: `gate_report.json` becomes the approved report (the
     verdicts the registered version was promoted on, with who approved), the report as the gates

@@ -4,7 +4,12 @@ Level 1: one intent, few gold actions, an opening message that already states ev
 the gold actions need (order id, email, reason), compact tool results. This is the level the demo
 model must learn. Level 2: the other verified tasks with more steps. Level 3: adversarial personas
 and injected tool errors, so recovery is rewarded (when no recorded customer was adversarial, the
-short tasks replayed with an adversarial persona). Level 4: the raw window records as recorded.
+short tasks replayed with an adversarial persona, or every verified task when none is short).
+Level 4: the raw window records as recorded.
+
+The week's shares of the levels and of the intents follow the production agent's failures in the
+window (`week_mix`): more of what it fails, a floor for what it already does. Personas and tool
+faults come with the level (level 3's rows carry both), so they follow the same mix.
 
 Arrow cannot hold the heterogeneous world dicts, so `initial_state`, `user_scenario` and `gold`
 travel as JSON strings; the environment's `reset` accepts either form.
@@ -20,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.customers.base import PERSONAS
 from training.fields import as_dict
@@ -179,6 +185,116 @@ def tools_for_levels(mix: Mapping[Any, float] | Iterable[int], domain: str = DEF
     return level1.tools if level1 is not None and set(parse_mix(mix)) == {1} else None
 
 
+@dataclass(frozen=True)
+class MixSettings:
+    """How the week's GRPO mix follows the champion's failures in the window (the `curriculum`
+    resource's knobs besides `levels`)."""
+
+    by_failures: bool = setting(
+        True, "weight the week's intents and levels by the champion's failure shares in the window"
+    )
+    # 0.1 keeps what the champion does well in about one task in ten per intent or level: enough
+    # to notice forgetting it, little enough that the failures get most of the steps.
+    floor: float = setting(0.1, "smallest share an intent or level of the mix keeps, however well the champion does it")
+    incident_boost: float = setting(0.1, "failure share an open incident adds to each intent it points at")
+
+
+def failure_weighted(
+    prior: Mapping[str, float], failures: Mapping[str, float], floor: float = MixSettings.floor
+) -> dict[str, float]:
+    """Shares over `prior`'s keys that give more to what fails and keep a floor for the rest:
+    `floor + (1 - n * floor) * failures[k] / sum(failures)` over the n keys (the floor capped at
+    1/n, so the shares still sum to 1); `prior` normalised when nothing failed. Failures on a key
+    outside `prior` count for nothing: the mix never adds an intent or level it was not given."""
+    keys = sorted(k for k, share in prior.items() if share > 0)
+    if not keys:
+        raise CurriculumError("empty_mix", f"no positive share in {dict(prior)}")
+    failed = {k: max(float(failures.get(k, 0.0)), 0.0) for k in keys}
+    total = sum(failed.values())
+    if total <= 0:
+        weight = sum(prior[k] for k in keys)
+        return {k: prior[k] / weight for k in keys}
+    low = min(max(floor, 0.0), 1.0 / len(keys))
+    return {k: low + (1.0 - len(keys) * low) * failed[k] / total for k in keys}
+
+
+@dataclass(frozen=True)
+class WeekMix:
+    """The week's GRPO mix: level shares and intent shares, and the evidence they were set from."""
+
+    levels: dict[str, float]
+    intents: dict[str, float] | None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"levels": dict(self.levels), "intents": self.intents, "evidence": dict(self.evidence)}
+
+
+def week_mix(
+    levels: Mapping[str, float],
+    intents_seen: Mapping[str, int],
+    failed_by_intent: Mapping[str, int],
+    failed_by_level: Mapping[str, int],
+    judged: int,
+    incident_intents: Mapping[str, int] | None = None,
+    settings: MixSettings = MixSettings(),
+) -> WeekMix:
+    """The mix of a week whose window showed `intents_seen` (tasks per intent) and, of `judged`
+    judged conversations, the failures per intent and per level; each open incident pointing at
+    an intent adds `incident_boost` to its failure share. Only the configured levels and the
+    intents seen are weighted, so the week never trains on a level or intent it has no tasks of,
+    and the tool list (`tools_for_levels`) stays the configured mix's."""
+    incidents = dict(incident_intents or {})
+    evidence = {
+        "judged": judged,
+        "failed_by_intent": dict(failed_by_intent),
+        "failed_by_level": dict(failed_by_level),
+        "incident_intents": incidents,
+        "by_failures": settings.by_failures,
+        "floor": settings.floor,
+    }
+    if not settings.by_failures:
+        return WeekMix(dict(levels), None, evidence)
+    share = lambda n: n / judged if judged else 0.0  # noqa: E731
+    intent_failures = {
+        k: share(failed_by_intent.get(k, 0)) + settings.incident_boost * incidents.get(k, 0) for k in intents_seen
+    }
+    level_failures = {k: share(failed_by_level.get(k, 0)) for k in levels}
+    intents = failure_weighted(dict(intents_seen), intent_failures, settings.floor) if intents_seen else None
+    return WeekMix(failure_weighted(levels, level_failures, settings.floor), intents, evidence)
+
+
+def _allotted(weights: Mapping[str, float], total: int) -> dict[str, int]:
+    """`total` split by `weights` in whole numbers (largest remainders first, ties by key)."""
+    weight = sum(weights.values())
+    exact = {k: total * w / weight for k, w in weights.items()}
+    counts = {k: int(v) for k, v in exact.items()}
+    order = sorted(exact, key=lambda k: (-(exact[k] - counts[k]), k))
+    for k in order[: total - sum(counts.values())]:
+        counts[k] += 1
+    return counts
+
+
+def _drawn(
+    pool: list[Mapping[str, Any]], wanted: int, intent_weights: Mapping[str, float] | None, rng: random.Random
+) -> list[tuple[Mapping[str, Any], int]]:
+    """(record, repeat) pairs: `wanted` draws from the shuffled `pool`, cycled; with
+    `intent_weights`, each intent of the pool gets its weight's share of them (renormalised over
+    the intents the pool holds), cycling through that intent's records."""
+    by_intent: dict[str, list[Mapping[str, Any]]] = {}
+    for record in pool:
+        by_intent.setdefault(str(record.get("intent", "other")), []).append(record)
+    weights = {k: float(intent_weights.get(k, 0.0)) for k in by_intent} if intent_weights else {}
+    if sum(weights.values()) <= 0:
+        return [(pool[i % len(pool)], i // len(pool)) for i in range(wanted)]
+    out: list[tuple[Mapping[str, Any], int]] = []
+    for intent, count in sorted(_allotted(weights, wanted).items()):
+        records = by_intent[intent]
+        out += [(records[i % len(records)], i // len(records)) for i in range(count)]
+    rng.shuffle(out)
+    return out
+
+
 def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) -> dict[str, Any]:
     """One dataset row: the prompt plus everything the sandbox's `reset` needs."""
     # One seed function for training rows and evaluation trials: (seed, record, repeat) only.
@@ -205,8 +321,10 @@ def select_rows(
     seed: int = 0,
     size: int | None = None,
     rules: LevelRules = LevelRules(),
+    intent_weights: Mapping[str, float] | None = None,
 ) -> tuple[list[dict[str, Any]], CurriculumReport]:
-    """Rows drawn per level share (seeded; a level is cycled when it has fewer records than asked)."""
+    """Rows drawn per level share (seeded; a level is cycled when it has fewer records than asked);
+    within a level, per `intent_weights` when given (`week_mix`), else as the records come."""
     shares = parse_mix(mix)
     by_level: dict[int, list[Mapping[str, Any]]] = {level: [] for level in LEVELS}
     short: list[Mapping[str, Any]] = []  # recorded level-1 and level-2 tasks: what level 3 can harden
@@ -227,8 +345,10 @@ def select_rows(
             if simplified is not None:
                 by_level[1].append(simplified)
     generated: dict[int, int] = {}
-    if 3 in shares and not by_level[3] and short:
-        by_level[3] = [adversarial_variant(r) for r in short]
+    if 3 in shares and not by_level[3]:
+        # The short tasks first, the ones a policy can recover in; a window of long tasks only
+        # hardens those rather than leaving the level empty.
+        by_level[3] = [adversarial_variant(r) for r in short or by_level[4]]
         generated[3] = len(by_level[3])
     missing = [level for level in shares if not by_level[level]]
     if missing:
@@ -245,8 +365,8 @@ def select_rows(
         wanted = round(shares[level] * total) if index < len(requested_levels) - 1 else total - len(rows)
         pool = sorted(by_level[level], key=lambda r: str(r.get("interaction_id", "")))
         rng.shuffle(pool)
-        for i in range(max(wanted, 0)):
-            rows.append(task_row(pool[i % len(pool)], level, seed, repeat=i // len(pool)))
+        for record, repeat in _drawn(pool, max(wanted, 0), intent_weights, rng):
+            rows.append(task_row(record, level, seed, repeat=repeat))
         counts[level] = max(wanted, 0)
     rng.shuffle(rows)
     report = CurriculumReport(
@@ -265,10 +385,11 @@ def build_dataset(
     seed: int = 0,
     size: int | None = None,
     rules: LevelRules = LevelRules(),
+    intent_weights: Mapping[str, float] | None = None,
 ):
     """`(datasets.Dataset, CurriculumReport)`: columns prompt, initial_state, user_scenario, gold,
     seed, compact, inject_tool_errors, escalation_was_necessary, level, interaction_id, intent."""
     from datasets import Dataset
 
-    rows, report = select_rows(records, mix, seed, size, rules)
+    rows, report = select_rows(records, mix, seed, size, rules, intent_weights)
     return Dataset.from_list(rows), report

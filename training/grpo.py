@@ -120,7 +120,9 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     from trl import GRPOTrainer
 
     records = config.records if config.records is not None else load_records(config.records_path)
-    dataset, mix = build_dataset(records, config.levels, seed=config.seed, size=config.dataset_size)
+    dataset, mix = build_dataset(
+        records, config.levels, seed=config.seed, size=config.dataset_size, intent_weights=config.intent_weights
+    )
     dtype = torch.bfloat16 if config.profile == "gpu" else torch.float32
     model, tokenizer = load_policy(config.model_path, dtype=dtype)
     args = to_grpo_config(config)
@@ -160,8 +162,11 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> GRPOResult |
             level_mix=mix.to_dict(),
             config=config.to_dict(),
         )
-        if trainer.reporting_callback.client is not None:
-            trainer.reporting_callback.client.log_dict(config.mlflow_run_id, mix.to_dict(), "curriculum_mix.json")
+        client = trainer.reporting_callback.client
+        if client is not None:
+            client.log_dict(config.mlflow_run_id, mix.to_dict(), "curriculum_mix.json")
+            # The step's data count, beside the supervised step's `sft/episodes`.
+            client.log_metric(config.mlflow_run_id, "grpo/tasks", float(sum(mix.rows_per_level.values())), step=0)
     output = trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
     final_dir = Path(config.output_dir) / "final"
     trainer.save_model(str(final_dir))  # every process must call it (it gathers sharded weights)

@@ -43,6 +43,9 @@ class GRPORunConfig:
         help="curriculum level mix {level: share}; 1 alone offers level 1's short tool list",
         factory=lambda: {"1": 1.0},
     )
+    intent_weights: dict[str, float] | None = setting(
+        None, "share of each intent among a level's drawn prompts (None: as the records come)"
+    )
     dataset_size: int | None = setting(None, "prompts drawn from the mix (None: every eligible record once)")
     reward_names: list[str] | None = setting(None, "reward terms to train on (None: every term in REWARD_TERMS)")
     reward_weights: dict[str, float] = setting(help="overrides of RewardWeights, by term", factory=dict)
@@ -184,6 +187,9 @@ def validate(config: GRPORunConfig, num_processes: int | None = None) -> None:
         parse_mix(config.levels)
     except CurriculumError as err:
         raise ConfigError("bad_level_mix", "levels", str(err)) from err
+    weights = config.intent_weights or {}
+    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 for w in weights.values()):
+        raise ConfigError("bad_intent_weight", "intent_weights", f"{weights} must all be numbers >= 0")
     if config.profile not in PROFILES:
         raise ConfigError("unknown_profile", "profile", f"{config.profile!r} not in {PROFILES}")
     path = Path(config.model_path)

@@ -48,6 +48,9 @@ class SFTSettings:
     )
     # OpenMP threads spin-wait, so when other processes share the cores one thread is far faster.
     torch_threads: int | None = setting(None, "CPU threads for torch (None: torch's default)")
+    # The tiny model trains faster on the CPU than it moves to and from an accelerator; a real
+    # model's supervised step (a GPU preset's) sets it false.
+    use_cpu: bool = setting(True, "train on the CPU even when an accelerator is present")
     # TRL's SFT default (True) recomputes activations: about 25% slower, and no memory to save at 1M params.
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass to save memory")
     # training.curriculum.tools_for_levels gives the list a level's GRPO run and evaluation use,
@@ -270,7 +273,7 @@ def warm_start(
         warmup_steps=min(20, settings.steps // 10),
         max_length=settings.max_length,
         seed=settings.seed,
-        use_cpu=True,  # assistant_masks column masks the loss
+        use_cpu=settings.use_cpu,
         report_to="none",
         save_strategy="no",
         logging_steps=max(1, settings.steps // 10),

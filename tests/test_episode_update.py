@@ -1,0 +1,111 @@
+"""The week's supervised step on its good episodes: only training-split verified successes, skipped
+below its minimum, a real weight change on the tiny model, and its counts in the week's run."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from tests.helpers_training import level1_records, tiny_spec
+
+
+def _split(record: dict) -> str:
+    from dataplane.splits import split_of
+
+    return split_of(record["customer_id"])
+
+
+def _failed(record: dict) -> dict:
+    """The record with its recorded cancellation made with another reason than the gold's."""
+    bad = copy.deepcopy(record)
+    for message in bad["messages"]:
+        for call in message.get("tool_calls") or ():
+            if call["name"] == "cancel_pending_order":
+                call["arguments"]["reason"] = "something else entirely"
+    return bad
+
+
+def test_good_episodes_are_training_split_verified_successes_in_the_levels_form(world):
+    from training.episode_update import good_episodes
+
+    records = level1_records(world, 60, seed=6)
+    held_out = [r for r in records if _split(r) != "train"]
+    assert held_out, "the fixture must hold a calibration or shadow customer"
+    train = [r for r in records if _split(r) == "train"]
+    cancel = next(r for r in train if r["intent"] == "cancel_order")
+    failed = dict(_failed(cancel), interaction_id="failed")
+    labelled = dict(train[0], interaction_id="labelled", human_label={"task_success": False, "rater": "r"})
+    no_gold = dict(train[1], interaction_id="no-gold", gold=None)
+    episodes = good_episodes([*records, failed, labelled, no_gold], level=1)
+    ids = {e["interaction_id"] for e in episodes}
+    assert ids == {r["interaction_id"] for r in train}  # every train success, nothing else
+    assert not ids & {r["interaction_id"] for r in held_out}  # a held-out customer's success never
+    assert not ids & {"failed", "labelled", "no-gold"}
+    # Level 1's form: its own opening (the domain's level-1 system prompt), then the recorded turns.
+    first = next(e for e in episodes if e["interaction_id"] == train[0]["interaction_id"])
+    assert first["messages"][0]["content"] != train[0]["messages"][0]["content"]
+    recorded_calls = [m for m in train[0]["messages"] if m.get("tool_calls")]
+    assert [m for m in first["messages"] if m.get("tool_calls")] == recorded_calls
+
+
+def test_the_step_is_skipped_below_its_minimum_or_when_disabled_and_says_why(tmp_path, world):
+    from training.episode_update import EpisodeUpdateSettings, episode_update
+
+    records = [r for r in level1_records(world, 30, seed=6) if _split(r) == "train"][:5]
+    logged: list[str] = []
+    update = episode_update(
+        "base", records, tmp_path / "ep", EpisodeUpdateSettings(min_episodes=6), level=1, log=logged.append
+    )
+    assert (update.model_path, update.episodes, update.steps, update.train_loss) == ("base", 5, 0, None)
+    assert "fewer than episodes_min_episodes 6" in update.skipped and update.skipped in logged[0]
+    assert update.metrics() == {"sft/episodes": 5.0, "sft/candidates": 5.0, "sft/steps": 0.0, "sft/seconds": 0.0}
+    off = episode_update("base", records, tmp_path / "ep", EpisodeUpdateSettings(enabled=False), level=1)
+    assert off.model_path == "base" and "disabled" in off.skipped
+    assert not (tmp_path / "ep").exists()
+
+
+@pytest.mark.slow
+def test_the_step_moves_the_tiny_models_weights_and_a_retry_reuses_it(tmp_path, world):
+    from assets.training import weights_digest
+    from training.episode_update import SUMMARY_FILE, EpisodeUpdateSettings, episode_update
+    from training.tiny.bootstrap import build_tiny_policy
+
+    records = level1_records(world, 40, seed=6)
+    base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
+    settings = EpisodeUpdateSettings(steps=4, batch_size=4, min_episodes=8)
+    update = episode_update(base, records, tmp_path / "ep", settings, level=1, torch_threads=1)
+    assert update.skipped is None and update.model_path == str(tmp_path / "ep")
+    assert update.episodes == sum(_split(r) == "train" for r in records) and update.steps == 4
+    assert update.train_loss > 0 and update.seconds > 0
+    assert weights_digest(update.model_path) != weights_digest(str(base))
+    assert json.loads((tmp_path / "ep" / SUMMARY_FILE).read_text())["episodes"] == update.episodes
+    # A retry of the run finds the folder trained: the same result, no second training.
+    digest = weights_digest(update.model_path)
+    assert episode_update(base, [], tmp_path / "ep", settings, level=1) == update
+    assert weights_digest(update.model_path) == digest
+
+
+def test_the_counts_and_the_mix_go_to_the_weeks_run_and_the_metadata(tmp_path):
+    from mlflow import MlflowClient
+
+    from assets.training import _log_inputs
+    from tracking.run_log import open_week_run
+    from training.curriculum import week_mix
+    from training.episode_update import EpisodeUpdate
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = open_week_run(uri, "2026-11-16", "dagster-run", artifact_location=(tmp_path / "artifacts").as_uri())
+    update = EpisodeUpdate("/models/ep", episodes=42, candidates=50, steps=20, train_loss=0.7, seconds=9.5)
+    mix = week_mix({"1": 1.0}, {"order_status": 10, "cancel_order": 10}, {"cancel_order": 4}, {"1": 4}, judged=20)
+    metadata = _log_inputs(uri, run_id, update, mix)
+    client = MlflowClient(tracking_uri=uri)
+    metrics = client.get_run(run_id).data.metrics
+    assert (metrics["sft/episodes"], metrics["sft/steps"], metrics["sft/train_loss"]) == (42, 20, 0.7)
+    assert metrics["mix/intent/cancel_order"] == pytest.approx(0.9)
+    assert metrics["mix/level/1"] == 1.0
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"episode_update.json", "curriculum_weights.json"} <= artifacts
+    assert (metadata["sft_episodes"], metadata["sft_steps"], metadata["sft_skipped"]) == (42, 20, "")
+    assert "mix/intent/cancel_order | 0.900" in metadata["curriculum_weights"].value

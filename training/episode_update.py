@@ -1,0 +1,173 @@
+"""The week's supervised step on its good episodes, before GRPO: the policy imitates what worked.
+
+The episodes are the window's training-split conversations whose recorded tool calls replay as a
+verified success (`training.sft.replay_trajectory`), unless a person labelled the conversation a
+failure (`human_label.task_success` false). They are rendered in the form the week's GRPO and
+evaluation use: at curriculum level 1 the task's level-1 opening (`Domain.as_level1`) followed by
+the assistant's recorded calls, so the step never trains on a prompt the policy is not judged on.
+The record contract has no field for a conversation a person finished after a hand-over (an
+escalated record ends at the transfer), so only the agent's own verified successes are imitated.
+
+The step is `training.sft.warm_start` with few steps and a small learning rate: it nudges a policy
+that can already act rather than teaching it the format. Below `min_episodes` it is skipped, and
+the summary says why. The folder is written once per run: a retry of the run (same folder) reads
+the summary back instead of training again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dataplane.settings import setting
+from dataplane.splits import DEFAULT_FRACTIONS, split_of
+from domains.registry import load_domain
+from training.fields import as_dict
+from training.sandbox.prompting import domain_of
+from training.sft import SFTSettings, replay_trajectory, warm_start
+
+SUMMARY_FILE = "episode_update.json"
+
+
+@dataclass(frozen=True)
+class EpisodeUpdateSettings:
+    """The supervised step on the window's good episodes that starts each weekly update."""
+
+    enabled: bool = setting(True, "SFT on the window's verified-successful train-split episodes before GRPO")
+    # 20 steps of 8 at 1e-4 (GRPO's own rate) move a tiny policy that already acts without
+    # undoing it, in about 10 s on 2 cores; the 1e-3 of the warm start teaches a format from nothing.
+    steps: int = setting(20, "optimizer steps of the supervised step")
+    batch_size: int = setting(8, "episodes per optimizer step")
+    learning_rate: float = setting(1e-4, "peak learning rate of the supervised step (cosine schedule)")
+    # Fewer episodes than two batches would be imitated over and over within 20 steps: that
+    # memorises a few customers rather than showing what works.
+    min_episodes: int = setting(16, "fewest good episodes worth a step; below it the step is skipped and says so")
+    # The tiny policy copies identifiers only when it never sees the same one twice
+    # (training.tiny.relabel); a real model needs no relabelling.
+    relabel: bool = setting(True, "train on relabelled copies of the episodes (fresh identifiers in every one)")
+    # A real model's step belongs on its GPU (the presets set it false); the tiny one trains faster
+    # on the CPU.
+    use_cpu: bool = setting(True, "run the supervised step on the CPU even when an accelerator is present")
+
+
+@dataclass(frozen=True)
+class EpisodeUpdate:
+    """What the step did: the policy GRPO starts from (the base when skipped), and its counts."""
+
+    model_path: str
+    episodes: int
+    candidates: int
+    steps: int
+    train_loss: float | None = None
+    seconds: float = 0.0
+    skipped: str | None = None
+
+    def metrics(self) -> dict[str, float]:
+        out = {
+            "sft/episodes": float(self.episodes),
+            "sft/candidates": float(self.candidates),
+            "sft/steps": float(self.steps),
+            "sft/seconds": self.seconds,
+        }
+        if self.train_loss is not None:
+            out["sft/train_loss"] = self.train_loss
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _in_level_form(record: Mapping[str, Any], level: int) -> dict[str, Any] | None:
+    """The record as a task of `level` with its recorded turns after the opening; None when the
+    level has no form of it (a record level 1 cannot restate)."""
+    if level != 1:
+        return dict(record)
+    task = load_domain(domain_of(dict(record))).as_level1(record)
+    if task is None:
+        return None
+    messages = list(record.get("messages") or ())
+    opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
+    return {**task, "messages": list(task["messages"]) + messages[opening + 1 :]}
+
+
+def _labelled_failure(record: Mapping[str, Any]) -> bool:
+    label = as_dict(record.get("human_label")) or {}
+    return label.get("task_success") is False
+
+
+def good_episodes(
+    records: Iterable[Mapping[str, Any]],
+    level: int,
+    tools: tuple[str, ...] | None = None,
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+) -> list[dict[str, Any]]:
+    """The training-split records (by `fractions`, `dataplane.splits`) whose conversation, in
+    `level`'s form with `tools` offered, replays as a verified success (see the module docstring).
+    The split is checked here again, so a held-out customer never reaches the step even when a
+    caller hands over the whole window."""
+    out = []
+    for record in records:
+        if not as_dict(record.get("gold")) or _labelled_failure(record):
+            continue
+        if split_of(str(record.get("customer_id", "")), fractions) != "train":
+            continue
+        task = _in_level_form(record, level)
+        if task is not None and replay_trajectory(task, tools=tools) is not None:
+            out.append(task)
+    return out
+
+
+def _skipped(base: str, episodes: int, candidates: int, why: str) -> EpisodeUpdate:
+    return EpisodeUpdate(str(base), episodes, candidates, 0, skipped=why)
+
+
+def episode_update(
+    base: str | Path,
+    records: Iterable[Mapping[str, Any]],
+    out: Path,
+    settings: EpisodeUpdateSettings,
+    level: int,
+    tools: tuple[str, ...] | None = None,
+    seed: int = 0,
+    torch_threads: int | None = None,
+    log: Callable[[str], None] = print,
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+) -> EpisodeUpdate:
+    """SFT `base` on the good episodes among `records` (training split) into `out`; the policy
+    GRPO should start from and what was done. `out` already holding a summary: that one."""
+    summary = out / SUMMARY_FILE
+    if summary.exists():
+        return EpisodeUpdate(**json.loads(summary.read_text()))
+    records = list(records)
+    candidates = sum(1 for r in records if as_dict(r.get("gold")))
+    if not settings.enabled:
+        return _skipped(str(base), 0, candidates, "disabled (episodes_enabled is false)")
+    episodes = good_episodes(records, level, tools, fractions)
+    if len(episodes) < max(settings.min_episodes, 1):
+        why = f"{len(episodes)} good episodes, fewer than episodes_min_episodes {settings.min_episodes}"
+        log(f"supervised step skipped: {why}")
+        return _skipped(str(base), len(episodes), candidates, why)
+    sft = SFTSettings(
+        steps=settings.steps,
+        batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        seed=seed,
+        tools=tools,
+        relabel=settings.relabel,
+        torch_threads=torch_threads,
+        # As the level's GRPO rows render tool results (training.curriculum.task_row).
+        compact=level < 4,
+        use_cpu=settings.use_cpu,
+    )
+    log(f"supervised step on {len(episodes)} good episodes of {candidates} ({settings.steps} steps)")
+    started = time.monotonic()
+    done = warm_start(base, episodes, out, sft)
+    result = EpisodeUpdate(
+        str(out), len(episodes), candidates, settings.steps, done["train_loss"], round(time.monotonic() - started, 1)
+    )
+    summary.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    return result
