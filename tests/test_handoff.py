@@ -329,3 +329,23 @@ def test_the_published_schema_takes_a_handoff_and_refuses_a_malformed_one(handed
     assert all(not list(validator.iter_errors(r)) for r in handed_over)
     bad = {**handed_over[0], "handoff": {"at_message": 4, "by": "human:sim-agent-01", "outcome": "escalated"}}
     assert list(validator.iter_errors(bad))
+
+
+def test_the_weeks_supervised_step_learns_from_what_the_person_finished(handed_over):
+    """Every conversation the model handed over and a person completed is a good episode of the
+    weekly update, with the person's calls and without the hand-over; unresolved ones are not."""
+    from training.episode_update import good_episodes
+
+    everyone_trains = (1.0, 0.0, 0.0)  # every customer in the training split
+    episodes = good_episodes(handed_over, level=4, fractions=everyone_trains)
+    with_gold = [r for r in handed_over if r.get("gold")]
+    # A conversation a rater labelled a failure is never imitated, whoever finished it.
+    unlabelled = [r for r in with_gold if (r.get("human_label") or {}).get("task_success") is not False]
+    assert unlabelled and len(episodes) == len(unlabelled) < len(with_gold)
+    for episode in episodes:
+        assert "handoff" not in episode
+        calls = [c["name"] for m in episode["messages"] for c in m.get("tool_calls") or ()]
+        assert calls and "transfer_to_human_agents" not in calls
+    # The same conversations with the person's part failed teach nothing.
+    failed = [{**r, "handoff": {**r["handoff"], "outcome": "failed"}} for r in with_gold]
+    assert good_episodes(failed, level=4, fractions=everyone_trains) == []

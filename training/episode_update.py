@@ -5,8 +5,11 @@ verified success (`training.sft.replay_trajectory`), unless a person labelled th
 failure (`human_label.task_success` false). They are rendered in the form the week's GRPO and
 evaluation use: at curriculum level 1 the task's level-1 opening (`Domain.as_level1`) followed by
 the assistant's recorded calls, so the step never trains on a prompt the policy is not judged on.
-The record contract has no field for a conversation a person finished after a hand-over (an
-escalated record ends at the transfer), so only the agent's own verified successes are imitated.
+A conversation the agent handed over and a person then finished (the record's `handoff`) is an
+episode too when the person completed it: the agent's part without the hand-over, then the
+person's turns as the assistant's (`training.traffic.handoff.resolved_demonstration`), replayed
+and verified like any other. That is how an intent the agent hands over this week becomes one it
+handles next week.
 
 The step is `training.sft.warm_start` with few steps and a small learning rate: it nudges a policy
 that can already act rather than teaching it the format. Below `min_episodes` it is skipped, and
@@ -29,6 +32,7 @@ from domains.registry import load_domain
 from training.fields import as_dict
 from training.sandbox.prompting import domain_of
 from training.sft import SFTSettings, replay_trajectory, warm_start
+from training.traffic.handoff import resolved_demonstration
 
 SUMMARY_FILE = "episode_update.json"
 
@@ -115,6 +119,11 @@ def good_episodes(
             continue
         if split_of(str(record.get("customer_id", "")), fractions) != "train":
             continue
+        if record.get("handoff"):
+            taught = resolved_demonstration(record)
+            if taught is None:
+                continue
+            record = {**{k: v for k, v in record.items() if k != "handoff"}, "messages": taught}
         task = _in_level_form(record, level)
         if task is not None and replay_trajectory(task, tools=tools) is not None:
             out.append(task)
