@@ -27,7 +27,7 @@ from orchestration.definitions import build_definitions
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
 from tracking.containment import set_containment
-from tracking.registry import check_decision_digest, register_candidate, rollback
+from tracking.registry import CANARY, check_decision_digest, register_candidate, rollback
 from tracking.run_log import record_approval
 
 
@@ -141,7 +141,8 @@ def week_decision(week: str, home: Home | None = None, domain: str = DEFAULT_DOM
 
 
 def approve_week(week: str, approver: str, home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
-    """Register a week's held candidate after a person reviewed it, without retraining.
+    """Register a week's held candidate after a person reviewed it, without retraining; it serves
+    as `canary` beside the champion, as a week promoted by the gates does (`registered_model`).
 
     Only the candidate's tool-call drift can be approved. A `live_watch` hold is lifted only once a
     person has resumed promotions (`resume_watch`); that record is carried onto the approved report.
@@ -167,6 +168,7 @@ def approve_week(week: str, approver: str, home: Home | None = None, domain: str
         name=name,
         run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
+        serve_as=CANARY,
     )
     return {"week": approved.week, "version": version, "approved_by": approver}
 
