@@ -279,3 +279,37 @@ def test_the_canary_settings_come_from_the_environment():
     settings = environment.canary_settings({environment.CANARY_SHARE_ENV: "0.2", environment.CANARY_MIN_ENV: "80"})
     assert (settings.share, settings.min_conversations) == (0.2, 80)
     assert environment.canary_settings({}) == CanarySettings()
+
+
+# ---- the demo ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # the tiny model serves 21 conversations
+def test_the_demo_serves_a_week_with_the_canary_beside_the_champion_and_judges_it(home, monkeypatch):
+    from orchestration.cli.demo import _serve_week, canary_rows, judge_canary
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+
+    # Any model folder serves here (its manifest's tokenizer format is not what this test is about).
+    shipped = SHIPPED_AGENT_DIR
+    for week, serve_as in (("2026-11-09", CHAMPION), ("2026-11-16", CANARY)):
+        register_candidate(
+            home.mlflow_uri,
+            shipped,
+            week,
+            ChampionLineage(shadow_success=0.2, violation_rate=0.0, model_digest=model_digest(shipped)),
+            evaluate_gates(gate_inputs("better")),
+            artifact_location=home.mlflow_artifacts.as_uri(),
+            moved_by="test",
+            serve_as=serve_as,
+        )
+    monkeypatch.setenv(environment.CANARY_SHARE_ENV, "0.5")  # a few conversations a day, half to the canary
+    served = _serve_week(home, date(2026, 11, 23), 3, home.mlflow_uri, MODEL)
+    records = read_records(day_files(home.landing / "demo"))
+    on_canary = [r for r in records if r["policy_version"] == CANARY_V]
+    assert served["champion"] == CHAMPION_V and served["canary"] == CANARY_V
+    assert len(records) == 21 and served["on_canary"] == len(on_canary) and 0 < len(on_canary) < 21
+    check = judge_canary(home, home.mlflow_uri, MODEL, served)
+    assert check["action"] == "wait" and _aliases(home) == {CHAMPION: 1, CANARY: 2}
+    rows = "\n".join(canary_rows([served], [check]))
+    assert f"champion {CHAMPION_V}, canary {CANARY_V} on {len(on_canary)} conversations" in rows
+    assert "canary check: kept waiting (waiting for evidence" in rows
