@@ -261,6 +261,22 @@ def test_too_few_canary_conversations_means_waiting(champion_and_canary, tmp_pat
     assert _check(home)["mlflow_run_id"] == outcome["mlflow_run_id"]
 
 
+def test_retrain_canary_shows_both_aliases_and_the_latest_decision(champion_and_canary, tmp_path, capsys):
+    from orchestration.cli import main
+
+    home = champion_and_canary
+    assert main(["canary"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["champion"]["version"] == 1 and shown["canary"]["version"] == 2
+    assert shown["canary"]["set_by"].startswith("registered_model asset") and shown["latest_decision"] is None
+    _traffic(home, tmp_path, CANARY_V, degraded=False, days=2, seed=7)
+    _traffic(home, tmp_path, CHAMPION_V, degraded=False, days=2, seed=8)
+    run = _check(home)["mlflow_run_id"]
+    assert main(["canary"]) == 0
+    latest = json.loads(capsys.readouterr().out)["latest_decision"]
+    assert latest["mlflow_run_id"] == run and latest["decision"] == "wait" and latest["canary_version"] == "2"
+
+
 def test_only_days_both_served_pair_up():
     verdict = assess_canary({"2026-11-16": ([], [])}, CANARY_V, CHAMPION_V, QUICK)
     assert verdict.decision == "wait" and verdict.days == 0 and verdict.n_canary == 0

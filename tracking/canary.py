@@ -58,3 +58,29 @@ def log_canary_decision(
         client.log_dict(run, dict(verdict), "canary_verdict.json")
         client.set_terminated(run)
     return run
+
+
+def latest_canary_decision(tracking_uri: str, model_name: str) -> dict[str, Any] | None:
+    """The newest recorded canary decision of `model_name` (its run, decision, reason, canary
+    version and when), or None when none was recorded."""
+    client = mlflow_client(tracking_uri)
+    with mlflow_step(tracking_uri, "read canary decisions"):
+        experiment = client.get_experiment_by_name(CANARY_EXPERIMENT)
+        if experiment is None:
+            return None
+        runs = client.search_runs(
+            [experiment.experiment_id],
+            f"tags.model = '{model_name}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+    if not runs:
+        return None
+    tags = runs[0].data.tags
+    return {
+        "mlflow_run_id": runs[0].info.run_id,
+        "canary_version": tags.get("canary_version"),
+        "decision": tags.get("decision"),
+        "reason": tags.get("reason"),
+        "metrics": dict(runs[0].data.metrics),
+    }
