@@ -68,13 +68,18 @@ class CanarySettings:
         "promote when the lower bound of canary minus champion verified success (95% day-clustered interval) "
         "is above minus this",
     )
+    max_per_day: int = setting(
+        200,
+        "most conversations of each arm judged per day, spread evenly through the day: a check replays every "
+        "one it judges, and at production volume all of them would not fit in a sensor tick",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.share, bool) or not isinstance(self.share, (int, float)) or not 0 <= self.share <= 1:
             raise CanaryConfigError(f"share={self.share!r} must be a number in [0, 1]")
         if isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)) or not 0 <= self.margin <= 1:
             raise CanaryConfigError(f"margin={self.margin!r} must be a number in [0, 1]")
-        for name in ("min_conversations", "min_days"):
+        for name in ("min_conversations", "min_days", "max_per_day"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise CanaryConfigError(f"{name}={value!r} must be an integer >= 1")
@@ -203,12 +208,21 @@ def _violation_spike(canary: float | None, champion: float | None, spike: float)
     return f"policy violations in {canary:.3f} of the canary's conversations, more than {spike:.2f} above the champion's {champion:.3f}"
 
 
-def canary_traffic(store_path: str, canary: str, champion: str) -> dict[str, tuple[list[dict], list[dict]]]:
-    """For every UTC day the canary served: (its records, the champion's records that day), read-only."""
+def _spread(records: list[dict], most: int) -> list[dict]:
+    """At most `most` of a day's records (in time order), every k-th: the whole day, not its morning."""
+    step = max(1, -(-len(records) // most))  # ceil: the smallest stride that keeps at most `most`
+    return records[::step]
+
+
+def canary_traffic(
+    store_path: str, canary: str, champion: str, max_per_day: int = CanarySettings.max_per_day
+) -> dict[str, tuple[list[dict], list[dict]]]:
+    """For every UTC day the canary served: (its records, the champion's records that day), each at
+    most `max_per_day` spread through the day; read-only."""
     con = open_store(store_path, read_only=True)
     try:
         return {
-            d.day: (records_served_on(con, canary, d.day), records_served_on(con, champion, d.day))
+            d.day: tuple(_spread(records_served_on(con, version, d.day), max_per_day) for version in (canary, champion))
             for d in served_days(con, canary)
         }
     finally:
@@ -229,13 +243,14 @@ def check_canary(
     if canary is None:
         return {"action": "none", "reason": "no canary"}
     champion = champion_info(tracking_uri, model_name)
-    if CANARY_DROPPED_TAG in canary.tags or champion is None:
-        # A drop interrupted between tagging and removing the alias; or nothing to serve beside.
-        reason = canary.tags.get(CANARY_DROPPED_TAG) or "no champion to serve beside"
-        drop_canary(tracking_uri, model_name, moved_by=MOVED_BY, reason=reason)
-        return {"action": DROP, "canary": canary.version, "reason": reason}
+    if champion is None:
+        return {"action": "none", "canary": canary.version, "reason": "no champion to compare the canary with"}
+    if CANARY_DROPPED_TAG in canary.tags:
+        # A drop interrupted between tagging the version and removing the alias: finish it.
+        drop_canary(tracking_uri, model_name, moved_by=MOVED_BY, reason=canary.tags[CANARY_DROPPED_TAG])
+        return {"action": DROP, "canary": canary.version, "reason": canary.tags[CANARY_DROPPED_TAG]}
     served_as = {alias: f"{model_name}/{info.version}" for alias, info in (("canary", canary), ("champion", champion))}
-    traffic = canary_traffic(store_path, served_as["canary"], served_as["champion"])
+    traffic = canary_traffic(store_path, served_as["canary"], served_as["champion"], settings.max_per_day)
     verdict = assess_canary(traffic, served_as["canary"], served_as["champion"], settings)
     outcome = {"action": verdict.decision, "canary": canary.version, "champion": champion.version}
     if verdict.decision == PROMOTE:

@@ -277,6 +277,20 @@ def test_retrain_canary_shows_both_aliases_and_the_latest_decision(champion_and_
     assert latest["mlflow_run_id"] == run and latest["decision"] == "wait" and latest["canary_version"] == "2"
 
 
+def test_a_busy_day_is_judged_on_an_even_spread_of_it(champion_and_canary, tmp_path):
+    from monitoring.canary import canary_traffic
+
+    home = champion_and_canary
+    _traffic(home, tmp_path, CANARY_V, degraded=False, days=1, seed=9)
+    _traffic(home, tmp_path, CHAMPION_V, degraded=False, days=1, seed=10)
+    [(canary, champion)] = canary_traffic(str(home.duckdb_path), CANARY_V, CHAMPION_V, max_per_day=7).values()
+    assert len(canary) == len(champion) == 6  # every 5th of the day's 30
+    everything = canary_traffic(str(home.duckdb_path), CANARY_V, CHAMPION_V, max_per_day=200)
+    [(all_canary, _)] = everything.values()
+    assert canary == all_canary[::5] and len(all_canary) == 30
+    assert canary_traffic(str(home.duckdb_path), "retail-agent/9", CHAMPION_V) == {}
+
+
 def test_only_days_both_served_pair_up():
     verdict = assess_canary({"2026-11-16": ([], [])}, CANARY_V, CHAMPION_V, QUICK)
     assert verdict.decision == "wait" and verdict.days == 0 and verdict.n_canary == 0

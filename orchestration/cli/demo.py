@@ -339,8 +339,8 @@ def run_demo(
     ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the retrains ingested the weeks before
     # The thresholds the `champion_health` sensor judges with (RETRAIN_HEALTH_*), as in production.
     health = check_champion(home, str(home.duckdb_path), uri, model_name, environment.health_settings())
-    if health["action"] != "rollback":  # the sensor judges the canary after the champion, as here
-        canary_checks.append(judge_canary(home, uri, model_name, served[-1]))
+    # The sensor judges the canary after the champion, and not on the tick that rolled it back.
+    canary_checks.append(judge_canary(home, uri, model_name, served[-1]) if health["action"] != "rollback" else None)
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
     base = find_base_version(uri, model_name)
     for result in results:
