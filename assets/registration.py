@@ -11,9 +11,11 @@ from assets.weekdata import run_domain
 from evaluation.decision import FirstChampion, PromotionDecision, RegisteredVersion, champion_lineage
 from evaluation.reports import CalibrationReport, ShadowReport
 from tracking.registry import (
+    CANARY,
     ModelDigestError,
     ModelDirError,
     NotPromotableError,
+    canary_info,
     champion_info,
     find_week_version,
     register_base_champion,
@@ -94,8 +96,11 @@ def registered_model(
     home: HomeResource,
     mlflow: MLflowTracking,
 ):
-    """The MLflow model version of this week's candidate, with `champion` moved to it (after
-    `first_champion`, so in week one the base model it beat becomes `previous_champion`).
+    """The MLflow model version of this week's candidate, serving as `canary` beside the champion
+    (after `first_champion`, so in week one the canary serves beside the base model it beat). The
+    health sensor promotes it to champion or drops it on the traffic it serves
+    (`monitoring.canary`); with no champion at all (a base model that calls no tools) it becomes
+    champion at once, as there is nothing to compare it with.
 
     Not materialized when the decision is not 'promote': the week is recorded by `promotion_gate`,
     and a held week is registered later by `retrain approve`.
@@ -115,17 +120,20 @@ def registered_model(
             name=model,
             run_id=promotion_gate.mlflow_run_id,
             artifact_location=h.mlflow_artifacts.as_uri(),
+            serve_as=CANARY,
         )
     except (ModelDirError, NotPromotableError, ModelDigestError) as err:
         # Not transient: retrying cannot help, so fail at once (MLflow outages still retry). A folder
         # changed since the decision is one of these: what was judged is not what would be uploaded.
         raise dg.Failure(str(err), allow_retries=False) from err
-    champion = champion_info(mlflow.uri(h), model)
+    champion, canary = champion_info(mlflow.uri(h), model), canary_info(mlflow.uri(h), model)
     yield dg.MaterializeResult(
         value=RegisteredVersion(model, version),
         metadata={
             "model": model,
             "version": version,
+            "serves_as": CANARY if canary and canary.version == version else "champion",
+            "champion": champion.version if champion else None,
             "previous_champion": champion.previous_version if champion else None,
             "policy_version": f"{model}/{version}",
         },
@@ -133,13 +141,15 @@ def registered_model(
 
 
 @dg.asset_check(asset=registered_model, blocking=True)
-def champion_is_this_version(context: dg.AssetCheckExecutionContext, home: HomeResource, mlflow: MLflowTracking):
-    """After a registration, `champion` points at this week's version (runs only when one was registered)."""
+def serves_this_version(context: dg.AssetCheckExecutionContext, home: HomeResource, mlflow: MLflowTracking):
+    """After a registration, `canary` (or, with no champion before it, `champion`) points at this
+    week's version (runs only when one was registered)."""
     week, model = context.run.tags["dagster/partition"], mlflow.model_for(run_domain(context))
     uri = mlflow.uri(home.home)
     version = find_week_version(uri, week, model)
-    champion = champion_info(uri, model)
+    champion, canary = champion_info(uri, model), canary_info(uri, model)
+    serving = {alias: info.version for alias, info in (("champion", champion), (CANARY, canary)) if info is not None}
     return dg.AssetCheckResult(
-        passed=version is not None and champion is not None and champion.version == version,
-        metadata={"week": week, "version": version, "champion": champion.version if champion else None},
+        passed=version is not None and version in serving.values(),
+        metadata={"week": week, "version": version, **serving},
     )

@@ -43,6 +43,7 @@ __all__ = [
     "assess_champion_health",
     "champion_records",
     "check_champion",
+    "judge_record",
 ]
 
 EVIDENCE_PER_FINDING = 5
@@ -117,6 +118,19 @@ def _note(evidence: dict[str, list[str]], finding: str, interaction_id: Any) -> 
         ids.append(str(interaction_id))
 
 
+def judge_record(record: Mapping[str, Any], skipped: list[dict[str, Any]]) -> tuple[bool | None, list[str]] | None:
+    """One served record replayed: (verified success, None without gold; the policy rules it
+    violated). None when it cannot be replayed, with the record and why appended to `skipped`."""
+    try:
+        episode = recorded_episode(record)
+        success = verified_success(episode) if episode.gold is not None else None
+    except (ReplayError, GoldError) as exc:
+        # Ingestion validated these records, so this is rare; it is reported, not hidden.
+        skipped.append({"interaction_id": record.get("interaction_id"), "reason": f"{type(exc).__name__}: {exc}"})
+        return None
+    return success, sorted({v.rule for v in episode_violations(episode)})
+
+
 def assess_champion_health(
     records: Iterable[Mapping[str, Any]],
     shadow_success_estimate: float,
@@ -151,15 +165,11 @@ def assess_champion_health(
         if champion is not None and record.get("policy_version") != champion:
             skipped.append({"interaction_id": rid, "reason": f"served by {record.get('policy_version')!r}"})
             continue
-        try:
-            episode = recorded_episode(record)
-            success = verified_success(episode) if episode.gold is not None else None
-        except (ReplayError, GoldError) as exc:
-            # Ingestion validated these records, so this is rare; it is reported, not hidden.
-            skipped.append({"interaction_id": rid, "reason": f"{type(exc).__name__}: {exc}"})
+        judged = judge_record(record, skipped)
+        if judged is None:
             continue
+        success, rules = judged
         n += 1
-        rules = sorted({v.rule for v in episode_violations(episode)})
         violating += bool(rules)
         for rule in rules:
             _note(evidence, rule, rid)

@@ -59,11 +59,14 @@ def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[st
         for f in dataclasses.fields(GateConfig)
         if floors.source != PRODUCT_DEFAULTS and getattr(floors.config, f.name) != getattr(defaults, f.name)
     }
-    health_sources = {
-        v.sets.split(".", 1)[1]: f"env {v.name}"
-        for v in environment.VARIABLES
-        if v.sets.startswith("HealthSettings.") and environment.value(v.name, environ) is not None
-    }
+    health_sources, canary_sources = (
+        {
+            v.sets.split(".", 1)[1]: f"env {v.name}"
+            for v in environment.VARIABLES
+            if v.sets.startswith(f"{kind}.") and environment.value(v.name, environ) is not None
+        }
+        for kind in ("HealthSettings", "CanarySettings")
+    )
     rows = [
         *_dataclass_rows("ingest", IngestSettings()),
         *_dataclass_rows("window", WindowSettings()),
@@ -77,6 +80,7 @@ def effective_settings(environ: Mapping[str, str] | None = None) -> list[dict[st
         *_dataclass_rows("curriculum", MixSettings()),
         *_dataclass_rows("gates", floors.config, gate_sources),
         *_dataclass_rows("health", environment.health_settings(environ), health_sources),
+        *_dataclass_rows("canary", environment.canary_settings(environ), canary_sources),
         *_dataclass_rows("watch", WatchSettings()),
         *_dataclass_rows("traces", TraceSettings()),
     ]

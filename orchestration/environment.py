@@ -3,7 +3,8 @@
 `VARIABLES` is the table: each variable, the setting it sets, its default and what it is for. The
 functions below read them (`value` refuses a name the table does not declare) and hand the values
 to the rooms below as arguments and settings dataclasses: the home (`home`), the Dagster
-resources (`default_resources`), the champion-health thresholds (`health_settings`), the on/off
+resources (`default_resources`), the champion-health thresholds (`health_settings`), the canary's
+(`canary_settings`), the on/off
 switches (`switched_on`). No room below reads a `RETRAIN_*` variable itself, except the few whose
 row names another module in `read_in`, each for the reason its help gives (a separate process the
 variable is the one way into, or a definition Dagster takes at import, below this room);
@@ -23,6 +24,7 @@ from assets.partitions import DEFAULT_START
 from assets.resources import DAGSTER_UI_URL, MLFLOW_UI_URL, Curriculum, DuckDBStore, HomeResource, MLflowTracking
 from dataplane.home import PII_KEY_ENV, Home
 from evaluation.gate_floors import FLOORS_ENV
+from monitoring.canary import CanarySettings
 from monitoring.health import HealthSettings
 from tracking.registry import DEFAULT_MODEL_NAME
 from training.customers.config import API_KEY_SETTING, CUSTOMER_SETTING
@@ -58,6 +60,8 @@ CHAMPION_HEALTH_SWITCH = "RETRAIN_CHAMPION_HEALTH"
 LIVE_WATCH_SWITCH = "RETRAIN_LIVE_WATCH"
 HEALTH_WINDOW_ENV = "RETRAIN_HEALTH_WINDOW"
 HEALTH_MARGIN_ENV = "RETRAIN_HEALTH_MARGIN"
+CANARY_SHARE_ENV = "RETRAIN_CANARY_SHARE"
+CANARY_MIN_ENV = "RETRAIN_CANARY_MIN_CONVERSATIONS"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"  # MLflow's own variable, read where the others are
 
 # What the Kubernetes code location (deploy/k8s_location.py) reads through `value`.
@@ -93,6 +97,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(LIVE_WATCH_SWITCH, "the landing sensor, the daily watch", "on", "off: both start stopped"),
     Variable(HEALTH_WINDOW_ENV, "HealthSettings.window", str(HealthSettings.window), "interactions each check judges"),
     Variable(HEALTH_MARGIN_ENV, "HealthSettings.margin", str(HealthSettings.margin), "the breaker's success margin"),
+    Variable(CANARY_SHARE_ENV, "CanarySettings.share", str(CanarySettings.share), "traffic the canary serves"),
+    Variable(
+        CANARY_MIN_ENV,
+        "CanarySettings.min_conversations",
+        str(CanarySettings.min_conversations),
+        "canary conversations with gold before it is promoted or dropped",
+    ),
     Variable(
         PII_KEY_ENV,
         "the key of e-mail pseudonyms",
@@ -180,17 +191,29 @@ def default_resources(environ: Mapping[str, str] | None = None) -> dict:
     }
 
 
-def health_settings(environ: Mapping[str, str] | None = None) -> HealthSettings:
-    """The champion-health thresholds: the product's, with the window and margin the environment sets."""
+def _overrides(table: tuple[tuple[str, str, type], ...], environ: Mapping[str, str] | None) -> dict:
+    """{field: value} for each (variable, field, type) of `table` the environment sets."""
     overrides: dict = {}
-    for name, field_name, kind in ((HEALTH_WINDOW_ENV, "window", int), (HEALTH_MARGIN_ENV, "margin", float)):
+    for name, field_name, kind in table:
         raw = value(name, environ)
         if raw is not None:
             try:
                 overrides[field_name] = kind(raw)
             except ValueError as err:
                 raise ValueError(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from err
-    return HealthSettings(**overrides)
+    return overrides
+
+
+def health_settings(environ: Mapping[str, str] | None = None) -> HealthSettings:
+    """The champion-health thresholds: the product's, with the window and margin the environment sets."""
+    table = ((HEALTH_WINDOW_ENV, "window", int), (HEALTH_MARGIN_ENV, "margin", float))
+    return HealthSettings(**_overrides(table, environ))
+
+
+def canary_settings(environ: Mapping[str, str] | None = None) -> CanarySettings:
+    """The canary's share and minimum evidence: the product's, with what the environment sets."""
+    table = ((CANARY_SHARE_ENV, "share", float), (CANARY_MIN_ENV, "min_conversations", int))
+    return CanarySettings(**_overrides(table, environ))
 
 
 def switched_on(name: str, environ: Mapping[str, str] | None = None) -> bool:

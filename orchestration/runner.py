@@ -26,8 +26,16 @@ from orchestration import environment
 from orchestration.definitions import build_definitions
 from orchestration.instance import prepare_dagster_home
 from orchestration.run_config import load_run_config, scheduled_run_config
+from tracking.canary import latest_canary_decision
 from tracking.containment import set_containment
-from tracking.registry import check_decision_digest, register_candidate, rollback
+from tracking.registry import (
+    CANARY,
+    canary_info,
+    champion_info,
+    check_decision_digest,
+    register_candidate,
+    rollback,
+)
 from tracking.run_log import record_approval
 
 
@@ -141,7 +149,8 @@ def week_decision(week: str, home: Home | None = None, domain: str = DEFAULT_DOM
 
 
 def approve_week(week: str, approver: str, home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
-    """Register a week's held candidate after a person reviewed it, without retraining.
+    """Register a week's held candidate after a person reviewed it, without retraining; it serves
+    as `canary` beside the champion, as a week promoted by the gates does (`registered_model`).
 
     Only the candidate's tool-call drift can be approved. A `live_watch` hold is lifted only once a
     person has resumed promotions (`resume_watch`); that record is carried onto the approved report.
@@ -167,6 +176,7 @@ def approve_week(week: str, approver: str, home: Home | None = None, domain: str
         name=name,
         run_id=approved.mlflow_run_id,
         artifact_location=home.mlflow_artifacts.as_uri(),
+        serve_as=CANARY,
     )
     return {"week": approved.week, "version": version, "approved_by": approver}
 
@@ -194,6 +204,23 @@ def contain_champion(
     uri, name = mlflow_target(home, domain)
     state = set_containment(uri, name, mode, by, reason, artifact_location=home.mlflow_artifacts.as_uri())
     return {"model": name, **state.to_dict()}
+
+
+def canary_state(home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+    """`domain`'s champion and canary (version, week, who set it) and the latest canary decision."""
+    uri, name = mlflow_target((home or environment.home()).ensure(), domain)
+
+    def described(info) -> dict[str, Any] | None:
+        if info is None:
+            return None
+        return {"version": info.version, "week": info.week, "set_by": info.tags.get(f"{info.alias}_set_by")}
+
+    return {
+        "model": name,
+        "champion": described(champion_info(uri, name)),
+        "canary": described(canary_info(uri, name)),
+        "latest_decision": latest_canary_decision(uri, name),
+    }
 
 
 def rollback_champion(home: Home | None = None, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Sensors: an incident for every failed retrain, the champion-health circuit breaker, and the
-landing sensor that ingests new log files as they land and asks for the live watch of their days.
+"""Sensors: an incident for every failed retrain, the champion-health circuit breaker (which also
+judges the canary serving beside the champion), and the landing sensor that ingests new log files as they land and asks for the live watch of their days.
 
 A run fails only on an error (an exception, a failed data check); a week whose candidate the gates
 reject or hold succeeds, so it files no incident.
@@ -16,6 +16,7 @@ from assets.resources import DuckDBStore, HomeResource, MLflowTracking
 from dataplane.incidents import record_incident
 from dataplane.landing import ingest_landed
 from dataplane.store import StoreLockedError
+from monitoring.canary import check_canary
 from monitoring.health import check_champion
 from orchestration import environment
 from orchestration.environment import CHAMPION_HEALTH_SWITCH, LIVE_WATCH_SWITCH, switched_on
@@ -58,8 +59,10 @@ def retrain_failure_incident(context: dg.RunFailureSensorContext, home: HomeReso
 def champion_health(
     context: dg.SensorEvaluationContext, home: HomeResource, store: DuckDBStore, mlflow: MLflowTracking
 ):
-    """Circuit breaker: roll `champion` back when the traffic it serves shows it degraded."""
-    h = home.home
+    """Circuit breaker: roll `champion` back when the traffic it serves shows it degraded; then
+    promote, drop or keep the canary on the traffic it served beside the champion (its decision is
+    also an observation of `registered_model`, with the interval it rests on)."""
+    h, canary = home.home, {}
     try:
         outcome = check_champion(
             h,
@@ -68,11 +71,51 @@ def champion_health(
             mlflow.model_name,
             environment.health_settings(),
         )
+        # After a rollback the canary waits a tick, to be judged beside the restored champion.
+        if outcome["action"] != "rollback":
+            canary = check_canary(
+                h,
+                store.resolved_path(h),
+                mlflow.uri(h),
+                mlflow.model_name,
+                environment.canary_settings(),
+                h.mlflow_artifacts.as_uri(),
+            )
+            outcome = {**outcome, "canary": {k: v for k, v in canary.items() if k != "verdict"}}
     except StoreLockedError as err:
         # A retrain holds the DuckDB writer lock; the next tick looks again.
         return dg.SkipReason(f"interaction store busy: {err}")
-    context.update_cursor(json.dumps(outcome, sort_keys=True, default=str))
-    return dg.SkipReason(json.dumps(outcome, sort_keys=True, default=str))
+    text = json.dumps(outcome, sort_keys=True, default=str)
+    context.update_cursor(text)
+    if "verdict" not in canary:  # no canary was judged
+        return dg.SkipReason(text)
+    return dg.SensorResult(skip_reason=text, asset_events=[canary_observation(canary)])
+
+
+def canary_observation(canary: dict) -> dg.AssetObservation:
+    """The canary decision as metadata of `registered_model`, where the Dagster UI shows the versions."""
+    verdict = canary["verdict"]
+    numbers = (
+        "n_canary",
+        "n_champion",
+        "days",
+        "difference",
+        "ci_low",
+        "ci_high",
+        "canary_success",
+        "champion_success",
+    )
+    return dg.AssetObservation(
+        asset_key="registered_model",
+        metadata={
+            "canary_decision": canary["action"],
+            "canary": verdict["canary"],
+            "champion": verdict["champion"],
+            "reason": verdict["reason"],
+            "mlflow_run_id": canary["mlflow_run_id"],
+            **{name: verdict[name] for name in numbers if verdict.get(name) is not None},
+        },
+    )
 
 
 def _watchable(days: dict[str, int], today: str) -> list[str]:

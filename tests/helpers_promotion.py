@@ -17,7 +17,7 @@ from safetensors.numpy import save_file
 from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow
 from assets.partitions import weekly_partitions
 from assets.promotion import promotion_gate
-from assets.registration import champion_is_this_version, first_champion, registered_model
+from assets.registration import first_champion, registered_model, serves_this_version
 from assets.resources import HomeResource, MLflowTracking
 from evaluation.gate_floors import FLOORS_ENV
 from evaluation.reports import CalibrationReport, PairReport, PolicyReport, ShadowReport
@@ -141,7 +141,7 @@ def run_promotion(
         promotion_gate,
         first_champion,
         registered_model,
-        champion_is_this_version,
+        serves_this_version,
     ]
     config = {"ops": {"promotion_gate": {"config": gate_config}}} if gate_config else None
     return dg.materialize(

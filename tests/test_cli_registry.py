@@ -21,7 +21,7 @@ from evaluation.gates import evaluate_gates
 from monitoring.pause import active_pause, lifted_pauses, pause_promotions
 from orchestration.instance import prepare_dagster_home
 from tests.helpers_gates import gate_inputs
-from tracking.registry import champion_info, find_week_version, mlflow_client
+from tracking.registry import canary_info, champion_info, find_week_version, mlflow_client, promote_canary
 from tracking.run_log import load_gate_report, open_week_run
 
 WEEK = "2026-11-16"
@@ -160,6 +160,10 @@ def test_rollback_restores_the_previous_champion(home, tmp_path):
     for week in ("2026-11-09", WEEK):
         _decision(home, tmp_path, week, "drifter")
         assert _retrain(home, "approve", "--week", week, "--by", "bob").returncode == 0
+    # The first approval found no champion and became it; the second serves as canary until the
+    # health sensor's canary check promotes it.
+    assert champion_info(home.mlflow_uri).version == 1 and canary_info(home.mlflow_uri).version == 2
+    promote_canary(home.mlflow_uri, moved_by="health sensor (canary check): test")
     assert champion_info(home.mlflow_uri).version == 2
     done = _retrain(home, "rollback")
     assert done.returncode == 0, done.stderr

@@ -37,7 +37,7 @@ from orchestration.sensors import landing_ingest
 from tests.helpers_gates import gate_inputs
 from tests.helpers_promotion import fake_model, run_promotion
 from tests.helpers_traffic import day_files, read_records
-from tracking.registry import champion_info, mlflow_client, register_candidate
+from tracking.registry import canary_info, champion_info, mlflow_client, register_candidate
 
 pytestmark = pytest.mark.slow
 
@@ -215,7 +215,8 @@ def test_a_drifting_day_pauses_promotions_until_a_person_approves(champion, inst
     assert main(["approve", "--week", WEEK, "--by", "alice"]) == 0
     approved = json.loads(capsys.readouterr().out)
     assert approved["version"] == 2 and approved["approved_by"] == "alice"
-    assert champion_info(home.mlflow_uri).version == 2
+    # Registered as the canary beside the champion, as every passing week is.
+    assert canary_info(home.mlflow_uri).version == 2 and champion_info(home.mlflow_uri).version == 1
     # Nothing is paused now: resuming has nothing to lift, and says so.
     assert main(["resume", "--by", "bob", "--reason", "again"]) == 2
     assert "not paused" in capsys.readouterr().err

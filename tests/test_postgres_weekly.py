@@ -216,10 +216,12 @@ def test_both_weeks_train_gate_and_register_in_the_postgres_backed_mlflow_server
         assert {"grpo_candidate", "promotion_gate", "registered_model"} <= scenario["materialized"][run]
     versions = scenario["versions"]
     assert versions["base"][0] == 1 and versions[WEEK_A] == 2 and versions[WEEK_B] == 3
+    # Each passing week serves as the canary beside the base model (week B's replaced week A's);
+    # promoting it is the health sensor's, on served traffic.
     champion = scenario["champion"]
-    assert (champion.version, champion.previous_version, champion.week) == (3, 2, WEEK_B)
+    assert (champion.version, champion.previous_version) == (1, None)
     # The registry lives in PostgreSQL (read here straight from the server's database).
-    assert scenario["mlflow_aliases"] == [("champion", 3), ("previous_champion", 2)]
+    assert scenario["mlflow_aliases"] == [("canary", 3), ("champion", 1)]
     assert scenario["mlflow_versions"] == 3
     decision = scenario["decision_b"]  # as promotion_gate recorded it in the PostgreSQL event log
     assert decision.decision == "promote" and decision.report.baseline_kind == "champion"

@@ -24,7 +24,7 @@ from monitoring.pause import active_pause, pause_promotions
 from orchestration.cli.demo import _summary_rows
 from orchestration.runner import WeekRun, resume_watch
 from tests.helpers_promotion import run_promotion
-from tracking.registry import champion_info, find_base_version, find_week_version, mlflow_client
+from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, mlflow_client
 
 WEEK, NEXT = "2026-11-16", "2026-11-23"
 
@@ -48,7 +48,7 @@ def test_a_rejected_week_is_a_successful_run_that_registers_nothing(home, instan
     assert checks["gate_data_valid"].passed
     alarm = checks["gate_reward_hacking_alarm"].metadata  # the statistic, documented with its parts
     assert alarm["rule"].value == GATE_RULES["reward_hacking_alarm"] and "proxy_delta" in alarm
-    assert "champion_is_this_version" not in checks  # registration skipped, so its check too
+    assert "serves_this_version" not in checks  # registration skipped, so its check too
     # The decision reached Dagster (the asset's value and its metadata), not a side file.
     decision = latest_decision(instance, WEEK)
     assert decision.decision == "reject" and "calibration_improvement fail" in decision.reason
@@ -70,14 +70,18 @@ def test_a_rejected_week_is_a_successful_run_that_registers_nothing(home, instan
 def test_a_promoted_week_registers_the_decision_it_was_handed(home, instance, tmp_path):
     result = run_promotion(home, instance, WEEK, "better", tmp_path)
     assert result.success and "registered_model" in _materialized(result)
-    assert _checks(result)["champion_is_this_version"].passed
-    champion = champion_info(home.mlflow_uri)
-    assert champion.version == find_week_version(home.mlflow_uri, WEEK) == 2 and champion.previous_version == 1
-    assert champion.tags["gate_decision"] == "promote"
-    assert champion.tags["window_hash"] == latest_decision(instance, WEEK).lineage.window_hash
+    assert _checks(result)["serves_this_version"].passed
+    # The candidate serves as canary beside the base model; the health sensor decides on promotion.
+    canary, champion = canary_info(home.mlflow_uri), champion_info(home.mlflow_uri)
+    assert canary.version == find_week_version(home.mlflow_uri, WEEK) == 2
+    assert champion.version == 1 and champion.previous_version is None
+    assert canary.tags["gate_decision"] == "promote" and canary.tags["canary_set_by"].startswith(
+        "registered_model asset"
+    )
+    assert canary.tags["window_hash"] == latest_decision(instance, WEEK).lineage.window_hash
     # The decision recorded the digest of the folder the gates judged; the version carries it.
     digest = model_digest(tmp_path / f"cand-{WEEK}")
-    assert latest_decision(instance, WEEK).lineage.model_digest == champion.tags[MODEL_DIGEST_KEY] == digest
+    assert latest_decision(instance, WEEK).lineage.model_digest == canary.tags[MODEL_DIGEST_KEY] == digest
 
 
 def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
@@ -89,7 +93,7 @@ def test_a_held_week_is_not_registered_until_approved(home, instance, tmp_path):
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert find_week_version(home.mlflow_uri, WEEK) is None
     done = approve_week(WEEK, "alice", home)
-    assert done["version"] == champion_info(home.mlflow_uri).version == 2
+    assert done["version"] == canary_info(home.mlflow_uri).version == 2 and champion_info(home.mlflow_uri).version == 1
     # The run the version points to carries the report it was promoted on, and the held one beside it.
     from tracking.run_log import load_gate_report
 
@@ -125,8 +129,7 @@ def test_the_demo_stands_in_for_the_reviewer_only_on_an_approvable_hold(home, in
     assert held.decision.decision == "hold"
     done = review_hold(held, home)
     assert done["approved_by"] == DEMO_REVIEWER
-    champion = champion_info(home.mlflow_uri)
-    assert done["version"] == champion.version == find_week_version(home.mlflow_uri, NEXT) == 2
+    assert done["version"] == canary_info(home.mlflow_uri).version == find_week_version(home.mlflow_uri, NEXT) == 2
 
 
 def test_a_failure_mode_rise_is_flagged_without_blocking(home, instance, tmp_path):

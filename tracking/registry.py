@@ -1,5 +1,11 @@
 """MLflow model registry: register a promoted candidate once per week, move `champion`, roll back.
 
+Progressive delivery. A promoted candidate registered with `serve_as=CANARY` (the registration
+asset and `retrain approve` do) gets the `canary` alias, not `champion`: it serves a share of the
+traffic beside the champion until `monitoring.canary` either promotes it (`promote_canary`, the
+same moves as a direct promotion) or drops it (`drop_canary`). With no champion at all there is
+nothing to compare a canary with, so the candidate becomes champion at once.
+
 Models are logged as plain artifact folders (safetensors weights + tokenizer files) under the
 week's run at `model/`, and a model version is created from that run's artifact source: nothing is
 pickled, and any MLflow store (sqlite file, tracking server on Postgres) holds the same thing.
@@ -53,7 +59,9 @@ DEFAULT_EXPERIMENT = "retail-agent-weekly"
 ALIAS_MOVES_TAG = "alias_moves"
 ALIAS_MOVES_MAX_CHARS = 4500
 MAX_MOVED_BY_CHARS = 200
-CHAMPION, PREVIOUS = "champion", "previous_champion"
+CHAMPION, PREVIOUS, CANARY = "champion", "previous_champion", "canary"
+# On a version whose canary was dropped (the reason): re-running its week never makes it canary again.
+CANARY_DROPPED_TAG = "canary_dropped"
 MODEL_ARTIFACT_PATH = "model"
 WEEK_TAG, PROMOTED_TAG, REPLACED_TAG = "week", "promoted", "replaced_version"
 # The first champion, when no candidate has been promoted yet, is the base model itself: it has a
@@ -108,6 +116,10 @@ class NoPreviousChampionError(_Refusal):
     """Rollback requested but no `previous_champion` alias exists."""
 
 
+class NoCanaryError(_Refusal):
+    """A canary promotion or drop requested but no `canary` alias exists."""
+
+
 class ModelDirError(ValueError):
     """The model folder is not a plain safetensors + tokenizer folder; `.rule` names the problem."""
 
@@ -125,10 +137,11 @@ class ChampionInfo:
     run_id: str | None
     tags: dict[str, str]
     previous_version: int | None
+    alias: str = CHAMPION  # the alias this version was read under (`canary_info` reads CANARY)
 
     @property
     def model_uri(self) -> str:
-        return f"models:/{self.name}@{CHAMPION}"
+        return f"models:/{self.name}@{self.alias}"
 
     @property
     def lineage(self) -> ChampionLineage:
@@ -390,6 +403,16 @@ def alias_moves(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> list[dict[
             raise
 
 
+def _refuse_stale(client: MlflowClient, name: str, alias: str, holder: int, week: str, uri: str) -> None:
+    """StaleCandidateError when `alias` is held by version `holder` of a later week than `week`."""
+    with mlflow_step(uri, f"read {alias}"):
+        holder_week = client.get_model_version(name, str(holder)).tags.get(WEEK_TAG)
+    if holder_week and _week_order(holder_week, week) == 1:
+        raise StaleCandidateError(
+            "stale candidate", uri, f"{alias} v{holder} is from week {holder_week}, later than {week}"
+        )
+
+
 def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str, moved_by: str) -> None:
     with mlflow_step(uri, "read aliases"):
         mv = client.get_model_version(name, str(version))
@@ -397,12 +420,7 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str,
             return  # done before; never re-point champion at a week that was superseded or rolled back
         current = client.get_registered_model(name).aliases.get(CHAMPION)
     if current is not None and int(current) != version:
-        with mlflow_step(uri, "read champion"):
-            champion_week = client.get_model_version(name, str(current)).tags.get(WEEK_TAG)
-        if champion_week and _week_order(champion_week, week) == 1:
-            raise StaleCandidateError(
-                "stale candidate", uri, f"champion v{current} is from week {champion_week}, later than {week}"
-            )
+        _refuse_stale(client, name, CHAMPION, int(current), week, uri)
         with mlflow_step(uri, f"set alias {PREVIOUS}"):
             client.set_registered_model_alias(name, PREVIOUS, str(current))
             client.set_model_version_tag(name, str(version), REPLACED_TAG, str(current))
@@ -416,6 +434,36 @@ def _promote(client: MlflowClient, name: str, version: int, week: str, uri: str,
         record_alias_move(client, name, CHAMPION, version, moved_by, uri)
     with mlflow_step(uri, "tag promoted"):
         client.set_model_version_tag(name, str(version), PROMOTED_TAG, "true")
+
+
+def _set_canary(client: MlflowClient, name: str, version: int, week: str, uri: str, moved_by: str) -> bool:
+    """Point `canary` at `version` beside the champion; False (nothing moved) when there is no
+    champion to serve beside. A version promoted or dropped before is left as it is, so re-running
+    its week changes nothing; a canary already serving is replaced (and marked dropped) by a later
+    week's, never by an earlier one's."""
+    with mlflow_step(uri, "read aliases"):
+        tags = client.get_model_version(name, str(version)).tags
+        aliases = {alias: int(v) for alias, v in client.get_registered_model(name).aliases.items()}
+    if CHAMPION not in aliases:
+        return False
+    if (
+        tags.get(PROMOTED_TAG) == "true"
+        or CANARY_DROPPED_TAG in tags
+        or version in (aliases[CHAMPION], aliases.get(CANARY))
+    ):
+        return True
+    _refuse_stale(client, name, CHAMPION, aliases[CHAMPION], week, uri)
+    replaced = aliases.get(CANARY)
+    if replaced is not None:
+        _refuse_stale(client, name, CANARY, replaced, week, uri)
+        with mlflow_step(uri, "mark replaced canary"):
+            client.set_model_version_tag(
+                name, str(replaced), CANARY_DROPPED_TAG, f"replaced by v{version} (week {week})"
+            )
+    with mlflow_step(uri, f"set alias {CANARY}"):
+        client.set_registered_model_alias(name, CANARY, str(version))
+    record_alias_move(client, name, CANARY, version, moved_by, uri)
+    return True
 
 
 def _upload(
@@ -447,9 +495,11 @@ def register_candidate(
     name: str = DEFAULT_MODEL_NAME,
     run_id: str | None = None,
     artifact_location: str | None = None,
+    serve_as: str = CHAMPION,
 ) -> int:
-    """Register the week's promoted candidate and make it `champion`; returns the version number.
-    `moved_by` says who or what moved the aliases (`record_alias_move`).
+    """Register the week's promoted candidate and make it `champion`, or with `serve_as=CANARY` the
+    `canary` beside the champion (`champion` still, when there is none); returns the version
+    number. `moved_by` says who or what moved the aliases (`record_alias_move`).
 
     Idempotent per week: a second call returns the same version (finishing alias moves a crash
     interrupted). `run_id` (else `lineage.run_id`) is the run the model folder is logged into;
@@ -463,6 +513,8 @@ def register_candidate(
     report = gate_report if isinstance(gate_report, GateReport) else GateReport.from_dict(gate_report)
     if report.decision != "promote":
         raise NotPromotableError("not promotable", tracking_uri, f"gate decision is {report.decision!r}, not 'promote'")
+    if serve_as not in (CHAMPION, CANARY):
+        raise ValueError(f"serve_as={serve_as!r}: a candidate serves as {CHAMPION!r} or {CANARY!r}")
     _mover(moved_by, tracking_uri)
     expected = _recorded_digest(tracking_uri, model_dir, week, lineage)
     _check_names(week, name)
@@ -488,7 +540,8 @@ def register_candidate(
                 description=_description(week, lineage, report),
             )
         version = int(mv.version)
-    _promote(client, name, version, week, tracking_uri, moved_by)
+    if serve_as == CHAMPION or not _set_canary(client, name, version, week, tracking_uri, moved_by):
+        _promote(client, name, version, week, tracking_uri, moved_by)
     return version
 
 
@@ -583,12 +636,21 @@ def _aliases(client: MlflowClient, name: str, uri: str) -> dict[str, str] | None
 
 def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> ChampionInfo | None:
     """The current champion, or None when the model or the alias does not exist yet."""
+    return _alias_info(tracking_uri, name, CHAMPION)
+
+
+def canary_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> ChampionInfo | None:
+    """The version serving as `canary` beside the champion, or None when there is none."""
+    return _alias_info(tracking_uri, name, CANARY)
+
+
+def _alias_info(tracking_uri: str, name: str, alias: str) -> ChampionInfo | None:
     client = mlflow_client(tracking_uri)
     aliases = _aliases(client, name, tracking_uri)
-    if not aliases or CHAMPION not in aliases:
+    if not aliases or alias not in aliases:
         return None
-    with mlflow_step(tracking_uri, "read champion"):
-        mv = client.get_model_version(name, str(aliases[CHAMPION]))
+    with mlflow_step(tracking_uri, f"read {alias}"):
+        mv = client.get_model_version(name, str(aliases[alias]))
     previous = aliases.get(PREVIOUS)
     return ChampionInfo(
         name,
@@ -598,31 +660,35 @@ def champion_info(tracking_uri: str, name: str = DEFAULT_MODEL_NAME) -> Champion
         mv.run_id,
         dict(mv.tags),
         None if previous is None else int(previous),
+        alias,
     )
 
 
 def local_champion(
     tracking_uri: str, models_dir: str | Path, champion: ChampionInfo, name: str = DEFAULT_MODEL_NAME
 ) -> Path:
-    """The model folder of `champion` under `<models_dir>/champion-v<version>`, downloaded once.
+    """The model folder of `champion` (or of the canary `canary_info` read: any version info)
+    under `<models_dir>/<alias>-v<version>`, downloaded once.
 
     The artifact lands in a subfolder of that folder (its logged name), so the model is the folder
     that holds `config.json`, wherever below it is.
     """
-    target = Path(models_dir) / f"champion-v{champion.version}"
+    target = Path(models_dir) / f"{champion.alias}-v{champion.version}"
     if not any(target.rglob("config.json")):
-        download_champion(tracking_uri, target, name)
+        _download(tracking_uri, champion, target)
     return next(p.parent for p in target.rglob("config.json"))
 
 
 def download_champion(tracking_uri: str, dst_dir: str | Path, name: str = DEFAULT_MODEL_NAME) -> Path | None:
     """Download the champion's model folder under `dst_dir`; None when there is no champion."""
+    info = champion_info(tracking_uri, name)
+    return None if info is None else _download(tracking_uri, info, dst_dir)
+
+
+def _download(tracking_uri: str, info: ChampionInfo, dst_dir: str | Path) -> Path:
     import mlflow.artifacts  # heavy (~1 s): see the module docstring
 
-    info = champion_info(tracking_uri, name)
-    if info is None:
-        return None
-    with mlflow_step(tracking_uri, "download champion"):
+    with mlflow_step(tracking_uri, f"download {info.alias}"):
         return Path(
             mlflow.artifacts.download_artifacts(
                 artifact_uri=info.source, dst_path=str(dst_dir), tracking_uri=tracking_uri
@@ -664,3 +730,44 @@ def rollback(tracking_uri: str, name: str = DEFAULT_MODEL_NAME, *, moved_by: str
     return RollbackResult(
         name, target if current is None else int(current), target, None if older is None else int(older)
     )
+
+
+def _canary(client: MlflowClient, name: str, uri: str) -> int:
+    aliases = _aliases(client, name, uri) or {}
+    if CANARY not in aliases:
+        raise NoCanaryError("no canary", uri, f"model {name!r} has no {CANARY} alias")
+    return int(aliases[CANARY])
+
+
+def promote_canary(tracking_uri: str, name: str = DEFAULT_MODEL_NAME, *, moved_by: str) -> int:
+    """Make the canary the champion (the old champion becomes `previous_champion`) and remove the
+    `canary` alias; the version promoted. `moved_by` says who or what decided (`record_alias_move`).
+
+    The moves are `_promote`'s, in its crash-safe order; the canary alias goes last, so a crash
+    before leaves champion == canary and re-running finishes (the version is tagged promoted, so
+    the champion is not moved twice). Raises NoCanaryError when there is no canary.
+    """
+    _mover(moved_by, tracking_uri)
+    client = mlflow_client(tracking_uri)
+    version = _canary(client, name, tracking_uri)
+    with mlflow_step(tracking_uri, f"read {CANARY}"):
+        week = client.get_model_version(name, str(version)).tags.get(WEEK_TAG) or ""
+    _promote(client, name, version, week, tracking_uri, moved_by)
+    with mlflow_step(tracking_uri, f"remove alias {CANARY}"):
+        client.delete_registered_model_alias(name, CANARY)
+    record_alias_move(client, name, CANARY, None, moved_by, tracking_uri)
+    return version
+
+
+def drop_canary(tracking_uri: str, name: str = DEFAULT_MODEL_NAME, *, moved_by: str, reason: str) -> int:
+    """Stop serving the canary: tag its version `canary_dropped` with `reason` (so re-running its
+    week never makes it canary again), then remove the alias; the version dropped. The champion
+    is untouched. Raises NoCanaryError when there is no canary."""
+    _mover(moved_by, tracking_uri)
+    client = mlflow_client(tracking_uri)
+    version = _canary(client, name, tracking_uri)
+    with mlflow_step(tracking_uri, f"remove alias {CANARY}"):
+        client.set_model_version_tag(name, str(version), CANARY_DROPPED_TAG, scrub_text(reason)[:MAX_MOVED_BY_CHARS])
+        client.delete_registered_model_alias(name, CANARY)
+    record_alias_move(client, name, CANARY, None, moved_by, tracking_uri)
+    return version

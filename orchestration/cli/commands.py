@@ -34,6 +34,7 @@ from orchestration.runner import (
     NoDecisionError,
     RetrainBusyError,
     approve_week,
+    canary_state,
     contain_champion,
     resume_watch,
     rollback_champion,
@@ -215,6 +216,11 @@ def _cmd_contain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_canary(args: argparse.Namespace) -> int:
+    print(json.dumps(canary_state(domain=args.domain), indent=2, default=str))
+    return 0
+
+
 def _cmd_rollback(args: argparse.Namespace) -> int:
     try:
         print(json.dumps(rollback_champion(domain=args.domain), indent=2, default=str))
@@ -342,6 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True, help="why: what was seen")
     _domain_option(p)
     p.set_defaults(func=_cmd_contain)
+
+    p = sub.add_parser("canary", help="show the champion, the canary serving beside it, and the latest canary decision")
+    _domain_option(p)
+    p.set_defaults(func=_cmd_canary)
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")
     _domain_option(p)

@@ -5,8 +5,11 @@ the model that is champion when it starts (the shipped agent, `models/retail-age
 the first retrain): the first two are each followed by `weekly_retrain` through Dagster (the first
 registers the shipped agent as version 1 and gates its GRPO candidate against it, the second
 trains on top of whatever is champion and is gated against it), and the third is judged by the
-champion-health check. It prints a summary and the commands to open both UIs on that data. The
-run config below shrinks every stage to demo size; the asset defaults are the production ones.
+champion-health check. A candidate that passes every gate becomes the `canary`: the weeks after
+it are served by the champion and, for `CanarySettings.share` of the conversations, by the canary,
+and after each such week the canary check (the health sensor's) promotes it, drops it or waits.
+It prints a summary and the commands to open both UIs on that data. The run config below shrinks
+every stage to demo size; the asset defaults are the production ones.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
 from evaluation.reports import EvalSettings
+from monitoring.canary import check_canary
 from monitoring.health import check_champion
 from orchestration import environment
 from orchestration.cli.demo_review import DEMO_RATER, review_week
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from tracking.containment import containment_of
-from tracking.registry import champion_info, find_base_version, find_week_version, local_champion
+from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, local_champion
 from training.policies import HFPolicy
 from training.sandbox.containment import contained
 from training.tiny.manifest import shipped_agent_path
@@ -232,8 +236,13 @@ def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> HFPolicy:
 
 
 def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> dict:
+    """Serve a week with the champion and, when there is one, the canary beside it (the same
+    containment holds for both: it is set on the registered model). What served, for the summary."""
     path, version = _serving_model(home, uri, name)
-    print(f"serving week {monday} with {version} ({path}): {per_day} conversations a day ...", flush=True)
+    canary = canary_info(uri, name)
+    share = environment.canary_settings().share if canary is not None else 0.0
+    beside = f" and canary {name}/{canary.version} on {share:.0%} of them" if canary is not None else ""
+    print(f"serving week {monday} with {version} ({path}){beside}: {per_day} conversations a day ...", flush=True)
     started = time.monotonic()
     containment = containment_of(uri, name)
     if containment.mode != "off":
@@ -248,9 +257,40 @@ def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> 
         policy=policy,
         level=1,
         policy_version=version,
+        **_canary_arm(home, uri, name, canary, share, containment.mode),
     )
     print(f"  served in {time.monotonic() - started:.0f} s: outcomes {sim['outcomes']}", flush=True)
-    return sim
+    on_canary = sum(day.get("canary_interactions", 0) for day in sim["per_day_summary"])
+    return {
+        "week": monday,
+        "champion": version,
+        "canary": None if canary is None else f"{name}/{canary.version}",
+        "on_canary": on_canary,
+    }
+
+
+def _canary_arm(home: Home, uri: str, name: str, canary, share: float, mode: str) -> dict:
+    if canary is None:
+        return {}
+    path = str(local_champion(uri, home.models, canary, name))
+    return {
+        "canary": contained(serving_policy(path), mode),
+        "canary_version": f"{name}/{canary.version}",
+        "canary_share": share,
+    }
+
+
+def judge_canary(home: Home, uri: str, name: str, served: dict) -> dict | None:
+    """After a week the canary served in: its traffic ingested (the landing sensor's job in
+    production), then the health sensor's canary check; None when no canary served."""
+    if not served["canary"]:
+        return None
+    ingest_paths(home.duckdb_path, [home.landing / "demo"])
+    outcome = check_canary(
+        home, str(home.duckdb_path), uri, name, environment.canary_settings(), home.mlflow_artifacts.as_uri()
+    )
+    print(f"  canary check after week {served['week']}: {outcome['action']} ({outcome['reason']})", flush=True)
+    return {**outcome, "week": served["week"], "served": served}
 
 
 def _review_week(home: Home, monday: date, error_rate: float) -> dict:
@@ -305,9 +345,10 @@ def run_demo(
         policy_version=LEGACY_VERSION,
     )
     print(f"  {len(sim['files'])} day files, outcomes {sim['outcomes']}")
-    results, approvals = [], {}
+    results, approvals, served, canary_checks = [], {}, [], []
     for monday in retrained:
-        _serve_week(home, monday, per_day, uri, model_name)
+        served.append(_serve_week(home, monday, per_day, uri, model_name))
+        canary_checks.append(judge_canary(home, uri, model_name, served[-1]))
         _review_week(home, monday, reviewer_error_rate)
         print(f"\nweekly_retrain for week {monday} (through Dagster):", flush=True)
         result = run_week(monday.isoformat(), run_config=demo_run_config(), home=home)
@@ -315,10 +356,12 @@ def run_demo(
         approval = review_hold(result, home)
         if approval is not None:
             approvals[result.week] = approval
-    _serve_week(home, judged, per_day, uri, model_name)
+    served.append(_serve_week(home, judged, per_day, uri, model_name))
     ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the retrains ingested the weeks before
     # The thresholds the `champion_health` sensor judges with (RETRAIN_HEALTH_*), as in production.
     health = check_champion(home, str(home.duckdb_path), uri, model_name, environment.health_settings())
+    # The sensor judges the canary after the champion, and not on the tick that rolled it back.
+    canary_checks.append(judge_canary(home, uri, model_name, served[-1]) if health["action"] != "rollback" else None)
     print("\n" + "=" * 78 + "\nsummary\n" + "=" * 78)
     base = find_base_version(uri, model_name)
     for result in results:
@@ -334,14 +377,37 @@ def run_demo(
             f"   dagster run {result.run_id}"
         )
     print("\n" + "\n".join(_served_rows(home)))
+    print("\n" + "\n".join(canary_rows(served, canary_checks)))
     print(f"\nchampion health on the week of {judged} (the champion_health sensor's check): {_health_line(health)}")
-    champion = champion_info(uri, model_name)
+    champion, canary = champion_info(uri, model_name), canary_info(uri, model_name)
     print(f"\nchampion: {_champion_line(champion, model_name)}")
+    print(
+        f"canary: {'none' if canary is None else f'{model_name} v{canary.version} (candidate of week {canary.week})'}"
+    )
     print(f"demo finished in {time.monotonic() - started:.0f} s\n")
     print("open the UIs on this data:")
     print(f"  DAGSTER_HOME={home.dagster_home} .venv/bin/dagster dev -w workspace.yaml   # http://127.0.0.1:3000")
     print(f"  .venv/bin/mlflow ui --backend-store-uri {uri}   # http://127.0.0.1:5000")
     return 0 if all(r.success for r in results) else 1
+
+
+def canary_rows(served: list[dict], checks: list[dict | None]) -> list[str]:
+    """Which aliases served each week, and what the canary check decided after it."""
+    rows = ["who served each week (champion, and the canary beside it):"]
+    for week, check in zip(served, checks):
+        beside = f", canary {week['canary']} on {week['on_canary']} conversations" if week["canary"] else ", no canary"
+        rows.append(f"  week {week['week']}: champion {week['champion']}{beside}")
+        if check is not None:
+            rows.append(f"    canary check: {_CANARY_ACTIONS[check['action']]} ({check['reason']})")
+    return rows
+
+
+_CANARY_ACTIONS = {
+    "promote": "promoted to champion",
+    "drop": "dropped, incident filed",
+    "wait": "kept waiting",
+    "none": "no canary",
+}
 
 
 def _health_line(outcome: dict) -> str:

@@ -8,6 +8,11 @@ At `level=1` the shop is the one a level-1 policy is trained and judged on
 states identity and request in the first message, compact tool results and the level-1 tools. A
 scenario that has no level-1 form (two orders, too many actions) is drawn again from the same
 generator, so the day stays reproducible.
+
+A canary (`serve_split`) serves beside the model: `serves_canary` sends each conversation to it
+or not by a draw of its own, seeded by (seed, day, index), so the split is reproducible and the
+conversation itself (customer, scenario, seeds, label) is the one it would have been without a
+canary; only who answers it changes.
 """
 
 from __future__ import annotations
@@ -95,3 +100,31 @@ def _open(item: Drawn, tool_fault_rate: float) -> Conversation:
         tools=LEVEL1_TOOLS,
         tool_fault_rate=tool_fault_rate,
     )
+
+
+def serves_canary(seed: int, day: str, index: int, share: float) -> bool:
+    """Whether conversation `index` of `day` goes to the canary: true for about `share` of them.
+
+    The draw has a generator of its own, not the conversation's: taking it from the conversation's
+    would shift every later draw (scenario, customer seed, label) of the canary's conversations."""
+    return share > 0 and random.Random(f"traffic:{seed}:{day}:{index}:canary").random() < share
+
+
+def serve_split(
+    policy: Policy,
+    canary: Policy,
+    drawn: Sequence[Drawn],
+    to_canary: Sequence[bool],
+    max_turns: int = SERVING_MAX_TURNS,
+    tool_fault_rate: float = 0.0,
+) -> list[Conversation]:
+    """Hold each drawn conversation with `canary` where `to_canary` says so, else with `policy`:
+    one batched rollout per model (`serve`), the conversations returned in the day's order."""
+    if len(to_canary) != len(drawn):
+        raise ServedTrafficError(f"{len(to_canary)} canary flags for {len(drawn)} conversations")
+    arms = {
+        arm: serve(model, [item for item, flag in zip(drawn, to_canary) if flag is arm], max_turns, tool_fault_rate)
+        for arm, model in ((False, policy), (True, canary))
+    }
+    iterators = {arm: iter(conversations) for arm, conversations in arms.items()}
+    return [next(iterators[flag]) for flag in to_canary]

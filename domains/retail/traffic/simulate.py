@@ -28,7 +28,15 @@ from domains.retail.traffic.scenarios import (
     ScenarioSampler,
     validate_intent_mix,
 )
-from domains.retail.traffic.serving import LEVEL1_MIX, ServedTrafficError, check_level, draw, serve
+from domains.retail.traffic.serving import (
+    LEVEL1_MIX,
+    ServedTrafficError,
+    check_level,
+    draw,
+    serve,
+    serve_split,
+    serves_canary,
+)
 from domains.retail.traffic.worldgen import generate_world
 from domains.retail.world import load_world, validate_world
 from training.rewards import outcome_of
@@ -264,6 +272,19 @@ def _days(
     return out
 
 
+def _canary_share(canary: Policy | None, version: str | None, share: float, policy: Policy | None) -> float:
+    """The share of conversations the canary serves (0 without one), once the arguments are checked."""
+    if canary is None:
+        if version is not None or share:
+            raise TrafficConfigError("canary_version and canary_share need a canary policy to serve")
+        return 0.0
+    if policy is None:
+        raise TrafficConfigError("a canary serves beside a model: pass the policy (the champion) too")
+    if not isinstance(version, str) or not version:
+        raise TrafficConfigError(f"canary_version={version!r} must name the version the canary serves as")
+    return _share(share, "canary_share")
+
+
 def simulate(
     days: int,
     per_day: int,
@@ -283,6 +304,9 @@ def simulate(
     level: int | None = None,
     tool_fault_rate: float | None = None,
     resolve_handovers: bool | None = None,
+    canary: Policy | None = None,
+    canary_version: str | None = None,
+    canary_share: float = 0.0,
 ) -> dict[str, Any]:
     """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
 
@@ -294,7 +318,9 @@ def simulate(
     scripted agent with a model policy, serving the whole shop unless `level=1` asks for the
     level-1 slice (its intents, a cooperative customer, no faults). `tool_fault_rate` and
     `resolve_handovers` (model-served traffic only) default to `ServedTraffic`'s.
-    Raises TrafficConfigError on bad arguments.
+    `canary` (a second model policy, recorded as `canary_version`) serves `canary_share` of the
+    conversations beside `policy`, each chosen by `serving.serves_canary`. Raises
+    TrafficConfigError on bad arguments.
     """
     days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -332,6 +358,7 @@ def simulate(
         fault_rate, resolve = served_options(policy, tool_fault_rate, resolve_handovers, faults=level != 1)
     except EngineTrafficConfigError as err:
         raise TrafficConfigError(str(err)) from None
+    share = _canary_share(canary, canary_version, canary_share, policy)
     the_world = resolve_world(world, n_users=_positive_int(n_users, "n_users"))
     sampler, out = ScenarioSampler(the_world), Path(out_dir)
     counts: dict[str, Counter] = {k: Counter() for k in ("outcome", "intent", "mistake")}
@@ -350,11 +377,13 @@ def simulate(
             draw(the_world, intent, random.Random(f"traffic:{seed}:{day.isoformat()}:{index}"), sampler, level)
             for index, intent in enumerate(intents)
         ]
-        conversations = (
-            serve(policy, drawn, tool_fault_rate=fault_rate)
-            if policy is not None
-            else [settings.agent.run(item.scenario, seed=item.seed) for item in drawn]
-        )
+        to_canary = [serves_canary(seed, day.isoformat(), index, share) for index in range(per_day)]
+        if policy is None:
+            conversations = [settings.agent.run(item.scenario, seed=item.seed) for item in drawn]
+        elif canary is not None:
+            conversations = serve_split(policy, canary, drawn, to_canary, tool_fault_rate=fault_rate)
+        else:
+            conversations = serve(policy, drawn, tool_fault_rate=fault_rate)
         people: list[HumanPart | None] = [None] * len(conversations)
         if resolve:
             rows = [{**scenario_row(i.scenario), "customer_id": i.scenario.user_id} for i in drawn]
@@ -370,7 +399,7 @@ def simulate(
                 rng,
                 f"sim-{seed}-{day.strftime('%Y%m%d')}-{index:05d}",
                 midnight + timedelta(seconds=offset),
-                settings.policy_version,
+                canary_version if to_canary[index] else settings.policy_version,
                 shares["verified_share"],
                 shares["label_share"],
                 shares["label_flip_rate"],
@@ -392,6 +421,7 @@ def simulate(
                 "date": day.isoformat(),
                 "interactions": per_day,
                 "policy_version": settings.policy_version,
+                "canary_interactions": sum(to_canary),
                 "completed_rate": day_outcomes["completed"] / per_day,
                 "outcomes": dict(day_outcomes),
             }
