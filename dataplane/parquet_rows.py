@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from dataplane.errors import ContractError
 from dataplane.jsontext import check_int_range, decode_json
+from dataplane.pii_records import json_text_pii_free
 from dataplane.rawrecord import RAW_KEEP, FileCorruptError, RawRecord
 
 # Parquet producers cannot express the contract's free-form objects as fixed structs (user and
@@ -218,10 +219,8 @@ def _numbered_rows(part: pa.RecordBatch, numbers: np.ndarray, sizes: np.ndarray 
     while start < part.num_rows:
         budget = PARQUET_BATCH_BYTES + (int(totals[start - 1]) if start else 0)
         stop = max(start + 1, int(np.searchsorted(totals, budget, side="right")))
-        piece = _without_dictionaries(part.slice(start, stop - start))
-        decode = _RowDecoder(piece.schema)
-        for number, row in zip(numbers[start:stop].tolist(), piece.to_pylist()):
-            yield decode(number, row)
+        piece = part.slice(start, stop - start)
+        yield from _RowDecoder(piece.schema).records(piece, numbers[start:stop].tolist())
         start = stop
 
 
@@ -276,13 +275,28 @@ def _value_sizes(array: pa.Array) -> np.ndarray:
     return sizes
 
 
-def _without_dictionaries(part: pa.RecordBatch) -> pa.RecordBatch:
-    """`part` with its dictionary columns (at any depth) as plain ones: converting a dictionary
-    array to Python objects goes value by value, tens of times slower."""
-    if not any(_has_dictionary(f.type) for f in part.schema):
-        return part
-    columns = [column.cast(_plain_type(column.type)) for column in part.columns]
-    return pa.RecordBatch.from_arrays(columns, names=part.schema.names)
+def _python_values(column: pa.Array) -> tuple[list, bool]:
+    """The values of `column` as Python objects, and whether some text value repeats.
+
+    A dictionary-encoded text column with fewer values in its dictionary than rows becomes its
+    dictionary's values, each one Python string shared by every row that holds it (index by
+    index, as `to_pylist` of the column cast to plain text would give them, but without copying
+    the text once per row); a repeated value can then be decoded once. (A batch's dictionary may
+    be its whole row group's: a larger one is not converted whole for a few of its values.) Any
+    other column (dictionaries cast to plain ones: their conversion goes value by value, tens of
+    times slower) converts as a whole.
+    """
+    kind = column.type
+    if (
+        pa.types.is_dictionary(kind)
+        and (pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type))
+        and len(column.dictionary) < len(column)
+    ):
+        values = column.dictionary.to_pylist()
+        return [None if i is None else values[i] for i in column.indices.to_pylist()], True
+    if _has_dictionary(kind):
+        column = column.cast(_plain_type(kind))
+    return column.to_pylist(), False
 
 
 def _has_dictionary(kind: pa.DataType) -> bool:
@@ -350,7 +364,11 @@ class _RowDecoder:
     """Turns the rows of one Arrow schema into contract objects.
 
     Only the columns that can need it are touched per row: timestamp columns (to text) and the
-    free-form columns stored as JSON text (decoded), as the batch's schema says.
+    free-form columns stored as JSON text (decoded), as the batch's schema says. A JSON text that
+    repeats in its column is decoded once, and tested then for whether it can hold anything the
+    scrubber would mask (`pii_records.json_text_pii_free`); the record carries the names of the
+    fields that cannot, and storing it skips their walk. (A text met once is not tested: on a
+    small object the test costs about what the walk it could spare does.)
     """
 
     def __init__(self, schema: pa.Schema):
@@ -359,6 +377,23 @@ class _RowDecoder:
         # JSON text is range-checked as it is decoded; of Arrow's integer types only uint64 can
         # hold a value outside int64, so only a schema with one has its rows walked.
         self.unsigned = any(_holds_uint64(f.type) for f in schema)
+        # Per JSON-text column whose values repeat: what each text (by the identity of the one
+        # string object `_python_values` shares between its rows) decoded to.
+        self.repeats: dict[str, dict[int, tuple[Any, ContractError | None, bool]]] = {}
+
+    def records(self, piece: pa.RecordBatch, numbers: list[int]) -> Iterator[RawRecord]:
+        """The rows of `piece`, row i numbered `numbers[i]`: converted a column at a time, each
+        repeated JSON text of a column decoded once."""
+        names = piece.schema.names
+        columns = []
+        self.repeats = {}
+        for name, column in zip(names, piece.columns):
+            values, repeated = _python_values(column)
+            columns.append(values)
+            if repeated and name in _SHARED_DECODE:
+                self.repeats[name] = {}
+        for row_no, values in zip(numbers, zip(*columns)):
+            yield self(row_no, dict(zip(names, values)))
 
     def __call__(self, row_no: int, row: dict) -> RawRecord:
         if self.unsigned:
@@ -374,14 +409,43 @@ class _RowDecoder:
             if isinstance(value, datetime):
                 # A naive Parquet timestamp has no offset: keep it offset-less so the contract says so.
                 obj[key] = value.isoformat()
+        pii_free = None
         for key in self.json_text:
             value = obj[key]
             if isinstance(value, str):
-                try:
-                    obj[key] = decode_json(value)
-                except ContractError as err:
-                    return RawRecord(row_no, row, error=err.at(f"row {row_no} {key}"))
-        return RawRecord(row_no, row, obj)
+                seen = self.repeats.get(key)
+                if seen is None:
+                    try:
+                        obj[key] = decode_json(value)
+                    except ContractError as err:
+                        return RawRecord(row_no, row, error=err.at(f"row {row_no} {key}"))
+                    continue
+                known = seen.get(id(value))
+                if known is None:
+                    known = seen[id(value)] = _decoded(value)
+                decoded, error, clean = known
+                if error is not None:
+                    return RawRecord(row_no, row, error=error.at(f"row {row_no} {key}"))
+                obj[key] = decoded
+                if clean:
+                    pii_free = [key] if pii_free is None else [*pii_free, key]
+        return RawRecord(row_no, row, obj, pii_free=_NONE_CLEAN if pii_free is None else frozenset(pii_free))
+
+
+# The JSON-text columns whose decoded value may be shared by the rows that hold the same text:
+# nothing that reads a record changes it (validation builds new containers, the scrub walk copies
+# what it masks). Not initial_state: it is handed as it is to the domain's own state model.
+_SHARED_DECODE = frozenset(JSON_TEXT_FIELDS) - {"initial_state"}
+_NONE_CLEAN: frozenset[str] = frozenset()
+
+
+def _decoded(text: str) -> tuple[Any, ContractError | None, bool]:
+    """(the value of JSON `text`, None, whether it cannot hold PII), or (None, its error, False)."""
+    try:
+        value = decode_json(text)
+    except ContractError as err:
+        return None, err, False
+    return value, None, json_text_pii_free(text)
 
 
 def _holds_uint64(kind: pa.DataType) -> bool:

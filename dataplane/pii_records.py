@@ -72,13 +72,16 @@ def scrub_record(record: dict[str, Any], scanner: PiiScanner | None = None) -> d
     return dict(scrub_fields(record, scanner))
 
 
-def scrub_fields(record: dict[str, Any], scanner: PiiScanner) -> dict[str, Any]:
-    """`scrub_record` that returns `record` itself when nothing in it changed (else a new dict)."""
+def scrub_fields(record: dict[str, Any], scanner: PiiScanner, pii_free: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """`scrub_record` that returns `record` itself when nothing in it changed (else a new dict).
+
+    `pii_free`: fields known to hold nothing any scanner masks (decoded from a JSON text that
+    `json_text_pii_free` cleared): the walk would return them as they are, and skips them."""
     walk = _WALKS.get(id(scanner)) or _walk_for(scanner)
     clean = record
     for key in FREE_FORM_FIELDS:
         value = record[key]
-        if not value:  # None (no gold, no label), an empty text or object: the walk returns it as is
+        if not value or key in pii_free:  # None (no gold), an empty text or object, or cleared: kept as is
             continue
         try:
             new = walk.messages(value) if key == "messages" else walk.value(value)
@@ -89,6 +92,21 @@ def scrub_fields(record: dict[str, Any], scanner: PiiScanner) -> dict[str, Any]:
                 clean = dict(record)
             clean[key] = new
     return clean
+
+
+def json_text_pii_free(text: str) -> bool:
+    """Whether nothing decoded from the JSON `text` can be masked by any scanner's walk.
+
+    True only for ASCII text without a backslash (so every string and integer of the decoded
+    value, keys included, stands in `text` as written, between quotes or JSON punctuation) on
+    which no pass's cheap shape test fires (`may_hold_pii`). Those tests only ever look for
+    substrings, counts that cannot shrink when text is added around, and patterns whose context
+    characters ('"', ':', ',', '[', a space) read like the start of a string: a test that fires
+    on any string or integer of the value fires on the whole text. Validation builds the field
+    from parts of that value only (a tool call's arguments decoded from text need escaped quotes,
+    so a backslash), so the walk of the validated field would return it unchanged.
+    """
+    return text.isascii() and "\\" not in text and not may_hold_pii(text)
 
 
 def scrub_field(value: Any, name: str, scanner: PiiScanner = STRICT) -> Any:

@@ -26,6 +26,9 @@ class RawRecord:
     raw: str | dict  # the JSONL line, or the Parquet row as read
     obj: Any = None
     error: ContractError | None = None
+    # Free-form fields of `obj` decoded from JSON text that holds nothing any scanner masks
+    # (`pii_records.json_text_pii_free`): storing the record need not walk them.
+    pii_free: frozenset[str] = frozenset()
 
     def raw_text(self) -> str:
         if isinstance(self.raw, str):

@@ -72,11 +72,14 @@ def canonical_json(record: dict) -> str:
     return text
 
 
-def scrubbed_canonical(record: dict, leave_out_domain: bool = False) -> tuple[dict, str]:
+def scrubbed_canonical(
+    record: dict, leave_out_domain: bool = False, pii_free: frozenset[str] = frozenset()
+) -> tuple[dict, str]:
     """(the record with PII masked, its canonical JSON): what ingestion stores.
 
     `leave_out_domain`: drop the record's `domain` key from both (the store leaves the default
     domain out of its text); the dict is copied once, by the scrub when it changed something.
+    `pii_free`: free-form fields known to hold nothing to mask (`pii_records.scrub_fields`).
 
     PII is found as the record's domain finds it (`pii_records.domain_scanner`: its world keys
     survive); a record without `domain` is the default domain's. Every free-form field is walked
@@ -86,7 +89,7 @@ def scrubbed_canonical(record: dict, leave_out_domain: bool = False) -> tuple[di
     and a shape test of a whole record's text (ids, timestamps, prices) costs more than walking
     a small record's few strings.
     """
-    clean = scrub_fields(record, domain_scanner(record.get("domain", DEFAULT_DOMAIN)))
+    clean = scrub_fields(record, domain_scanner(record.get("domain", DEFAULT_DOMAIN)), pii_free)
     if leave_out_domain and "domain" in clean:
         if clean is record:  # nothing was masked: `record` is the caller's, not to be changed
             clean = record.copy()

@@ -204,16 +204,17 @@ class PreparedRow:
         return self.values[2]
 
 
-def prepare_row(record: dict, replayable: bool = True) -> PreparedRow:
+def prepare_row(record: dict, replayable: bool = True, pii_free: frozenset[str] = frozenset()) -> PreparedRow:
     """Scrub a validated record and compute its stored JSON and content hash.
 
     `replayable`: whether the record's initial_state lets its calls be replayed (every native
     record's does). The default domain is left out of the stored text, so a record that says
     `"domain": "retail"` and one that says nothing are one interaction, hashed as before domains.
+    `pii_free`: free-form fields known to hold nothing to mask (a reader's `RawRecord.pii_free`).
     Raises ContractError for a record that cannot be stored (see `rowtext.scrubbed_canonical`).
     """
     domain = record.get("domain", DEFAULT_DOMAIN)
-    clean, text = scrubbed_canonical(record, leave_out_domain=domain == DEFAULT_DOMAIN)
+    clean, text = scrubbed_canonical(record, leave_out_domain=domain == DEFAULT_DOMAIN, pii_free=pii_free)
     label = clean["human_label"]
     return PreparedRow(
         (
