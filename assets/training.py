@@ -329,8 +329,10 @@ def _supervised_step(
     out: Path,
     curriculum: Curriculum,
     log,
+    model_name: str,
 ) -> EpisodeUpdate:
-    """The week's supervised step on its good episodes (training.episode_update), before GRPO."""
+    """The week's supervised step on its good episodes (training.episode_update), before GRPO:
+    conversations versions of `model_name` served, unless the run config says `episodes_source: any`."""
     return episode_update(
         run_config.model_path,
         train,
@@ -342,6 +344,7 @@ def _supervised_step(
         torch_threads=run_config.torch_threads,
         log=log,
         fractions=splits.fractions,
+        model_name=model_name,
     )
 
 
@@ -430,7 +433,9 @@ def grpo_candidate(
     if not policy_base.acts:
         yield from _untrained(policy_base, run_id, run_config)
         return
-    update = _supervised_step(config, run_config, train, window_splits, out, curriculum, context.log.info)
+    update = _supervised_step(
+        config, run_config, train, window_splits, out, curriculum, context.log.info, mlflow.model_for(domain)
+    )
     inputs = _log_inputs(mlflow.uri(h), run_id, update, mix)
     run_config = replace(
         run_config, model_path=update.model_path, mlflow_tracking_uri=mlflow.uri(h), mlflow_run_id=run_id

@@ -60,7 +60,7 @@ def main() -> None:
         SHIPPED_AGENT_DIR,
         records,
         work / "stepped",
-        EpisodeUpdateSettings(),
+        EpisodeUpdateSettings(source="any"),  # every record here is the shipped agent's own
         1,
         level1_tools(),
         torch_threads=args.threads,

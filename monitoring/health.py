@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dataplane.home import Home
-from dataplane.incidents import record_incident
+from dataplane.incidents import list_incidents, record_incident
 from dataplane.served import latest_served
 from dataplane.settings import setting
 from dataplane.store import open_store
 from evaluation.failure_modes import episode_violations
 from evaluation.replay import ReplayError, recorded_episode
-from tracking.registry import champion_info, rollback
+from tracking.registry import NoPreviousChampionError, champion_info, rollback
 from training.rewards import GoldError, verified_success
 
 __all__ = [
@@ -265,7 +265,10 @@ def check_champion(
     )
     if verdict.healthy:
         return {"action": "none", "reason": verdict.reason, "n": verdict.n, "champion": served_by, "latest": latest}
-    result = rollback(tracking_uri, model_name, moved_by=f"champion_health check: {verdict.reason}")
+    try:
+        result = rollback(tracking_uri, model_name, moved_by=f"champion_health check: {verdict.reason}")
+    except NoPreviousChampionError:
+        return _degraded_without_fallback(home, served_by, verdict, latest)
     path = record_incident(
         home,
         "champion_rollback",
@@ -279,4 +282,31 @@ def check_champion(
         "reason": verdict.reason,
         "latest": latest,
         "incident": str(path),
+    }
+
+
+def _degraded_without_fallback(home: Home, served_by: str, verdict: HealthVerdict, latest: str | None) -> dict:
+    """A degraded champion with no `previous_champion` to restore (the first champion, the base
+    model): nothing is moved, and one `champion_degraded` incident per champion asks a person to
+    decide (contain it, or wait for a candidate), however many ticks see it degraded."""
+    filed = [
+        i
+        for i in list_incidents(home)
+        if i["kind"] == "champion_degraded" and i["evidence"].get("champion") == served_by
+    ]
+    path = None
+    if not filed:
+        path = record_incident(
+            home,
+            "champion_degraded",
+            f"champion {served_by} degraded and there is no previous champion to roll back to: {verdict.reason}",
+            {"champion": served_by, "verdict": verdict.to_dict(), "latest": latest},
+        )
+    return {
+        "action": "incident",
+        "champion": served_by,
+        "reason": f"{verdict.reason}; no previous champion to roll back to",
+        "latest": latest,
+        "incident": str(path) if path else filed[0]["id"],
+        "already_filed": bool(filed),
     }

@@ -38,7 +38,7 @@ def test_good_episodes_are_training_split_verified_successes_in_the_levels_form(
     failed = dict(_failed(cancel), interaction_id="failed")
     labelled = dict(train[0], interaction_id="labelled", human_label={"task_success": False, "rater": "r"})
     no_gold = dict(train[1], interaction_id="no-gold", gold=None)
-    episodes = good_episodes([*records, failed, labelled, no_gold], level=1)
+    episodes = good_episodes([*records, failed, labelled, no_gold], level=1)  # no model_name: any server
     ids = {e["interaction_id"] for e in episodes}
     assert ids == {r["interaction_id"] for r in train}  # every train success, nothing else
     assert not ids & {r["interaction_id"] for r in held_out}  # a held-out customer's success never
@@ -50,18 +50,43 @@ def test_good_episodes_are_training_split_verified_successes_in_the_levels_form(
     assert [m for m in first["messages"] if m.get("tool_calls")] == recorded_calls
 
 
+def test_by_default_only_what_the_registered_model_served_is_imitated(world):
+    """A scripted agent's successes (another policy_version) are not the policy's own: the default
+    source leaves them out, `any` takes them, and `model` without the model's name is refused."""
+    from training.episode_update import EpisodeUpdateSettings, episode_update, good_episodes
+
+    train = [r for r in level1_records(world, 60, seed=6) if _split(r) == "train"]
+    ours = [dict(r, policy_version="retail-agent/3") for r in train[: len(train) // 2]]
+    scripted = [dict(r, policy_version="rules-agent/legacy") for r in train[len(train) // 2 :]]
+    assert ours and scripted
+    kept = good_episodes([*ours, *scripted], level=1, model_name="retail-agent")
+    assert {e["interaction_id"] for e in kept} == {r["interaction_id"] for r in ours}
+    assert len(good_episodes([*ours, *scripted], level=1)) == len(train)
+    # A name that is only a prefix of another model's name does not match it.
+    assert good_episodes(ours, level=1, model_name="retail") == []
+    with pytest.raises(ValueError, match="needs the registered model's name"):
+        episode_update("base", ours, None, EpisodeUpdateSettings(), level=1)
+    with pytest.raises(ValueError, match="episodes_source"):
+        EpisodeUpdateSettings(source="everyone")
+
+
 def test_the_step_is_skipped_below_its_minimum_or_when_disabled_and_says_why(tmp_path, world):
     from training.episode_update import EpisodeUpdateSettings, episode_update
 
     records = [r for r in level1_records(world, 30, seed=6) if _split(r) == "train"][:5]
     logged: list[str] = []
     update = episode_update(
-        "base", records, tmp_path / "ep", EpisodeUpdateSettings(min_episodes=6), level=1, log=logged.append
+        "base",
+        records,
+        tmp_path / "ep",
+        EpisodeUpdateSettings(min_episodes=6, source="any"),
+        level=1,
+        log=logged.append,
     )
     assert (update.model_path, update.episodes, update.steps, update.train_loss) == ("base", 5, 0, None)
     assert "fewer than episodes_min_episodes 6" in update.skipped and update.skipped in logged[0]
     assert update.metrics() == {"sft/episodes": 5.0, "sft/candidates": 5.0, "sft/steps": 0.0, "sft/seconds": 0.0}
-    off = episode_update("base", records, tmp_path / "ep", EpisodeUpdateSettings(enabled=False), level=1)
+    off = episode_update("base", records, tmp_path / "ep", EpisodeUpdateSettings(enabled=False, source="any"), level=1)
     assert off.model_path == "base" and "disabled" in off.skipped
     assert not (tmp_path / "ep").exists()
 
@@ -74,7 +99,7 @@ def test_the_step_moves_the_tiny_models_weights_and_a_retry_reuses_it(tmp_path, 
 
     records = level1_records(world, 40, seed=6)
     base = build_tiny_policy(tmp_path / "base", records, tiny_spec())
-    settings = EpisodeUpdateSettings(steps=4, batch_size=4, min_episodes=8)
+    settings = EpisodeUpdateSettings(steps=4, batch_size=4, min_episodes=8, source="any")
     update = episode_update(base, records, tmp_path / "ep", settings, level=1, torch_threads=1)
     assert update.skipped is None and update.model_path == str(tmp_path / "ep")
     assert update.episodes == sum(_split(r) == "train" for r in records) and update.steps == 4

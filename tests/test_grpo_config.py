@@ -44,6 +44,7 @@ def test_grpo_config_fields_defaults_and_help_come_from_the_run_config_and_the_s
         "episodes_min_episodes",
         "episodes_relabel",
         "episodes_use_cpu",
+        "episodes_source",
     }
     assert set(GRPOTrainingConfig.model_fields) == (set(run_fields) - set(SUPPLIED_BY_ASSET)) | set(step_fields)
     defaults = _defaults(GRPORunConfig) | {f"episodes_{k}": v for k, v in _defaults(EpisodeUpdateSettings).items()}

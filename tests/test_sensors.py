@@ -58,7 +58,7 @@ def two_champions(home, tmp_path):
     return home
 
 
-def _serve(home, tmp_path, degraded: bool):
+def _serve(home, tmp_path, degraded: bool, version: str = "retail-agent/2"):
     out = tmp_path / ("degraded" if degraded else "normal")
     simulate(
         days=2,
@@ -66,7 +66,7 @@ def _serve(home, tmp_path, degraded: bool):
         seed=21 if degraded else 20,
         out_dir=str(out),
         start=date(2026, 11, 23),
-        policy_version="retail-agent/2",
+        policy_version=version,
         n_users=80,
         mistake_rates=DEGRADED_MISTAKE_RATES if degraded else None,
     )
@@ -131,3 +131,27 @@ def test_incident_is_posted_to_the_webhook_and_kept_when_it_is_down(home):
     # The receiver is gone now: the incident is still written, with the delivery error in it.
     kept = json.loads(record_incident(home, "run_failure", "again", {}, webhook_url=url, timeout=2).read_text())
     assert "error" in kept["webhook"]
+
+
+def test_a_degraded_first_champion_files_one_incident_and_moves_nothing(home, tmp_path):
+    """The first champion has no previous_champion: the check cannot roll back, so it keeps it,
+    files one `champion_degraded` incident for a person, and later ticks do not file another."""
+    model = _model(tmp_path / "first")
+    register_candidate(
+        home.mlflow_uri,
+        model,
+        "2026-11-16",
+        ChampionLineage(shadow_success=0.9, violation_rate=0.02, model_digest=model_digest(model)),
+        evaluate_gates(gate_inputs("better")),
+        artifact_location=home.mlflow_artifacts.as_uri(),
+        moved_by="test",
+    )
+    _serve(home, tmp_path, degraded=True, version="retail-agent/1")
+    first = check_champion(home, str(home.duckdb_path), home.mlflow_uri, "retail-agent")
+    assert first["action"] == "incident" and not first["already_filed"], first
+    assert "no previous champion" in first["reason"]
+    assert champion_info(home.mlflow_uri).version == 1
+    again = check_champion(home, str(home.duckdb_path), home.mlflow_uri, "retail-agent")
+    assert again["action"] == "incident" and again["already_filed"]
+    [incident] = list_incidents(home)
+    assert incident["kind"] == "champion_degraded" and incident["evidence"]["champion"] == "retail-agent/1"

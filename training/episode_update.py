@@ -35,6 +35,7 @@ from training.sft import SFTSettings, replay_trajectory, warm_start
 from training.traffic.handoff import resolved_demonstration
 
 SUMMARY_FILE = "episode_update.json"
+SOURCES = ("model", "any")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,20 @@ class EpisodeUpdateSettings:
     # A real model's step belongs on its GPU (the presets set it false); the tiny one trains faster
     # on the CPU.
     use_cpu: bool = setting(True, "run the supervised step on the CPU even when an accelerator is present")
+    # A scripted agent's successes are not in the policy's own form: on the demo's window (legacy
+    # rules-agent traffic beside the served weeks) the step's loss on them stayed at 7-8 nats a
+    # token, against 0.02 on the policy's own demonstrations, and the candidate it started lost
+    # about a fifth of its shadow success. Imitating the policy's own successes (and what a person
+    # finished after its hand-overs) is the offline update on real episodes without that shift.
+    source: str = setting(
+        "model",
+        "whose successes are imitated: 'model' (conversations a version of the registered model served, "
+        "and what a person finished after its hand-over) or 'any' (every conversation, scripted agents' too)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"episodes_source must be one of {list(SOURCES)}, got {self.source!r}")
 
 
 @dataclass(frozen=True)
@@ -103,19 +118,29 @@ def _labelled_failure(record: Mapping[str, Any]) -> bool:
     return label.get("task_success") is False
 
 
+def served_by(record: Mapping[str, Any], model_name: str) -> bool:
+    """Whether a version of the registered model `model_name` served the record (`policy_version`
+    is `<model_name>/<version>`)."""
+    return str(record.get("policy_version", "")).startswith(f"{model_name}/")
+
+
 def good_episodes(
     records: Iterable[Mapping[str, Any]],
     level: int,
     tools: tuple[str, ...] | None = None,
     fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+    model_name: str | None = None,
 ) -> list[dict[str, Any]]:
     """The training-split records (by `fractions`, `dataplane.splits`) whose conversation, in
-    `level`'s form with `tools` offered, replays as a verified success (see the module docstring).
-    The split is checked here again, so a held-out customer never reaches the step even when a
-    caller hands over the whole window."""
+    `level`'s form with `tools` offered, replays as a verified success (see the module docstring);
+    with `model_name`, only those a version of that registered model served. The split is checked
+    here again, so a held-out customer never reaches the step even when a caller hands over the
+    whole window."""
     out = []
     for record in records:
         if not as_dict(record.get("gold")) or _labelled_failure(record):
+            continue
+        if model_name is not None and not served_by(record, model_name):
             continue
         if split_of(str(record.get("customer_id", "")), fractions) != "train":
             continue
@@ -145,9 +170,13 @@ def episode_update(
     torch_threads: int | None = None,
     log: Callable[[str], None] = print,
     fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
+    model_name: str | None = None,
 ) -> EpisodeUpdate:
     """SFT `base` on the good episodes among `records` (training split) into `out`; the policy
-    GRPO should start from and what was done. `out` already holding a summary: that one."""
+    GRPO should start from and what was done. `out` already holding a summary: that one.
+    `settings.source` "model" imitates only what a version of the registered model `model_name` served."""
+    if settings.source == "model" and model_name is None:
+        raise ValueError("episodes_source 'model' needs the registered model's name (model_name)")
     summary = out / SUMMARY_FILE
     if summary.exists():
         return EpisodeUpdate(**json.loads(summary.read_text()))
@@ -155,7 +184,7 @@ def episode_update(
     candidates = sum(1 for r in records if as_dict(r.get("gold")))
     if not settings.enabled:
         return _skipped(str(base), 0, candidates, "disabled (episodes_enabled is false)")
-    episodes = good_episodes(records, level, tools, fractions)
+    episodes = good_episodes(records, level, tools, fractions, model_name if settings.source == "model" else None)
     if len(episodes) < max(settings.min_episodes, 1):
         why = f"{len(episodes)} good episodes, fewer than episodes_min_episodes {settings.min_episodes}"
         log(f"supervised step skipped: {why}")

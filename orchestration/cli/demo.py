@@ -413,6 +413,8 @@ _CANARY_ACTIONS = {
 def _health_line(outcome: dict) -> str:
     if outcome["action"] == "rollback":
         return f"rolled back v{outcome['from_version']} -> v{outcome['to_version']}: {outcome['reason']}"
+    if outcome["action"] == "incident":
+        return f"{outcome['champion']} kept, incident filed: {outcome['reason']}"
     return f"{outcome.get('champion', 'no champion')} kept: {outcome['reason']}"
 
 
