@@ -15,7 +15,7 @@ from assets.resources import Curriculum, DuckDBStore, HomeResource, MLflowTracki
 from assets.weekdata import at_level, split_records
 from dataplane.splits import split_of
 from dataplane.window import window_ids
-from evaluation.calibration_versions import RefreshSettings, WeekCalibration, week_calibration
+from evaluation.calibration_versions import RefreshSettings, WeekCalibration, spread_over_customers, week_calibration
 from evaluation.eval_sets import EvalSetError, ShadowSet, build_shadow_set, shadow_counts
 from evaluation.reports import EvalSettings, PairReport, PairRun, judge_calibration, judge_shadow
 from evaluation.week_alignment import WeekAlignment, read_week_labels
@@ -248,7 +248,7 @@ def calibration_report(
         records = chosen.version.records(con)
         labels = read_week_labels(con, week, end - timedelta(days=7), end)
     yield _never_trained_on(split_records(h, store, window_splits), records)
-    tasks = _tasks_at_level(records, curriculum, domain, "calibration task")[: config.max_tasks]
+    tasks = spread_over_customers(_tasks_at_level(records, curriculum, domain, "calibration task"), config.max_tasks)
     context.log.info(f"calibration {chosen.version.version}: {len(tasks)} tasks x {config.trials} trials")
     uri = mlflow.uri(h)
     traces = _week_traces(config, "calibration", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)

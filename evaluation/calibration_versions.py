@@ -135,6 +135,21 @@ def calibration_draw(pool: list[str], size: int = DEFAULT_CALIBRATION_SIZE) -> l
     return sorted(pool, key=lambda rid: (stable_point(rid, DRAW_SALT), rid))[:size]
 
 
+def spread_over_customers(tasks: list[dict], n: int) -> list[dict]:
+    """`n` of `tasks` (in the version's order) taking every customer's first task before anyone's
+    second, and so on: the gates' intervals resample customers, so a report of n tasks from as many
+    customers as the version holds is judged on as many clusters as it can be. Label-blind like the
+    draw: only the order and the customer ids decide."""
+    check_size(n)
+    rounds: dict[str, int] = {}
+    ranked = []
+    for position, task in enumerate(tasks):
+        customer = str(task.get("customer_id", ""))
+        rounds[customer] = rounds.get(customer, 0) + 1
+        ranked.append((rounds[customer], position, task))
+    return [task for _, _, task in sorted(ranked, key=lambda item: item[:2])[:n]]
+
+
 def outside(version: CalibrationSet | None, drawn: list[str]) -> int:
     """How many of the drawn interactions are not in `version` (all of them before any version)."""
     members = set(version.interaction_ids) if version else set()

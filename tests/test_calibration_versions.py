@@ -240,3 +240,18 @@ def test_calibration_commands(home, capsys):
     assert main(["calibration", "list"]) == 0
     table = capsys.readouterr().out
     assert "v1 " in table and W1 in table and "v2 *" in table and v1["digest"][:16] in table
+
+
+def test_a_report_spreads_its_tasks_over_as_many_customers_as_the_version_holds():
+    from evaluation.calibration_versions import spread_over_customers
+
+    # Version order: customer a's three tasks first, then b's two, then c's one.
+    tasks = [{"customer_id": c, "interaction_id": f"{c}{i}"} for c, i in ("a1", "a2", "a3", "b1", "b2", "c1")]
+    picked = [t["interaction_id"] for t in spread_over_customers(tasks, 4)]
+    assert picked == ["a1", "b1", "c1", "a2"]  # everyone's first, then the second round in version order
+    assert [t["interaction_id"] for t in spread_over_customers(tasks, 3)] == ["a1", "b1", "c1"]
+    assert spread_over_customers(tasks, 10) == sorted(
+        tasks, key=lambda t: (int(t["interaction_id"][1]), tasks.index(t))
+    )
+    with pytest.raises(ValueError, match="size"):
+        spread_over_customers(tasks, 0)
