@@ -82,10 +82,13 @@ _SIZES = {
 # screenshots); never the product's policy, never the demo's or the end-to-end test's. A run config
 # cannot loosen a gate below the deployment's floors (evaluation.gate_floors), so such a deployment
 # also writes them as its floors (`permissive_floors`).
+# The margins sit below -1, the lowest a difference of two success rates can be: an interval's
+# lower bound must be strictly above its margin, and a candidate that lost every paired trial has
+# a bound of exactly -1.
 PERMISSIVE_GATES = {
     "min_human_labels": 2,
-    "calibration_min_margin": -1.0,
-    "shadow_margin": -1.0,
+    "calibration_min_margin": -2.0,
+    "shadow_margin": -2.0,
     "max_tool_drift": 1.0,
     "min_reward_alignment": 0.0,
     "violation_tolerance": 1.0,
