@@ -131,3 +131,14 @@ def tiny_spec():
         num_key_value_heads=1,
         max_position_embeddings=2048,
     )
+
+
+def failed_cancellation(record: dict) -> dict:
+    """The record with its recorded cancellation made with another reason than the gold's: the
+    gold (and so the task's level) unchanged, the conversation a failure."""
+    bad = copy.deepcopy(record)
+    for message in bad["messages"]:
+        for call in message.get("tool_calls") or ():
+            if call["name"] == "cancel_pending_order":
+                call["arguments"]["reason"] = "something else entirely"
+    return bad

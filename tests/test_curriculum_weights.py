@@ -3,13 +3,13 @@ what it does well, incidents pointing at intents, and dataset draws that follow 
 
 from __future__ import annotations
 
-import copy
 import json
 from collections import Counter
 from datetime import date
 
 import pytest
 
+from tests.helpers_training import failed_cancellation as _failed
 from tests.helpers_training import level1_records
 
 # ---------- the weights ----------
@@ -118,17 +118,6 @@ def test_the_adversarial_level_is_never_empty_while_any_task_is_verified(world):
 
 
 # ---------- the evidence: the window's failures and open incidents ----------
-
-
-def _failed(record: dict) -> dict:
-    """The record with its recorded cancellation made with another reason than the customer's:
-    the gold (and so the task's level) unchanged, the conversation a failure."""
-    bad = copy.deepcopy(record)
-    for message in bad["messages"]:
-        for call in message.get("tool_calls") or ():
-            if call["name"] == "cancel_pending_order":
-                call["arguments"]["reason"] = "something else entirely"
-    return bad
 
 
 def test_window_failures_count_failed_intents_and_levels(world):

@@ -3,11 +3,11 @@ below its minimum, a real weight change on the tiny model, and its counts in the
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 
+from tests.helpers_training import failed_cancellation as _failed
 from tests.helpers_training import level1_records, tiny_spec
 
 
@@ -15,16 +15,6 @@ def _split(record: dict) -> str:
     from dataplane.splits import split_of
 
     return split_of(record["customer_id"])
-
-
-def _failed(record: dict) -> dict:
-    """The record with its recorded cancellation made with another reason than the gold's."""
-    bad = copy.deepcopy(record)
-    for message in bad["messages"]:
-        for call in message.get("tool_calls") or ():
-            if call["name"] == "cancel_pending_order":
-                call["arguments"]["reason"] = "something else entirely"
-    return bad
 
 
 def test_good_episodes_are_training_split_verified_successes_in_the_levels_form(world):
