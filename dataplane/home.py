@@ -97,9 +97,8 @@ class Home:
     def pii_key(self, configured: str | None = None) -> bytes:
         """The key of e-mail pseudonyms: the deployment's `configured` one (`RETRAIN_PII_KEY`), else `<home>/pii.key`.
 
-        The file is created on first use with 256 random bits, mode 0600, by a link from a
-        private temporary file, so two processes starting at once agree on one key and neither
-        reads a half-written file. A key file that group or others may read is refused.
+        The file is created on first use with 256 random bits (`write_pii_key`). A key file that
+        group or others may read is refused.
         """
         if configured is not None:
             if len(configured) < _MIN_KEY_CHARS:
@@ -107,18 +106,7 @@ class Home:
             return configured.encode("utf-8")
         path = self.pii_key_path
         if not path.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{PII_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(secrets.token_hex(32) + "\n")
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass  # another process created it first: its key is the one
-            finally:
-                tmp.unlink()
+            self.write_pii_key(secrets.token_hex(32))
         mode = path.stat().st_mode
         if stat.S_IMODE(mode) & 0o077:
             raise PiiKeyError(f"{path} is readable by group or others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
@@ -126,6 +114,27 @@ class Home:
         if len(key) < _MIN_KEY_CHARS:
             raise PiiKeyError(f"{path} must hold at least {_MIN_KEY_CHARS} characters")
         return key.encode("utf-8")
+
+    def write_pii_key(self, key: str) -> bool:
+        """Create `<home>/pii.key` holding `key` (mode 0600) unless a key file exists; whether this
+        call wrote it. Written through a link from a private temporary file, so two processes
+        starting at once agree on one key and neither reads a half-written file."""
+        if len(key) < _MIN_KEY_CHARS:
+            raise PiiKeyError(f"a key of {self.pii_key_path} must hold at least {_MIN_KEY_CHARS} characters")
+        path = self.pii_key_path
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{PII_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(key + "\n")
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False  # another process created it first: its key is the one
+        finally:
+            tmp.unlink()
+        return True
 
     def ensure(self) -> Home:
         for path in (

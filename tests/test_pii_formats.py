@@ -301,3 +301,17 @@ def test_the_mlflow_guard_reads_normalised_text_and_knows_emails(monkeypatch):
 
 def test_a_north_american_number_is_masked_with_its_country_code():
     assert scrub_text("call me at +1 415-555-0100 or 1-415-555-0101") == "call me at [PHONE] or [PHONE]"
+
+
+def test_a_given_key_is_written_private_once_and_never_replaces_an_existing_one(tmp_path, monkeypatch):
+    monkeypatch.delenv(PII_KEY_ENV, raising=False)
+    home = Home(tmp_path / "home")
+    with pytest.raises(PiiKeyError, match="at least 16"):
+        home.write_pii_key("short")
+    assert not home.pii_key_path.exists()
+    assert home.write_pii_key("a fixed demo key of enough length") is True
+    assert stat.S_IMODE(home.pii_key_path.stat().st_mode) == 0o600
+    assert home.pii_key() == b"a fixed demo key of enough length"
+    assert home.write_pii_key("another key of enough length") is False  # the first key stays
+    assert home.pii_key() == b"a fixed demo key of enough length"
+    assert [p.name for p in home.root.iterdir()] == ["pii.key"]  # no temporary file left behind

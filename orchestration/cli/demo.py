@@ -22,10 +22,9 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from assets.partitions import week_key
-from dataplane.home import Home
+from dataplane.home import PII_KEY_ENV, Home
 from dataplane.ingest import ingest_paths
 from dataplane.settings import setting
-from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
@@ -34,6 +33,7 @@ from monitoring.canary import check_canary
 from monitoring.health import check_champion
 from orchestration import environment
 from orchestration.cli.demo_review import DEMO_RATER, review_week
+from orchestration.cli.demo_summary import climb_rows, served_rows
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from tracking.containment import containment_of
 from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, local_champion
@@ -52,7 +52,9 @@ DEMO_TODAY = date(2026, 12, 1)
 # and the UI screenshots. Sizes only: every threshold (the tool-call probe, the gates) and the reward
 # are the product's defaults, and the demo evaluates with the product's rollout settings (12 turns,
 # 128 new tokens), the ones the shipped agent's manifest figures were measured with. Calibration:
-# up to 60 tasks x 2 trials; shadow: every shadow-split conversation with gold before the week's end.
+# up to 120 tasks x 2 trials, one task a customer while the version has that many customers (the
+# gate's interval resamples customers: at 60 customers a +0.05 difference, 4 won and 1 lost, kept a
+# lower bound of -0.017); shadow: every shadow-split conversation with gold before the week's end.
 _SIZES = {
     "demo": {
         "policy_base": {"probe_prompts": 8},
@@ -67,7 +69,7 @@ _SIZES = {
             "num_generations": 8,
             "per_device_train_batch_size": 32,
         },
-        "calibration_report": {"trials": 2, "max_tasks": 60},
+        "calibration_report": {"trials": 2, "max_tasks": 120},
         "shadow_report": {},
     },
     "ci": {
@@ -181,6 +183,11 @@ class DemoSettings:
     weeks: int = setting(4, "legacy weeks of the rule-based agent before the model-served ones")
     legacy_per_day: int = setting(200, "legacy interactions a day")
     per_day: int = setting(40, "model-served interactions a day")
+    # The calibration gate's interval resamples customers, so its power grows with the number of
+    # customers in the calibration split (a tenth of the shop's): at 300 (the traffic generator's
+    # default) a report of 60 tasks came from 23 customers, and a candidate that won 3 and lost
+    # none of them could not show a lower bound above 0.
+    customers: int = setting(1500, "customers in the demo shop's generated world")
     reviewer_error_rate: float = setting(
         0.1,
         "share of each served week's review sample the simulated reviewer labels against the verifier "
@@ -189,6 +196,12 @@ class DemoSettings:
 
 
 LEGACY_VERSION = "rules-agent/legacy"
+# The demo's traffic is simulated, so its e-mail pseudonyms protect no one. A fresh home would make
+# a random key (`Home.pii_key`), and with it other hex pseudonyms for the agent to copy in every
+# replayed conversation: two runs measured the same champion on the same 201 shadow conversations
+# at 0.468 and 0.418. With a fixed key every fresh demo stores, and so evaluates, the same records.
+# A key the deployment sets (RETRAIN_PII_KEY) or a home's existing key file is left as it is.
+DEMO_PII_KEY = "agent-retrain-demo-pseudonyms-not-a-secret"
 # Who approves a week held only for a shift in how the agent works (`evaluation.gates.APPROVABLE_HOLDS`). In
 # production a person reads the transcripts and runs `retrain approve`; the demo has no person, so
 # it stands in for one through the same call, and says so.
@@ -238,7 +251,7 @@ def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> HFPolicy:
     )
 
 
-def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> dict:
+def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str, customers: int) -> dict:
     """Serve a week with the champion and, when there is one, the canary beside it (the same
     containment holds for both: it is set on the registered model). What served, for the summary."""
     path, version = _serving_model(home, uri, name)
@@ -260,6 +273,7 @@ def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str) -> 
         policy=policy,
         level=1,
         policy_version=version,
+        n_users=customers,
         **_canary_arm(home, uri, name, canary, share, containment.mode),
     )
     print(f"  served in {time.monotonic() - started:.0f} s: outcomes {sim['outcomes']}", flush=True)
@@ -318,6 +332,7 @@ def run_demo(
     today: date | None = None,
     legacy_per_day: int = DemoSettings.legacy_per_day,
     reviewer_error_rate: float = DemoSettings.reviewer_error_rate,
+    customers: int = DemoSettings.customers,
 ) -> int:
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.
@@ -328,6 +343,8 @@ def run_demo(
         print(f"agent-retrain demo: starting from an empty home (removed {home.root})")
         shutil.rmtree(home.root)
     home.ensure()
+    if environment.value(PII_KEY_ENV) is None and home.write_pii_key(DEMO_PII_KEY):
+        print(f"  e-mail pseudonyms under the demo's fixed, non-secret key ({home.pii_key_path})")
     uri, model_name = mlflow_target(home)
     this_monday = date.fromisoformat(week_key(today or DEMO_TODAY))
     retrained = [this_monday - timedelta(weeks=offset) for offset in (3, 2)]
@@ -346,11 +363,12 @@ def run_demo(
         out_dir=str(home.landing / "demo"),
         start=first_day,
         policy_version=LEGACY_VERSION,
+        n_users=customers,
     )
     print(f"  {len(sim['files'])} day files, outcomes {sim['outcomes']}")
     results, approvals, served, canary_checks = [], {}, [], []
     for monday in retrained:
-        served.append(_serve_week(home, monday, per_day, uri, model_name))
+        served.append(_serve_week(home, monday, per_day, uri, model_name, customers))
         canary_checks.append(judge_canary(home, uri, model_name, served[-1]))
         _review_week(home, monday, reviewer_error_rate)
         print(f"\nweekly_retrain for week {monday} (through Dagster):", flush=True)
@@ -359,7 +377,7 @@ def run_demo(
         approval = review_hold(result, home)
         if approval is not None:
             approvals[result.week] = approval
-    served.append(_serve_week(home, judged, per_day, uri, model_name))
+    served.append(_serve_week(home, judged, per_day, uri, model_name, customers))
     ingest_paths(home.duckdb_path, [home.landing / "demo"])  # the retrains ingested the weeks before
     # The thresholds the `champion_health` sensor judges with (RETRAIN_HEALTH_*), as in production.
     health = check_champion(home, str(home.duckdb_path), uri, model_name, environment.health_settings())
@@ -379,7 +397,8 @@ def run_demo(
             f"    registered: {'version ' + str(version) if version else 'no (' + why + ')'}"
             f"   dagster run {result.run_id}"
         )
-    print("\n" + "\n".join(_served_rows(home)))
+    print("\n" + "\n".join(served_rows(home.duckdb_path)))
+    print("\n" + "\n".join(climb_rows(home.duckdb_path, LEGACY_VERSION)))
     print("\n" + "\n".join(canary_rows(served, canary_checks)))
     print(f"\nchampion health on the week of {judged} (the champion_health sensor's check): {_health_line(health)}")
     champion, canary = champion_info(uri, model_name), canary_info(uri, model_name)
@@ -419,21 +438,3 @@ def _health_line(outcome: dict) -> str:
     if outcome["action"] == "incident":
         return f"{outcome['champion']} kept, incident filed: {outcome['reason']}"
     return f"{outcome.get('champion', 'no champion')} kept: {outcome['reason']}"
-
-
-def _served_rows(home: Home) -> list[str]:
-    """Who served the stored traffic: interactions and verified success per policy_version."""
-    con = open_store(home.duckdb_path, read_only=True)
-    try:
-        rows = con.execute(
-            "SELECT policy_version, count(*), avg(CASE WHEN outcome = 'completed' THEN 1.0 ELSE 0.0 END), "
-            "min(ended_at)::DATE, max(ended_at)::DATE FROM interactions GROUP BY 1 ORDER BY 4"
-        ).fetchall()
-    finally:
-        con.close()
-    lines = [
-        "traffic in DuckDB by the policy that served it:",
-        f"  {'policy_version':24s} {'rows':>6s} {'completed':>9s}  days",
-    ]
-    lines += [f"  {v:24s} {n:6d} {rate:9.3f}  {first} .. {last}" for v, n, rate, first, last in rows]
-    return lines
