@@ -343,14 +343,15 @@ def run_demo(
         print(f"agent-retrain demo: starting from an empty home (removed {home.root})")
         shutil.rmtree(home.root)
     home.ensure()
-    if environment.value(PII_KEY_ENV) is None and home.write_pii_key(DEMO_PII_KEY):
-        print(f"  e-mail pseudonyms under the demo's fixed, non-secret key ({home.pii_key_path})")
+    fixed_key = environment.value(PII_KEY_ENV) is None and home.write_pii_key(DEMO_PII_KEY)
     uri, model_name = mlflow_target(home)
     this_monday = date.fromisoformat(week_key(today or DEMO_TODAY))
     retrained = [this_monday - timedelta(weeks=offset) for offset in (3, 2)]
     judged = this_monday - timedelta(weeks=1)  # served by the champion after them, then judged
     first_day = retrained[0] - timedelta(weeks=weeks)
     print(f"agent-retrain demo: home {home.root}")
+    if fixed_key:
+        print(f"  e-mail pseudonyms under the demo's fixed, non-secret key ({home.pii_key_path})")
     print(
         f"simulating {weeks} legacy weeks x 7 days x {legacy_per_day} interactions of the rule-based agent "
         f"from {first_day} ...",
