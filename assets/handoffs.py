@@ -68,7 +68,9 @@ class WindowSplits:
 
 @dataclass(frozen=True)
 class PolicyBase:
-    """`policy_base`: the model this week starts from, and where it came from."""
+    """`policy_base`: the week's baseline (`path`, the model the candidate is judged against) and
+    where training starts: the same model, or the canary serving beside the champion
+    (`start_path`, `canary_version`)."""
 
     path: str
     source: Literal["champion", "base_model"]
@@ -76,6 +78,13 @@ class PolicyBase:
     # False only for a domain with no agent yet whose tiny model does not call tools (policy_base's
     # check warned): GRPO has nothing to follow, so the update is skipped and the gates reject.
     acts: bool = True
+    start_path: str | None = None
+    canary_version: int | None = None
+
+    @property
+    def start(self) -> str:
+        """The model the week's update trains from."""
+        return self.start_path or self.path
 
 
 @dataclass(frozen=True)
@@ -127,4 +136,5 @@ def week_evidence(
         reward_curve=tuple(candidate.reward_curve),
         calibration=calibration,
         shadow=shadow,
+        trained_from=base.start_path,
     )

@@ -22,7 +22,7 @@ from dataplane.home import Home
 from dataplane.incidents import list_incidents
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.week_failures import incident_intents, open_incidents, window_failures
-from tracking.registry import champion_info, local_champion
+from tracking.registry import canary_info, champion_info, local_champion
 from tracking.run_log import log_training_inputs, open_week_run
 from training.curriculum import WeekMix, week_mix
 from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update
@@ -180,15 +180,36 @@ def policy_base(
     yield _acts_check(
         rate, config.min_tool_call_rate, str(path), no_agent=champion is None and _no_agent(config, domain)
     )
+    start, canary = _canary_start(config, mlflow.uri(h), h.models, model, champion, context.log.info)
     value = PolicyBase(
-        path=str(path), source=source, champion_version=champion.version if champion else None, acts=acts
+        path=str(path),
+        source=source,
+        champion_version=champion.version if champion else None,
+        acts=acts,
+        start_path=start,
+        canary_version=canary,
     )
     metadata = {"source": source, "model_path": dg.MetadataValue.path(str(path)), "tool_call_rate": rate}
     if champion is not None:
         metadata["champion_version"] = champion.version
+    if canary is not None:
+        metadata.update({"trains_from": f"canary v{canary}", "start_path": dg.MetadataValue.path(start)})
     if sft is not None:
         metadata.update({"sft_trajectories": sft["trajectories"], "sft_train_loss": sft["train_loss"]})
     yield dg.MaterializeResult(value=value, metadata=metadata)
+
+
+def _canary_start(config, uri: str, models: Path, model: str, champion, log) -> tuple[str | None, int | None]:
+    """(folder, version) of the canary the week trains from, or (None, None): none serves, the
+    run starts from the champion only (`start_from_canary` off), or there is no champion."""
+    if champion is None or not config.start_from_canary:
+        return None, None
+    canary = canary_info(uri, model)
+    if canary is None:
+        return None, None
+    path = local_champion(uri, models, canary, model)
+    log(f"training from canary v{canary.version} at {path}; judged against champion v{champion.version}")
+    return str(path), canary.version
 
 
 def weights_digest(model_dir: str) -> str:
@@ -301,7 +322,7 @@ def _week_run_config(
     `policy_base`, in the week's mix, checked before any compute: a bad setting fails the same way
     on every retry, so it fails the step at once, without retries and before any MLflow run."""
     run_config = GRPORunConfig(
-        model_path=policy_base.path,
+        model_path=policy_base.start,
         output_dir=str(out / "grpo"),
         records_path=write_records(out / "train_records.jsonl", train),
         domain=domain,

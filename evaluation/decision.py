@@ -84,6 +84,8 @@ class ChampionLineage:
     run_id: str | None = None
     model_digest: str | None = None
     approved_by: str | None = None
+    # A candidate trained from the canary rather than from `base_model`: that canary's folder.
+    trained_from: str | None = None
 
     def to_tags(self) -> dict[str, str]:
         """One string tag per field that is set (mappings as sorted JSON)."""
@@ -152,6 +154,7 @@ class WeekEvidence:
     reward_curve: tuple[float, ...]
     calibration: CalibrationReport
     shadow: ShadowReport
+    trained_from: str | None = None  # the canary's folder when training started there, not at base_model
 
 
 def champion_lineage(
@@ -183,6 +186,7 @@ def champion_lineage(
         week=evidence.week if is_candidate else None,
         run_id=evidence.candidate_run_id if is_candidate else None,
         model_digest=model_digest(evidence.candidate_path) if is_candidate else None,
+        trained_from=evidence.trained_from if is_candidate else None,
     )
 
 

@@ -57,6 +57,7 @@ def _register(home, tmp_path, week: str, serve_as: str = CHAMPION, moved_by: str
     model.mkdir(parents=True, exist_ok=True)
     save_file({"w": np.arange(6, dtype=np.float32) + len(week)}, str(model / "model.safetensors"))
     (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    (model / "config.json").write_text("{}")  # what marks a fetched folder as a model (local_champion)
     return register_candidate(
         home.mlflow_uri,
         model,
@@ -343,3 +344,66 @@ def test_the_demo_serves_a_week_with_the_canary_beside_the_champion_and_judges_i
     rows = "\n".join(canary_rows([served], [check]))
     assert f"champion {CHAMPION_V}, canary {CANARY_V} on {len(on_canary)} conversations" in rows
     assert "canary check: kept waiting (waiting for evidence" in rows
+
+
+# ---- the week's update trains from the canary, judged against the champion ---------------------
+
+
+def test_a_week_trains_from_the_canary_and_is_judged_against_the_champion(champion_and_canary, tmp_path):
+    from assets.handoffs import PolicyBase
+    from assets.training import GRPOTrainingConfig, PolicyConfig, _canary_start, _week_run_config
+    from tracking.registry import champion_info
+    from training.curriculum import WeekMix
+
+    home = champion_and_canary
+    champion = champion_info(home.mlflow_uri, MODEL)
+    said = []
+    path, version = _canary_start(PolicyConfig(), home.mlflow_uri, home.models, MODEL, champion, said.append)
+    # The canary's registered weights, fetched like the champion's, and the log says who judges it.
+    assert version == 2 and model_digest(path) == model_digest(tmp_path / "model-2026-11-09")
+    assert said == [f"training from canary v2 at {path}; judged against champion v1"]
+    # Switched off, or with no champion to judge against, training starts where the baseline is.
+    off = PolicyConfig(start_from_canary=False)
+    assert _canary_start(off, home.mlflow_uri, home.models, MODEL, champion, said.append) == (None, None)
+    assert _canary_start(PolicyConfig(), home.mlflow_uri, home.models, MODEL, None, said.append) == (None, None)
+
+    base = PolicyBase(path="/champion", source="champion", champion_version=1, start_path=path, canary_version=2)
+    assert base.start == path and PolicyBase(path="/champion", source="champion").start == "/champion"
+    run = _week_run_config(GRPOTrainingConfig(), base, tmp_path, [], "retail", WeekMix({"1": 1.0}, None))
+    assert run.model_path == path  # GRPO (and the supervised step before it) start at the canary
+
+
+def test_with_no_canary_the_week_trains_from_the_champion(home, tmp_path):
+    from assets.training import PolicyConfig, _canary_start
+    from tracking.registry import champion_info
+
+    _register(home, tmp_path, "2026-11-02")
+    champion = champion_info(home.mlflow_uri, MODEL)
+    assert _canary_start(PolicyConfig(), home.mlflow_uri, home.models, MODEL, champion, print) == (None, None)
+
+
+def test_a_candidate_trained_from_the_canary_says_so_in_its_lineage(tmp_path):
+    from assets.handoffs import GRPOCandidate, PolicyBase, ValidatedWindow, week_evidence
+    from evaluation.decision import champion_lineage
+    from evaluation.reports import CalibrationReport, ShadowReport
+    from tests.helpers_gates import make_tasks
+    from tests.helpers_promotion import fake_model, pair_report
+
+    week = "2026-11-16"
+    window = ValidatedWindow(week, week, 600, None, None, "ab" * 32, {}, {}, True, "")
+    calibration = CalibrationReport(
+        pair_report("better", "champion", make_tasks("cal", 20)), "v1", "cd" * 32, 20, [], [], {}, {}, ()
+    )
+    shadow = ShadowReport(pair_report("better", "champion", make_tasks("shadow", 20)), week, "ef" * 32, 20)
+    candidate = GRPOCandidate(str(fake_model(tmp_path / "candidate")), "run", final_step=1)
+
+    def lineage(role, start_path):
+        base = PolicyBase("/champion", "champion", champion_version=1, start_path=start_path, canary_version=2)
+        return champion_lineage(role, week_evidence(week, window, base, candidate, calibration, shadow), "dagster")
+
+    assert (
+        lineage("candidate", None).trained_from is None and "trained_from" not in lineage("candidate", None).to_tags()
+    )
+    tags = lineage("candidate", "/models/canary-v2").to_tags()
+    assert tags["trained_from"] == "/models/canary-v2" and tags["base_model"] == "/champion"
+    assert lineage("base", "/models/canary-v2").trained_from is None  # the baseline was not trained

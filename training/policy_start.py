@@ -1,5 +1,5 @@
-"""Where a week's policy starts: the champion, else the base model, warm-started or not, and the
-probe that checks it can call tools before any compute is spent on it.
+"""Where a week's policy starts: the champion (or the canary beside it), else the base model,
+warm-started or not, and the probe that checks it can call tools before any compute is spent on it.
 
 `policy_base`'s Dagster config is built from `PolicyStartSettings`' fields (and SFT's, prefixed
 `sft_`), so each knob's default and help text are declared here once.
@@ -26,6 +26,14 @@ class PolicyStartSettings:
         "pretraining) to act",
     )
     use_champion: bool = setting(True, "start from the MLflow champion when one is registered")
+    # A canary passed every gate against the champion and is only waiting for served evidence; a
+    # week that trained from the champion again would redo the canary's gain and, if it passed,
+    # replace the canary with a model no better than it. Training from the canary compounds the
+    # weeks' gains; the gates still judge the week's candidate against the champion, the version
+    # that serves the traffic it would replace.
+    start_from_canary: bool = setting(
+        True, "train from the canary when one serves beside the champion (the gates still compare with the champion)"
+    )
     # Off by default: the shipped agent and an instruct model already call tools; a model built
     # from scratch needs it.
     sft_warm_start: bool = setting(

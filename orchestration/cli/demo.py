@@ -251,7 +251,9 @@ def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> HFPolicy:
     )
 
 
-def _serve_week(home: Home, monday: date, per_day: int, uri: str, name: str, customers: int) -> dict:
+def _serve_week(
+    home: Home, monday: date, per_day: int, uri: str, name: str, customers: int = DemoSettings.customers
+) -> dict:
     """Serve a week with the champion and, when there is one, the canary beside it (the same
     containment holds for both: it is set on the registered model). What served, for the summary."""
     path, version = _serving_model(home, uri, name)
