@@ -58,7 +58,7 @@ class CanarySettings:
     min_conversations: int = setting(
         40,
         "fewest canary conversations with gold (judged for verified success) before the canary is promoted or "
-        "dropped; at 10% of the demo's 40 a day, about two weeks",
+        "dropped; at 10% of the demo's 70 a day, about one week",
     )
     min_days: int = setting(
         7, "fewest days the canary has served before it is promoted or dropped: a whole week, and 7 day clusters"

@@ -182,7 +182,11 @@ class DemoSettings:
 
     weeks: int = setting(4, "legacy weeks of the rule-based agent before the model-served ones")
     legacy_per_day: int = setting(200, "legacy interactions a day")
-    per_day: int = setting(40, "model-served interactions a day")
+    # The canary answers CanarySettings.share (10%) of them and is judged once it has answered
+    # `min_conversations` (40) with gold over 7 days: at 70 a day one served week is enough (about
+    # 49, of which about nine in ten carry gold), at 40 it took two, so a canary set by one retrain
+    # was replaced by the next before it was ever judged.
+    per_day: int = setting(70, "model-served interactions a day")
     # The calibration gate's interval resamples customers, so its power grows with the number of
     # customers in the calibration split (a tenth of the shop's): at 300 (the traffic generator's
     # default) a report of 60 tasks came from 23 customers, and a candidate that won 3 and lost
