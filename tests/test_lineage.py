@@ -30,6 +30,7 @@ FULL = ChampionLineage(
     run_id="m-run",
     model_digest="ef" * 32,
     approved_by="alice",
+    trained_from="models/canary-v2",
 )
 
 
