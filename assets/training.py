@@ -180,7 +180,9 @@ def policy_base(
     yield _acts_check(
         rate, config.min_tool_call_rate, str(path), no_agent=champion is None and _no_agent(config, domain)
     )
-    start, canary = _canary_start(config, mlflow.uri(h), h.models, model, champion, context.log.info)
+    start, canary = _canary_start(
+        config, mlflow.uri(h), h.models, model, champion, context.log.info, week=context.partition_key
+    )
     value = PolicyBase(
         path=str(path),
         source=source,
@@ -199,13 +201,16 @@ def policy_base(
     yield dg.MaterializeResult(value=value, metadata=metadata)
 
 
-def _canary_start(config, uri: str, models: Path, model: str, champion, log) -> tuple[str | None, int | None]:
+def _canary_start(
+    config, uri: str, models: Path, model: str, champion, log, week: str | None = None
+) -> tuple[str | None, int | None]:
     """(folder, version) of the canary the week trains from, or (None, None): none serves, the
-    run starts from the champion only (`start_from_canary` off), or there is no champion."""
+    run starts from the champion only (`start_from_canary` off), there is no champion, or the
+    canary is `week`'s own candidate (a re-run of its week must not train on its own output)."""
     if champion is None or not config.start_from_canary:
         return None, None
     canary = canary_info(uri, model)
-    if canary is None:
+    if canary is None or (week is not None and canary.week == week):
         return None, None
     path = local_champion(uri, models, canary, model)
     log(f"training from canary v{canary.version} at {path}; judged against champion v{champion.version}")

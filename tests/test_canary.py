@@ -366,6 +366,9 @@ def test_a_week_trains_from_the_canary_and_is_judged_against_the_champion(champi
     off = PolicyConfig(start_from_canary=False)
     assert _canary_start(off, home.mlflow_uri, home.models, MODEL, champion, said.append) == (None, None)
     assert _canary_start(PolicyConfig(), home.mlflow_uri, home.models, MODEL, None, said.append) == (None, None)
+    # A re-run of the canary's own week starts where that week started, not from its own output.
+    rerun = _canary_start(PolicyConfig(), home.mlflow_uri, home.models, MODEL, champion, said.append, week="2026-11-09")
+    assert rerun == (None, None)
 
     base = PolicyBase(path="/champion", source="champion", champion_version=1, start_path=path, canary_version=2)
     assert base.start == path and PolicyBase(path="/champion", source="champion").start == "/champion"
