@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import subprocess
+import sys
 
 import dagster as dg
 import pytest
@@ -184,3 +186,65 @@ def test_gpu_bench_records_its_figures_in_results(tmp_path):
     text = overview.read_text()
     assert path == results / "gpu.md" and "## GPU step time (`bench/gpu.py`)" in text
     assert "| `step_seconds` | 1.5 |" in text and "kept" in text
+
+
+def test_gpu_bench_settings_are_grpo_run_config_fields_only():
+    """grpo_candidate's config also carries the episode step's `episodes_*` settings, which
+    GRPORunConfig refuses; the bench keeps only its own fields and can switch Liger off."""
+    from training.grpo_config import GRPORunConfig
+
+    bench = _gpu_bench()
+    preset = REPO_ROOT / "configs" / "qwen2.5-0.5b-instruct.yaml"
+    assert any(key.startswith("episodes_") for key in bench.load_preset(preset)["ops"]["grpo_candidate"]["config"])
+    settings, overrides = bench.preset_trainer_settings(preset, 3, False, use_liger=False)
+    assert not any(key.startswith("episodes_") for key in settings) and settings["use_liger"] is False
+    GRPORunConfig(model_path="m", output_dir="o", records=[], grpo_overrides=overrides, **settings)
+    assert bench.preset_trainer_settings(preset, 3, False)[0]["use_liger"] is True
+
+
+def test_gpu_bench_imports_no_orchestration_stack():
+    """The bench runs in a training image without Dagster or DuckDB."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('g', {str(REPO_ROOT / 'bench' / 'gpu.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "m.preset_trainer_settings(m.DEFAULT_PRESET, 3, False)\n"
+        "print(sorted(k for k in ('dagster', 'duckdb') if k in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_gpu_bench_records_runs_measured_elsewhere(tmp_path, monkeypatch):
+    bench = _gpu_bench()
+    results = tmp_path / "results"
+    results.mkdir()
+    overview = tmp_path / "RESULTS.md"
+    overview.write_text("# Benchmark results\n\n## Headline figures\n\nkept\n")
+    runs = [
+        {
+            "device": "d",
+            "preset": "configs/x.yaml",
+            "steps": 4,
+            "generation": "transformers",
+            "liger": liger,
+            "step_seconds": s,
+        }
+        for liger, s in ((False, 2.5), (True, 2.0))
+    ]
+    paths = []
+    for i, run in enumerate(runs):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    original = bench.record
+    monkeypatch.setattr(bench, "record", lambda r: original(r, results_dir=results, results_md=overview))
+    assert bench.main(["--record-from", *map(str, paths)]) == 0
+    text = (results / "gpu.md").read_text()
+    assert "| `step_seconds` | 2.5 | 2.0 |" in text
+    assert (
+        "--steps 4 --no-vllm --no-liger`" in text
+        and "run 2: `python bench/gpu.py --preset configs/x.yaml --steps 4 --no-vllm`" in text
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1]")
+    assert bench.main(["--record-from", str(bad)]) == 2
