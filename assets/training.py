@@ -24,7 +24,7 @@ from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.week_failures import incident_intents, open_incidents, window_failures
 from tracking.registry import canary_info, champion_info, local_champion
 from tracking.run_log import log_training_inputs, open_week_run
-from training.curriculum import WeekMix, week_mix
+from training.curriculum import WeekMix, is_training_task, persona_of, week_mix
 from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update
 from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
 from training.grpo_result import FINAL_EVENT, GRPOResult
@@ -65,6 +65,9 @@ SUPPLIED_BY_ASSET = (
     "records",
     "levels",  # the run's curriculum resource, weighted by the week's failures
     "intent_weights",  # the week's failures too (training.curriculum.week_mix)
+    "persona_weights",
+    "failed_tasks",
+    "failed_share",
     "domain",  # the run's domain tag
     "mlflow_tracking_uri",
     "mlflow_run_id",
@@ -311,6 +314,10 @@ def _week_mix(home: Home, week: str, train: list[dict], champion: str | None, cu
         failures.judged,
         incidents,
         curriculum.mix_settings,
+        personas_seen=Counter(persona_of(r) for r in train if is_training_task(r)),
+        failed_by_persona=failures.failed_by_persona,
+        faulted_failed=failures.faulted_failed,
+        failed_tasks=failures.failed_ids,
     )
     return replace(mix, evidence={**mix.evidence, "failure_modes": failures.modes, "skipped": failures.skipped})
 
@@ -333,6 +340,9 @@ def _week_run_config(
         domain=domain,
         levels=mix.levels,
         intent_weights=mix.intents,
+        persona_weights=mix.personas,
+        failed_tasks=sorted(mix.failed_tasks) or None,
+        failed_share=mix.failed_share,
         **dataclass_kwargs(config, GRPORunConfig),
     )
     try:
@@ -344,6 +354,9 @@ def _week_run_config(
 
 def _mix_metrics(mix: WeekMix) -> dict[str, float]:
     out = {f"mix/level/{level}": share for level, share in mix.levels.items()}
+    out |= {f"mix/persona/{persona or 'unnamed'}": share for persona, share in (mix.personas or {}).items()}
+    if mix.failed_share is not None:
+        out["mix/failed_task_share"] = mix.failed_share
     return out | {f"mix/intent/{intent}": share for intent, share in (mix.intents or {}).items()}
 
 

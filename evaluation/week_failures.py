@@ -3,7 +3,9 @@ the evidence the week's GRPO mix is weighted by (`training.curriculum.week_mix`)
 
 Every training-split conversation that carries gold is replayed and judged as the live watch and
 the review export judge it (`evaluation.replay.judge_record`); its primary failure mode
-(`evaluation.failure_modes`) is counted per intent and per curriculum level (`level_of`). A
+(`evaluation.failure_modes`) is counted per intent, per curriculum level (`level_of`) and per
+customer persona, the conversations that met a back-end fault (a recorded `INJECTED_ERROR`) are
+counted apart, and the ids of the failed ones are kept: the tasks the week draws more of. A
 conversation without gold is not counted: nothing certifies whether it succeeded. Only the
 training split is read, so a held-out customer's conversation never steers what is trained.
 
@@ -23,9 +25,10 @@ from typing import Any
 
 from evaluation.failure_modes import primary_failure_mode
 from evaluation.replay import ReplayError, judge_record
-from training.curriculum import LevelRules, level_of
+from training.curriculum import LevelRules, level_of, persona_of
 from training.fields import as_dict
 from training.rewards import GoldError
+from training.sandbox.core import INJECTED_ERROR
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,11 @@ class WindowFailures:
     modes: dict[str, int]
     skipped: int = 0
     policy_versions: dict[str, int] = field(default_factory=dict)
+    judged_by_persona: dict[str, int] = field(default_factory=dict)
+    failed_by_persona: dict[str, int] = field(default_factory=dict)
+    faulted_judged: int = 0  # judged conversations in which a back-end call failed
+    faulted_failed: int = 0
+    failed_ids: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +58,11 @@ class WindowFailures:
             "modes": dict(self.modes),
             "skipped": self.skipped,
             "policy_versions": dict(self.policy_versions),
+            "judged_by_persona": dict(self.judged_by_persona),
+            "failed_by_persona": dict(self.failed_by_persona),
+            "faulted_judged": self.faulted_judged,
+            "faulted_failed": self.faulted_failed,
+            "failed_tasks": len(self.failed_ids),
         }
 
 
@@ -60,6 +73,10 @@ def window_failures(records: Iterable[Mapping[str, Any]], rules: LevelRules = Le
     levels: Counter[str] = Counter()
     modes: Counter[str] = Counter()
     versions: Counter[str] = Counter()
+    personas_judged: Counter[str] = Counter()
+    personas_failed: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    failed_ids: set[str] = set()
     skipped = 0
     for record in records:
         if not as_dict(record.get("gold")):
@@ -71,16 +88,40 @@ def window_failures(records: Iterable[Mapping[str, Any]], rules: LevelRules = Le
             continue
         if trial is None:
             continue
-        intent = str(record.get("intent", "other"))
+        intent, persona, faulted = str(record.get("intent", "other")), persona_of(record), met_fault(record)
         judged[intent] += 1
+        personas_judged[persona] += 1
+        faults["judged"] += faulted
         versions[str(record.get("policy_version", ""))] += 1
         mode = primary_failure_mode(trial)
         if mode is not None:
             failed[intent] += 1
             levels[str(level_of(record, rules))] += 1
             modes[mode] += 1
+            personas_failed[persona] += 1
+            faults["failed"] += faulted
+            failed_ids.add(str(record.get("interaction_id", "")))
     return WindowFailures(
-        sum(judged.values()), dict(judged), dict(failed), dict(levels), dict(modes), skipped, dict(versions)
+        sum(judged.values()),
+        dict(judged),
+        dict(failed),
+        dict(levels),
+        dict(modes),
+        skipped,
+        dict(versions),
+        dict(personas_judged),
+        dict(personas_failed),
+        faults["judged"],
+        faults["failed"],
+        frozenset(failed_ids),
+    )
+
+
+def met_fault(record: Mapping[str, Any]) -> bool:
+    """Whether a back-end call of the recorded conversation failed (served traffic's tool faults)."""
+    messages = record.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(m, Mapping) and m.get("role") == "tool" and m.get("content") == INJECTED_ERROR for m in messages
     )
 
 

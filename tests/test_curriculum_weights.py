@@ -59,32 +59,32 @@ def test_the_week_mix_weights_failed_intents_and_levels_and_incidents():
 
 
 def test_the_dataset_draws_follow_the_intent_weights_deterministically(world):
-    from training.curriculum import select_rows
+    from training.curriculum import TaskWeights, select_rows
 
     records = level1_records(world, 40, seed=0)
     assert set(Counter(r["intent"] for r in records)) == {"cancel_order", "order_status"}
     weights = {"cancel_order": 0.8, "order_status": 0.2}
-    rows, report = select_rows(records, {"1": 1.0}, seed=2, size=50, intent_weights=weights)
+    rows, report = select_rows(records, {"1": 1.0}, seed=2, size=50, weights=TaskWeights(weights))
     assert Counter(row["intent"] for row in rows) == {"cancel_order": 40, "order_status": 10}
     assert report.intents == {"cancel_order": 40, "order_status": 10}
-    again, _ = select_rows(records, {"1": 1.0}, seed=2, size=50, intent_weights=weights)
+    again, _ = select_rows(records, {"1": 1.0}, seed=2, size=50, weights=TaskWeights(weights))
     assert [r["seed"] for r in again] == [r["seed"] for r in rows]
     flipped, _ = select_rows(
-        records, {"1": 1.0}, seed=2, size=50, intent_weights={"cancel_order": 0.2, "order_status": 0.8}
+        records, {"1": 1.0}, seed=2, size=50, weights=TaskWeights({"cancel_order": 0.2, "order_status": 0.8})
     )
     assert Counter(row["intent"] for row in flipped) == {"cancel_order": 10, "order_status": 40}
     # Each level follows the weights over the intents it holds.
-    mixed, _ = select_rows(records, {"1": 0.5, "4": 0.5}, seed=2, size=40, intent_weights=weights)
+    mixed, _ = select_rows(records, {"1": 0.5, "4": 0.5}, seed=2, size=40, weights=TaskWeights(weights))
     for level in (1, 4):
         assert Counter(r["intent"] for r in mixed if r["level"] == level) == {"cancel_order": 16, "order_status": 4}
 
 
 def test_without_weights_or_with_weights_for_no_held_intent_the_draw_is_as_before(world):
-    from training.curriculum import select_rows
+    from training.curriculum import TaskWeights, select_rows
 
     records = level1_records(world, 40, seed=0)
     plain, _ = select_rows(records, {"1": 1.0}, seed=2, size=50)
-    stray, _ = select_rows(records, {"1": 1.0}, seed=2, size=50, intent_weights={"exchange_items": 1.0})
+    stray, _ = select_rows(records, {"1": 1.0}, seed=2, size=50, weights=TaskWeights({"exchange_items": 1.0}))
     assert [r["seed"] for r in stray] == [r["seed"] for r in plain]
     held = Counter(r["intent"] for r in records)
     drawn = Counter(r["intent"] for r in plain)
@@ -100,6 +100,14 @@ def test_a_bad_intent_weight_is_refused_before_compute(tmp_path):
     with pytest.raises(ConfigError) as err:
         validate(config, num_processes=1)
     assert err.value.rule == "bad_intent_weight"
+    for field, value, rule in (
+        ("persona_weights", {"angry": True}, "bad_persona_weight"),
+        ("failed_share", 1.5, "bad_failed_share"),
+    ):
+        bad = GRPORunConfig(model_path="org/model", output_dir=str(tmp_path), records=[], **{field: value})
+        with pytest.raises(ConfigError) as err:
+            validate(bad, num_processes=1)
+        assert err.value.rule == rule
 
 
 def test_the_adversarial_level_is_never_empty_while_any_task_is_verified(world):
@@ -176,5 +184,125 @@ def test_the_weeks_mix_reads_the_windows_failures_and_the_homes_open_incidents(h
     this_week = _week_mix(home, date.today().isoformat(), train, None, Curriculum(levels={"1": 1.0}), "retail")
     assert this_week.evidence["incident_intents"] == {"order_status": 1}
     assert this_week.intents["order_status"] > mix.intents["order_status"]
+    assert mix.failed_tasks == {r["interaction_id"] for r in cancels[:6]} and mix.failed_share == pytest.approx(0.9)
+    assert mix.personas and mix.evidence["failed_tasks"] == 6
     off = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}, by_failures=False), "retail")
-    assert (off.levels, off.intents) == ({"1": 1.0}, None)
+    assert (off.levels, off.intents, off.personas, off.failed_share) == ({"1": 1.0}, None, None, None)
+
+
+def test_the_weeks_grpo_run_gets_the_whole_mix(home, world, tmp_path):
+    """What _week_mix decides reaches the trainer's config, and the trainer's draw follows it."""
+    from assets.handoffs import PolicyBase
+    from assets.resources import Curriculum
+    from assets.training import GRPOTrainingConfig, _week_mix, _week_run_config
+    from training.curriculum import select_rows
+
+    records = level1_records(world, 30, seed=4)
+    cancels = [r for r in records if r["intent"] == "cancel_order"]
+    train = [_failed(r) if r in cancels[:6] else r for r in records]
+    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 4096}))
+    base = PolicyBase(path=str(model), source="base_model")
+    run = _week_run_config(GRPOTrainingConfig(), base, tmp_path, train, "retail", mix)
+    assert set(run.failed_tasks) == mix.failed_tasks and run.failed_share == mix.failed_share
+    assert run.persona_weights == mix.personas and run.intent_weights == mix.intents
+    rows, report = select_rows(train, run.levels, seed=0, size=100, weights=mix.task_weights())
+    cancel_rows = [r for r in rows if r["intent"] == "cancel_order"]
+    assert report.failed_task_rows == sum(r["interaction_id"] in mix.failed_tasks for r in cancel_rows)
+    assert report.failed_task_rows == round(0.9 * len(cancel_rows))
+
+
+# ---------- failure modes, personas and faults pick from the same mix ----------
+
+
+def test_the_week_mix_weights_personas_faults_and_the_failed_tasks():
+    from training.curriculum import MixSettings, week_mix
+
+    seen = {"order_status": 30, "cancel_order": 30}
+    personas = {"polite forthcoming": 40, "angry": 20}
+    mix = week_mix(
+        {"1": 0.5, "3": 0.5},
+        seen,
+        {"cancel_order": 10},
+        {"1": 10},
+        judged=60,
+        personas_seen=personas,
+        failed_by_persona={"angry": 10},
+        faulted_failed=10,
+        failed_tasks={"a", "b"},
+    )
+    assert mix.personas == pytest.approx({"angry": 0.9, "polite forthcoming": 0.1})
+    # Level 3 (the tasks that inject a fault) gains the failures that met a back-end fault.
+    assert mix.levels == pytest.approx({"1": 0.5, "3": 0.5})
+    no_faults = week_mix({"1": 0.5, "3": 0.5}, seen, {"cancel_order": 10}, {"1": 10}, judged=60)
+    assert no_faults.levels == pytest.approx({"1": 0.9, "3": 0.1})
+    assert mix.failed_tasks == {"a", "b"} and mix.failed_share == pytest.approx(0.9)
+    assert mix.to_dict()["failed_tasks"] == 2 and mix.evidence["faulted_failed"] == 10
+    weights = mix.task_weights()
+    assert (weights.personas, weights.failed_share) == (mix.personas, mix.failed_share)
+    # Nothing failed: no failed-task split; weighting off: none of it.
+    assert week_mix({"1": 1.0}, seen, {}, {}, judged=60, failed_tasks=()).failed_share is None
+    off = week_mix({"1": 1.0}, seen, {}, {}, 60, None, MixSettings(False), personas_seen=personas, failed_tasks={"a"})
+    assert (off.personas, off.failed_share, off.task_weights().splits()[2][1]) == (None, None, None)
+
+
+def _personas(records, names):
+    out = []
+    for i, record in enumerate(records):
+        scenario = dict(record["user_scenario"]) if isinstance(record["user_scenario"], dict) else {}
+        scenario["persona"] = names[i % len(names)]
+        out.append({**record, "user_scenario": scenario})
+    return out
+
+
+def test_the_draws_follow_persona_weights_and_favour_failed_tasks(world):
+    from training.curriculum import TaskWeights, persona_of, select_rows
+
+    records = _personas(level1_records(world, 40, seed=0), ["calm", "angry"])
+    cancel = [r for r in records if r["intent"] == "cancel_order"]
+    failed = frozenset(r["interaction_id"] for r in cancel[:3])
+    weights = TaskWeights({"cancel_order": 0.5, "order_status": 0.5}, {"angry": 0.8, "calm": 0.2}, failed, 0.9)
+    rows, report = select_rows(records, {"4": 1.0}, seed=1, size=100, weights=weights)
+    by_intent = Counter(r["intent"] for r in rows)
+    assert by_intent == {"cancel_order": 50, "order_status": 50}
+    angry = Counter(r["persona"] for r in rows)["angry"]
+    assert angry == 80 and report.personas == {"angry": 80, "calm": 20}
+    # Within each (intent, persona) cell that holds a failed task, 90% of its draws are failed tasks.
+    cells = Counter((r["intent"], r["persona"], r["interaction_id"] in failed) for r in rows)
+    for persona in ("angry", "calm"):
+        holds_failed = any(r["interaction_id"] in failed and persona_of(r) == persona for r in cancel)
+        n = cells[("cancel_order", persona, True)] + cells[("cancel_order", persona, False)]
+        assert cells[("cancel_order", persona, True)] == (round(0.9 * n) if holds_failed else 0)
+    assert report.failed_task_rows == sum(r["interaction_id"] in failed for r in rows) > 0
+    again, _ = select_rows(records, {"4": 1.0}, seed=1, size=100, weights=weights)
+    assert [r["seed"] for r in again] == [r["seed"] for r in rows]
+
+
+def test_a_persona_the_weights_do_not_name_gets_the_floor_not_nothing(world):
+    from training.curriculum import TaskWeights, select_rows
+
+    records = _personas(level1_records(world, 30, seed=3), ["calm", "angry", "confused"])
+    rows, report = select_rows(
+        records, {"4": 1.0}, seed=0, size=100, weights=TaskWeights(None, {"angry": 0.7, "calm": 0.1})
+    )
+    shares = {k: v / 100 for k, v in report.personas.items()}
+    assert shares["confused"] == pytest.approx(shares["calm"], abs=0.01) and shares["angry"] > 0.7
+
+
+def test_window_failures_count_personas_faults_and_keep_the_failed_ids(world):
+    from evaluation.week_failures import met_fault, window_failures
+    from training.sandbox.core import INJECTED_ERROR
+
+    records = _personas(level1_records(world, 20, seed=4), ["calm", "angry"])
+    cancels = [r for r in records if r["intent"] == "cancel_order"]
+    broken = [_failed(r) for r in cancels[:3]]
+    kept = [r for r in records if r not in cancels[:3]]
+    faulted = dict(broken[0], messages=[*broken[0]["messages"], {"role": "tool", "content": INJECTED_ERROR}])
+    assert met_fault(faulted) and not met_fault(broken[0]) and not met_fault({"messages": "text"})
+    failures = window_failures([*kept, faulted, *broken[1:]])
+    assert failures.failed_ids == {r["interaction_id"] for r in broken}
+    assert sum(failures.failed_by_persona.values()) == 3 and sum(failures.judged_by_persona.values()) == len(records)
+    assert failures.faulted_failed == 1 and failures.faulted_judged == 1
+    assert failures.to_dict()["failed_tasks"] == 3

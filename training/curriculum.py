@@ -68,6 +68,8 @@ class CurriculumReport:
     intents: dict[str, int] = field(default_factory=dict)
     # Levels whose pool was generated rather than recorded (level 3 with no adversarial record).
     generated_per_level: dict[int, int] = field(default_factory=dict)
+    personas: dict[str, int] = field(default_factory=dict)
+    failed_task_rows: int = 0  # rows drawn from tasks the champion failed in the window
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +78,8 @@ class CurriculumReport:
             "eligible_per_level": {str(k): v for k, v in self.eligible_per_level.items()},
             "intents": dict(self.intents),
             "generated_per_level": {str(k): v for k, v in self.generated_per_level.items()},
+            "personas": dict(self.personas),
+            "failed_task_rows": self.failed_task_rows,
         }
 
 
@@ -220,14 +224,28 @@ def failure_weighted(
 
 @dataclass(frozen=True)
 class WeekMix:
-    """The week's GRPO mix: level shares and intent shares, and the evidence they were set from."""
+    """The week's GRPO mix: level, intent and persona shares, the tasks the champion failed and the
+    share of draws they get, and the evidence they were set from."""
 
     levels: dict[str, float]
     intents: dict[str, float] | None
     evidence: dict[str, Any] = field(default_factory=dict)
+    personas: dict[str, float] | None = None
+    failed_tasks: frozenset[str] = frozenset()
+    failed_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"levels": dict(self.levels), "intents": self.intents, "evidence": dict(self.evidence)}
+        return {
+            "levels": dict(self.levels),
+            "intents": self.intents,
+            "personas": self.personas,
+            "failed_tasks": len(self.failed_tasks),
+            "failed_share": self.failed_share,
+            "evidence": dict(self.evidence),
+        }
+
+    def task_weights(self) -> TaskWeights:
+        return TaskWeights(self.intents, self.personas, self.failed_tasks, self.failed_share)
 
 
 def week_mix(
@@ -238,17 +256,34 @@ def week_mix(
     judged: int,
     incident_intents: Mapping[str, int] | None = None,
     settings: MixSettings = MixSettings(),
+    *,
+    personas_seen: Mapping[str, int] | None = None,
+    failed_by_persona: Mapping[str, int] | None = None,
+    faulted_failed: int = 0,
+    failed_tasks: Iterable[str] = (),
 ) -> WeekMix:
-    """The mix of a week whose window showed `intents_seen` (tasks per intent) and, of `judged`
-    judged conversations, the failures per intent and per level; each open incident pointing at
-    an intent adds `incident_boost` to its failure share. Only the configured levels and the
-    intents seen are weighted, so the week never trains on a level or intent it has no tasks of,
-    and the tool list (`tools_for_levels`) stays the configured mix's."""
+    """The mix of a week whose window showed `intents_seen` (tasks per intent) and `personas_seen`
+    (tasks per customer persona) and, of `judged` judged conversations, the failures per intent,
+    level and persona; each open incident pointing at an intent adds `incident_boost` to its
+    failure share.
+
+    - Levels, intents and personas each get `failure_weighted` shares: more of what fails, the
+      floor for the rest. Only the configured levels and the intents and personas seen are
+      weighted, so the week never trains on a level or intent it has no tasks of, and the tool
+      list (`tools_for_levels`) stays the configured mix's.
+    - Faults: a failed conversation that met a back-end fault also counts as a failure of level 3,
+      the level whose tasks inject one, when level 3 is configured.
+    - Failure modes pick tasks: within each intent and persona, the tasks the champion failed
+      (`failed_tasks`, whatever their mode) get `1 - floor` of the draws and the rest the floor."""
     incidents = dict(incident_intents or {})
+    failed_tasks = frozenset(failed_tasks)
     evidence = {
         "judged": judged,
         "failed_by_intent": dict(failed_by_intent),
         "failed_by_level": dict(failed_by_level),
+        "failed_by_persona": dict(failed_by_persona or {}),
+        "faulted_failed": faulted_failed,
+        "failed_tasks": len(failed_tasks),
         "incident_intents": incidents,
         "by_failures": settings.by_failures,
         "floor": settings.floor,
@@ -260,8 +295,21 @@ def week_mix(
         k: share(failed_by_intent.get(k, 0)) + settings.incident_boost * incidents.get(k, 0) for k in intents_seen
     }
     level_failures = {k: share(failed_by_level.get(k, 0)) for k in levels}
+    if "3" in level_failures:
+        level_failures["3"] += share(faulted_failed)
     intents = failure_weighted(dict(intents_seen), intent_failures, settings.floor) if intents_seen else None
-    return WeekMix(failure_weighted(levels, level_failures, settings.floor), intents, evidence)
+    seen = {k: n for k, n in (personas_seen or {}).items() if n > 0}
+    persona_failures = {k: share((failed_by_persona or {}).get(k, 0)) for k in seen}
+    personas = failure_weighted(seen, persona_failures, settings.floor) if seen else None
+    failed_share = failure_weighted({"failed": 1, "passed": 1}, {"failed": 1.0}, settings.floor)["failed"]
+    return WeekMix(
+        failure_weighted(levels, level_failures, settings.floor),
+        intents,
+        evidence,
+        personas,
+        failed_tasks,
+        failed_share if failed_tasks else None,
+    )
 
 
 def _allotted(weights: Mapping[str, float], total: int) -> dict[str, int]:
@@ -275,24 +323,74 @@ def _allotted(weights: Mapping[str, float], total: int) -> dict[str, int]:
     return counts
 
 
+@dataclass(frozen=True)
+class TaskWeights:
+    """How a level's draws are shared out below the level (all from `week_mix`; None: as the
+    records come): per intent, then per customer persona within an intent, then between the tasks
+    the champion failed in the window (`failed_tasks`, by interaction id) and the rest."""
+
+    intents: Mapping[str, float] | None = None
+    personas: Mapping[str, float] | None = None
+    failed_tasks: frozenset[str] = frozenset()
+    failed_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.failed_share is not None and not 0.0 <= self.failed_share <= 1.0:
+            raise CurriculumError("bad_failed_share", f"failed_share={self.failed_share!r} must be in [0, 1]")
+
+    def splits(self) -> list[tuple[Any, Mapping[str, float] | None, float]]:
+        """(key of a record, weights over its values, weight of a value the weights do not name) for
+        each split, outermost first. An intent not weighted gets nothing (the week does not train
+        it); a persona not weighted (a generated level-3 customer, level 1's cooperative one) gets
+        the smallest persona weight, the floor."""
+        status = None
+        if self.failed_share is not None and self.failed_tasks:
+            status = {"failed": self.failed_share, "passed": 1.0 - self.failed_share}
+        failed = self.failed_tasks
+        least_persona = min(self.personas.values()) if self.personas else 0.0
+        return [
+            (lambda r: str(r.get("intent", "other")), self.intents, 0.0),
+            (persona_of, self.personas, least_persona),
+            (lambda r: "failed" if str(r.get("interaction_id", "")) in failed else "passed", status, 0.0),
+        ]
+
+
+def persona_of(record: Mapping[str, Any]) -> str:
+    """The customer persona a task is told by ("" when its scenario names none)."""
+    return str((as_dict(record.get("user_scenario")) or {}).get("persona") or "")
+
+
 def _drawn(
-    pool: list[Mapping[str, Any]], wanted: int, intent_weights: Mapping[str, float] | None, rng: random.Random
+    pool: list[Mapping[str, Any]], wanted: int, weights: TaskWeights | None, rng: random.Random
 ) -> list[tuple[Mapping[str, Any], int]]:
-    """(record, repeat) pairs: `wanted` draws from the shuffled `pool`, cycled; with
-    `intent_weights`, each intent of the pool gets its weight's share of them (renormalised over
-    the intents the pool holds), cycling through that intent's records."""
-    by_intent: dict[str, list[Mapping[str, Any]]] = {}
-    for record in pool:
-        by_intent.setdefault(str(record.get("intent", "other")), []).append(record)
-    weights = {k: float(intent_weights.get(k, 0.0)) for k in by_intent} if intent_weights else {}
-    if sum(weights.values()) <= 0:
-        return [(pool[i % len(pool)], i // len(pool)) for i in range(wanted)]
-    out: list[tuple[Mapping[str, Any], int]] = []
-    for intent, count in sorted(_allotted(weights, wanted).items()):
-        records = by_intent[intent]
-        out += [(records[i % len(records)], i // len(records)) for i in range(count)]
-    rng.shuffle(out)
+    """(record, repeat) pairs: `wanted` draws from the shuffled `pool`, cycled; with `weights`, the
+    draws are split by each of its splits in turn (intent, persona, failed or not), each group of
+    records getting its weight's share (renormalised over the groups the pool holds; a split whose
+    weights give none of them anything is skipped), cycling through each final group's records."""
+    out, split = _split_draws(pool, wanted, weights.splits() if weights else [])
+    if split:  # unsplit draws keep the pool's order, as without weights
+        rng.shuffle(out)
     return out
+
+
+def _split_draws(
+    pool: list[Mapping[str, Any]], wanted: int, splits: list[tuple[Any, Mapping[str, float] | None, float]]
+) -> tuple[list[tuple[Mapping[str, Any], int]], bool]:
+    """(the draws, whether any split applied)."""
+    for depth, (key, shares, unnamed) in enumerate(splits):
+        if not shares:
+            continue
+        groups: dict[str, list[Mapping[str, Any]]] = {}
+        for record in pool:
+            groups.setdefault(key(record), []).append(record)
+        present = {k: max(float(shares.get(k, unnamed)), 0.0) for k in groups}
+        if sum(present.values()) <= 0:
+            continue
+        out: list[tuple[Mapping[str, Any], int]] = []
+        for group, count in sorted(_allotted(present, wanted).items()):
+            out += _split_draws(groups[group], count, splits[depth + 1 :])[0]
+        return out, True
+    return [(pool[i % len(pool)], i // len(pool)) for i in range(wanted)], False
 
 
 def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) -> dict[str, Any]:
@@ -312,6 +410,7 @@ def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) 
         "level": level,
         "interaction_id": str(record.get("interaction_id", "")),
         "intent": str(record.get("intent", "other")),
+        "persona": persona_of(record),
     }
 
 
@@ -321,10 +420,11 @@ def select_rows(
     seed: int = 0,
     size: int | None = None,
     rules: LevelRules = LevelRules(),
-    intent_weights: Mapping[str, float] | None = None,
+    weights: TaskWeights | None = None,
 ) -> tuple[list[dict[str, Any]], CurriculumReport]:
     """Rows drawn per level share (seeded; a level is cycled when it has fewer records than asked);
-    within a level, per `intent_weights` when given (`week_mix`), else as the records come."""
+    within a level, per `weights` when given (`week_mix`: intent, persona, failed or not), else as
+    the records come."""
     shares = parse_mix(mix)
     by_level: dict[int, list[Mapping[str, Any]]] = {level: [] for level in LEVELS}
     short: list[Mapping[str, Any]] = []  # recorded level-1 and level-2 tasks: what level 3 can harden
@@ -365,7 +465,7 @@ def select_rows(
         wanted = round(shares[level] * total) if index < len(requested_levels) - 1 else total - len(rows)
         pool = sorted(by_level[level], key=lambda r: str(r.get("interaction_id", "")))
         rng.shuffle(pool)
-        for record, repeat in _drawn(pool, max(wanted, 0), intent_weights, rng):
+        for record, repeat in _drawn(pool, max(wanted, 0), weights, rng):
             rows.append(task_row(record, level, seed, repeat=repeat))
         counts[level] = max(wanted, 0)
     rng.shuffle(rows)
@@ -375,6 +475,8 @@ def select_rows(
         {level: len(by_level[level]) for level in LEVELS},
         dict(Counter(row["intent"] for row in rows)),
         generated,
+        dict(Counter(row["persona"] for row in rows)),
+        sum(row["interaction_id"] in weights.failed_tasks for row in rows) if weights else 0,
     )
     return rows, report
 
@@ -385,11 +487,12 @@ def build_dataset(
     seed: int = 0,
     size: int | None = None,
     rules: LevelRules = LevelRules(),
-    intent_weights: Mapping[str, float] | None = None,
+    weights: TaskWeights | None = None,
 ):
     """`(datasets.Dataset, CurriculumReport)`: columns prompt, initial_state, user_scenario, gold,
-    seed, compact, inject_tool_errors, escalation_was_necessary, level, interaction_id, intent."""
+    seed, compact, inject_tool_errors, escalation_was_necessary, level, interaction_id, intent,
+    persona."""
     from datasets import Dataset
 
-    rows, report = select_rows(records, mix, seed, size, rules, intent_weights)
+    rows, report = select_rows(records, mix, seed, size, rules, weights)
     return Dataset.from_list(rows), report

@@ -21,7 +21,7 @@ from typing import Any
 
 from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import last_checkpoint, load_policy, save_final_model
-from training.curriculum import build_dataset, tools_for_levels
+from training.curriculum import TaskWeights, build_dataset, tools_for_levels
 from training.grpo_config import ConfigError, GRPORunConfig, to_grpo_config, validate
 from training.grpo_result import GRPOResult
 from training.reporting import Reporter, make_reporter
@@ -120,9 +120,10 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     from trl import GRPOTrainer
 
     records = config.records if config.records is not None else load_records(config.records_path)
-    dataset, mix = build_dataset(
-        records, config.levels, seed=config.seed, size=config.dataset_size, intent_weights=config.intent_weights
+    weights = TaskWeights(
+        config.intent_weights, config.persona_weights, frozenset(config.failed_tasks or ()), config.failed_share
     )
+    dataset, mix = build_dataset(records, config.levels, seed=config.seed, size=config.dataset_size, weights=weights)
     dtype = torch.bfloat16 if config.profile == "gpu" else torch.float32
     model, tokenizer = load_policy(config.model_path, dtype=dtype)
     args = to_grpo_config(config)

@@ -46,6 +46,13 @@ class GRPORunConfig:
     intent_weights: dict[str, float] | None = setting(
         None, "share of each intent among a level's drawn prompts (None: as the records come)"
     )
+    persona_weights: dict[str, float] | None = setting(
+        None, "share of each customer persona among an intent's drawn prompts (None: as the records come)"
+    )
+    failed_tasks: list[str] | None = setting(
+        None, "interaction ids of the window's tasks the champion failed (drawn at failed_share of a persona's prompts)"
+    )
+    failed_share: float | None = setting(None, "share of prompts drawn from failed_tasks where both kinds exist")
     dataset_size: int | None = setting(None, "prompts drawn from the mix (None: every eligible record once)")
     reward_names: list[str] | None = setting(None, "reward terms to train on (None: every term in REWARD_TERMS)")
     reward_weights: dict[str, float] = setting(help="overrides of RewardWeights, by term", factory=dict)
@@ -187,9 +194,13 @@ def validate(config: GRPORunConfig, num_processes: int | None = None) -> None:
         parse_mix(config.levels)
     except CurriculumError as err:
         raise ConfigError("bad_level_mix", "levels", str(err)) from err
-    weights = config.intent_weights or {}
-    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 for w in weights.values()):
-        raise ConfigError("bad_intent_weight", "intent_weights", f"{weights} must all be numbers >= 0")
+    for name in ("intent_weights", "persona_weights"):
+        weights = getattr(config, name) or {}
+        if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 for w in weights.values()):
+            raise ConfigError(f"bad_{name[:-1]}", name, f"{weights} must all be numbers >= 0")
+    share = config.failed_share
+    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1):
+        raise ConfigError("bad_failed_share", "failed_share", f"{share!r} must be a number in [0, 1]")
     if config.profile not in PROFILES:
         raise ConfigError("unknown_profile", "profile", f"{config.profile!r} not in {PROFILES}")
     path = Path(config.model_path)
