@@ -3,8 +3,8 @@
 A candidate that passed every gate is registered as `canary` (`tracking.registry`) and answers
 `CanarySettings.share` of the served conversations. The two arms meet different customers, but on
 the same days: a day's traffic mix (which intents, how hard) is shared, so the comparison pairs by
-day. Each canary conversation's verified success (replayed as the champion-health breaker replays
-it, `monitoring.health.judge_record`; only conversations with gold count) is paired with the
+day. Each canary conversation's verified success (replayed as the live watch replays it,
+`evaluation.replay.judge_record`; only conversations with gold count) is paired with the
 champion's verified success rate on the same day, and the days are the clusters of
 `evaluation.stats.clustered_comparison`: resampling whole days carries both arms' noise (a day's
 champion rate is itself an estimate) and keeps the day-to-day swings out of the difference.
@@ -12,6 +12,13 @@ champion rate is itself an estimate) and keeps the day-to-day swings out of the 
 The decision, once the canary has `min_conversations` judged conversations over `min_days` days:
   - drop when the canary is clearly worse: the interval's upper bound below 0, or its share of
     conversations with a policy violation more than `violation_spike` above the champion's;
+  - drop when it behaves unlike what was evaluated, with the live watch's thresholds
+    (`monitoring.watch.WatchSettings`, measured once the canary has `min_interactions` judged
+    conversations): its served tool-call mix drifts from the mix its evaluation recorded on the
+    version (`evaluated_tool_mix`) by more than `max_action_drift`, or its proxy rewards on
+    conversations with gold shift from the champion's on the same days beyond `reward_max_ks`
+    (p below `reward_alarm_p`) *downwards* (a better canary's rewards shift up, and that is no
+    reason to drop it);
   - promote when the interval's lower bound is above `-margin` (not worse by more than the margin,
     the shadow gate's non-inferiority rule, now on served traffic);
   - wait otherwise (the next served day adds evidence).
@@ -34,10 +41,17 @@ from dataplane.incidents import record_incident
 from dataplane.served import records_served_on, served_days
 from dataplane.settings import setting
 from dataplane.store import open_store
+from domains.registry import DEFAULT_DOMAIN
+from evaluation.decision import fold_unknown_tools
+from evaluation.failure_modes import episode_violations
+from evaluation.metrics import distribution
+from evaluation.replay import ReplayError, judge_record
 from evaluation.stats import clustered_comparison
-from monitoring.health import HealthSettings, judge_record
+from monitoring.health import HealthSettings
+from monitoring.watch import Finding, WatchSettings, action_drift, evaluated_mix, reward_shift
 from tracking.canary import log_canary_decision
 from tracking.registry import CANARY_DROPPED_TAG, canary_info, champion_info, drop_canary, promote_canary
+from training.rewards import GoldError
 
 __all__ = ["CanaryConfigError", "CanarySettings", "CanaryVerdict", "assess_canary", "check_canary"]
 
@@ -107,6 +121,8 @@ class CanaryVerdict:
     champion_violation_rate: float | None = None
     margin: float = CanarySettings.margin
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    action_drift: dict[str, Any] | None = None  # the live watch's Finding, on the canary's traffic
+    reward_shift: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,22 +130,33 @@ class CanaryVerdict:
 
 @dataclass
 class _Arm:
-    """One arm's judged conversations: verified successes by day, and violations over all."""
+    """One arm's judged conversations: verified successes by day, violations, the tools it called
+    and the proxy rewards of those with gold."""
 
     successes: dict[str, list[bool]] = field(default_factory=dict)
     judged: int = 0
     violating: int = 0
+    tools: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    domain: str = DEFAULT_DOMAIN
 
     def add(self, day: str, records: Sequence[Mapping[str, Any]], skipped: list[dict[str, Any]]) -> None:
         for record in records:
-            judged = judge_record(record, skipped)
-            if judged is None:
+            try:
+                judged = judge_record(record)
+            except (ReplayError, GoldError) as exc:
+                # Ingestion validated these records, so this is rare; it is reported, not hidden.
+                skipped.append(
+                    {"interaction_id": record.get("interaction_id"), "reason": f"{type(exc).__name__}: {exc}"}
+                )
                 continue
-            success, rules = judged
             self.judged += 1
-            self.violating += bool(rules)
-            if success is not None:
-                self.successes.setdefault(day, []).append(success)
+            self.domain = judged.episode.domain
+            self.violating += bool(episode_violations(judged.episode))
+            self.tools += [entry.tool for entry in judged.episode.audit_log]
+            if judged.trial is not None:
+                self.successes.setdefault(day, []).append(judged.trial.success)
+                self.rewards.append(judged.trial.reward)
 
     @property
     def n(self) -> int:
@@ -149,9 +176,12 @@ def assess_canary(
     champion: str,
     settings: CanarySettings = CanarySettings(),
     violation_spike: float = HealthSettings.violation_spike,
+    evaluated: Mapping[str, float] | None = None,
+    watch: WatchSettings = WatchSettings(),
 ) -> CanaryVerdict:
     """Decide on the canary from `by_day`: for each day it served, (the canary's records, the
-    champion's records) of that day. See the module docstring for the rule."""
+    champion's records) of that day; `evaluated` is the tool-call mix the canary's evaluation
+    recorded (None: drift not measured). See the module docstring for the rule."""
     skipped: list[dict[str, Any]] = []
     arms = {canary: _Arm(), champion: _Arm()}
     for day, (canary_records, champion_records) in sorted(by_day.items()):
@@ -191,15 +221,43 @@ def assess_canary(
         "sign_p_value": comparison.sign.p_value,
     }
     interval = f"canary - champion {ci.difference:+.3f}, 95% CI [{ci.low:+.3f}, {ci.high:+.3f}] over {len(paired)} days"
+    drift, shift = _behaviour(ours, theirs, evaluated, watch)
+    numbers |= {"action_drift": asdict(drift), "reward_shift": asdict(shift)}
     spike = _violation_spike(ours.violation_rate(), theirs.violation_rate(), violation_spike)
     if ci.high < 0 or spike:
         why = spike or f"clearly worse: {interval}, upper bound below 0"
         return CanaryVerdict(DROP, why, **base, **numbers)
+    if drift.status == "alarm":
+        return CanaryVerdict(DROP, f"the canary does not act as it was evaluated: {drift.detail}", **base, **numbers)
+    if shift.status == "alarm":
+        return CanaryVerdict(DROP, f"the canary's rewards fell: {shift.detail}", **base, **numbers)
     if ci.low > -settings.margin:
         return CanaryVerdict(
             PROMOTE, f"not worse: {interval}, lower bound above -{settings.margin:.2f}", **base, **numbers
         )
     return CanaryVerdict(WAIT, f"undecided: {interval}", **base, **numbers)
+
+
+def _behaviour(ours: _Arm, theirs: _Arm, evaluated: Mapping[str, float] | None, watch: WatchSettings):
+    """(action drift of the canary's served tool calls from its evaluated mix, the shift of its
+    proxy rewards from the champion's on the same days: an alarm only when they moved down)."""
+    drift = action_drift(fold_unknown_tools(distribution(ours.tools), ours.domain), evaluated, ours.judged, watch)
+    shift = reward_shift(ours.rewards, theirs.rewards, "the champion's conversations on the same days", watch)
+    if shift.status == "alarm" and sum(ours.rewards) / len(ours.rewards) >= sum(theirs.rewards) / len(theirs.rewards):
+        shift = Finding(
+            shift.name,
+            "ok",
+            shift.value,
+            shift.threshold,
+            f"{shift.detail}; the shift is upwards (the canary's mean reward is not below the champion's)",
+            shift.extra,
+        )
+    return drift, shift
+
+
+def _domain_of(traffic: Mapping[str, tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]]) -> str:
+    """The domain the canary served (its records name it; the default for records of old logs)."""
+    return next((str(r["domain"]) for ours, _ in traffic.values() for r in ours if r.get("domain")), DEFAULT_DOMAIN)
 
 
 def _violation_spike(canary: float | None, champion: float | None, spike: float) -> str | None:
@@ -236,6 +294,7 @@ def check_canary(
     model_name: str,
     settings: CanarySettings = CanarySettings(),
     artifact_location: str | None = None,
+    watch: WatchSettings = WatchSettings(),
 ) -> dict[str, Any]:
     """Judge the canary against the champion on the traffic both served; promote it, drop it (with
     an incident) or wait. Every judgement is logged in MLflow (`tracking.canary`)."""
@@ -251,7 +310,14 @@ def check_canary(
         return {"action": DROP, "canary": canary.version, "reason": canary.tags[CANARY_DROPPED_TAG]}
     served_as = {alias: f"{model_name}/{info.version}" for alias, info in (("canary", canary), ("champion", champion))}
     traffic = canary_traffic(store_path, served_as["canary"], served_as["champion"], settings.max_per_day)
-    verdict = assess_canary(traffic, served_as["canary"], served_as["champion"], settings)
+    verdict = assess_canary(
+        traffic,
+        served_as["canary"],
+        served_as["champion"],
+        settings,
+        evaluated=evaluated_mix(canary.tags, served_as["canary"], _domain_of(traffic)),
+        watch=watch,
+    )
     outcome = {"action": verdict.decision, "canary": canary.version, "champion": champion.version}
     if verdict.decision == PROMOTE:
         promote_canary(tracking_uri, model_name, moved_by=f"{MOVED_BY}: {verdict.reason}")

@@ -52,7 +52,9 @@ CHAMPION_V, CANARY_V = f"{MODEL}/1", f"{MODEL}/2"
 QUICK = CanarySettings(min_conversations=60, min_days=5)
 
 
-def _register(home, tmp_path, week: str, serve_as: str = CHAMPION, moved_by: str = "test") -> int:
+def _register(
+    home, tmp_path, week: str, serve_as: str = CHAMPION, moved_by: str = "test", evaluated_tool_mix=None
+) -> int:
     model = tmp_path / f"model-{week}"
     model.mkdir(parents=True, exist_ok=True)
     save_file({"w": np.arange(6, dtype=np.float32) + len(week)}, str(model / "model.safetensors"))
@@ -62,7 +64,12 @@ def _register(home, tmp_path, week: str, serve_as: str = CHAMPION, moved_by: str
         home.mlflow_uri,
         model,
         week,
-        ChampionLineage(shadow_success=0.9, violation_rate=0.02, model_digest=model_digest(model)),
+        ChampionLineage(
+            shadow_success=0.9,
+            violation_rate=0.02,
+            model_digest=model_digest(model),
+            evaluated_tool_mix=evaluated_tool_mix,
+        ),
         evaluate_gates(gate_inputs("better")),
         artifact_location=home.mlflow_artifacts.as_uri(),
         moved_by=moved_by,
@@ -410,3 +417,76 @@ def test_a_candidate_trained_from_the_canary_says_so_in_its_lineage(tmp_path):
     tags = lineage("candidate", "/models/canary-v2").to_tags()
     assert tags["trained_from"] == "/models/canary-v2" and tags["base_model"] == "/champion"
     assert lineage("base", "/models/canary-v2").trained_from is None  # the baseline was not trained
+
+
+# ---- behaviour: the live watch's checks, on the canary's traffic ---------------------------------
+
+
+def _by_day(tmp_path, seed: int, days: int = 6) -> dict:
+    """One simulated stretch of good traffic, served as both arms' records day by day."""
+    out = tmp_path / f"arms-{seed}"
+    simulate(days=days, per_day=20, seed=seed, out_dir=str(out), start=date(2026, 11, 16), n_users=80)
+    by_day: dict[str, tuple[list, list]] = {}
+    for path in day_files(out):
+        records = read_records([path])
+        by_day[path.parent.name] = (records[::2], records[1::2])
+    return by_day
+
+
+def test_a_canary_whose_tool_calls_drift_from_its_evaluation_is_dropped(tmp_path):
+    from evaluation.metrics import distribution
+    from monitoring.canary import _Arm
+    from monitoring.watch import WatchSettings
+
+    by_day = _by_day(tmp_path, seed=11)
+    settings = CanarySettings(min_conversations=20, min_days=4, margin=0.5)
+    watch = WatchSettings(min_interactions=20)
+    arm = _Arm()
+    for day, (ours, _) in by_day.items():
+        arm.add(day, ours, [])
+    served = distribution(arm.tools)
+    # Evaluated as it serves: the canary acts as it was judged, and is not worse.
+    same = assess_canary(by_day, CANARY_V, CHAMPION_V, settings, evaluated=served, watch=watch)
+    assert same.decision == "promote", same.reason
+    assert same.action_drift["status"] == "ok" and same.action_drift["value"] == pytest.approx(0.0, abs=1e-9)
+    # Evaluated calling only the hand-over tool: what it serves is not what the gates judged.
+    elsewhere = {"transfer_to_human_agents": 1.0}
+    drifted = assess_canary(by_day, CANARY_V, CHAMPION_V, settings, evaluated=elsewhere, watch=watch)
+    assert drifted.decision == "drop" and drifted.reason.startswith("the canary does not act as it was evaluated")
+    assert drifted.action_drift["status"] == "alarm" and drifted.action_drift["value"] > watch.max_action_drift
+    # Below the live watch's minimum the drift is not measured, so it decides nothing.
+    unmeasured = assess_canary(by_day, CANARY_V, CHAMPION_V, settings, evaluated=elsewhere)
+    assert unmeasured.decision == "promote" and unmeasured.action_drift["status"] == "not_measured"
+
+
+def test_a_canary_is_dropped_when_its_rewards_fall_not_when_they_rise():
+    from monitoring.canary import _Arm, _behaviour
+    from monitoring.watch import WatchSettings
+
+    watch = WatchSettings(min_interactions=50)
+    low, high = _Arm(rewards=[0.0] * 60 + [1.0] * 20), _Arm(rewards=[0.0] * 20 + [1.0] * 60)
+    _, fell = _behaviour(low, high, None, watch)
+    assert fell.status == "alarm" and fell.value > watch.reward_max_ks
+    _, rose = _behaviour(high, low, None, watch)
+    assert rose.status == "ok" and rose.value == fell.value and "upwards" in rose.detail
+    _, few = _behaviour(_Arm(rewards=[0.0] * 10), high, None, watch)
+    assert few.status == "not_measured"
+
+
+def test_the_canary_check_reads_the_evaluated_mix_its_version_carries(home, tmp_path):
+    """check_canary compares the canary's served calls with the `evaluated_tool_mix` tag its
+    registration wrote, and drops it, with an incident, when they drifted."""
+    from monitoring.watch import WatchSettings
+
+    _register(home, tmp_path, "2026-11-02")
+    _register(home, tmp_path, "2026-11-09", serve_as=CANARY, evaluated_tool_mix={"transfer_to_human_agents": 1.0})
+    _traffic(home, tmp_path, CANARY_V, degraded=False, days=6, seed=12)
+    _traffic(home, tmp_path, CHAMPION_V, degraded=False, days=6, seed=13)
+    settings = CanarySettings(min_conversations=40, min_days=5, margin=0.5)
+    outcome = check_canary(
+        home, str(home.duckdb_path), home.mlflow_uri, MODEL, settings, None, watch=WatchSettings(min_interactions=40)
+    )
+    assert outcome["action"] == "drop" and "does not act as it was evaluated" in outcome["reason"]
+    [incident] = list_incidents(home)
+    assert incident["kind"] == "canary_dropped" and incident["evidence"]["verdict"]["action_drift"]["status"] == "alarm"
+    assert _aliases(home) == {CHAMPION: 1}
