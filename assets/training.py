@@ -23,7 +23,7 @@ from dataplane.incidents import list_incidents
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.week_failures import incident_intents, open_incidents, window_failures
 from tracking.registry import canary_info, champion_info, local_champion
-from tracking.run_log import log_training_inputs, open_week_run
+from tracking.run_log import log_training_inputs, metric_part, open_week_run
 from training.curriculum import WeekMix, is_training_task, persona_of, week_mix
 from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update
 from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
@@ -354,7 +354,7 @@ def _week_run_config(
 
 def _mix_metrics(mix: WeekMix) -> dict[str, float]:
     out = {f"mix/level/{level}": share for level, share in mix.levels.items()}
-    out |= {f"mix/persona/{persona or 'unnamed'}": share for persona, share in (mix.personas or {}).items()}
+    out |= {f"mix/persona/{metric_part(persona)}": share for persona, share in (mix.personas or {}).items()}
     if mix.failed_share is not None:
         out["mix/failed_task_share"] = mix.failed_share
     return out | {f"mix/intent/{intent}": share for intent, share in (mix.intents or {}).items()}

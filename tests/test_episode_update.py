@@ -113,13 +113,26 @@ def test_the_counts_and_the_mix_go_to_the_weeks_run_and_the_metadata(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = open_week_run(uri, "2026-11-16", "dagster-run", artifact_location=(tmp_path / "artifacts").as_uri())
     update = EpisodeUpdate("/models/ep", episodes=42, candidates=50, steps=20, train_loss=0.7, seconds=9.5)
-    mix = week_mix({"1": 1.0}, {"order_status": 10, "cancel_order": 10}, {"cancel_order": 4}, {"1": 4}, judged=20)
+    mix = week_mix(
+        {"1": 1.0},
+        {"order_status": 10, "cancel_order": 10},
+        {"cancel_order": 4},
+        {"1": 4},
+        judged=20,
+        personas_seen={"polite forthcoming": 12, "": 8},
+        failed_by_persona={"polite forthcoming": 4},
+        failed_tasks={"a", "b", "c", "d"},
+    )
     metadata = _log_inputs(uri, run_id, update, mix)
     client = MlflowClient(tracking_uri=uri)
     metrics = client.get_run(run_id).data.metrics
     assert (metrics["sft/episodes"], metrics["sft/steps"], metrics["sft/train_loss"]) == (42, 20, 0.7)
     assert metrics["mix/intent/cancel_order"] == pytest.approx(0.9)
     assert metrics["mix/level/1"] == 1.0
+    # Persona names are free text: each becomes one stable metric name part.
+    assert metrics["mix/persona/polite_forthcoming"] == pytest.approx(0.9)
+    assert metrics["mix/persona/unnamed"] == pytest.approx(0.1)
+    assert metrics["mix/failed_task_share"] == pytest.approx(0.9)
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"episode_update.json", "curriculum_weights.json"} <= artifacts
     assert (metadata["sft_episodes"], metadata["sft_steps"], metadata["sft_skipped"]) == (42, 20, "")

@@ -115,6 +115,12 @@ def week_step(week: str) -> int:
     return (week_monday(week) - _FIRST_MONDAY).days // 7
 
 
+def metric_part(text: str) -> str:
+    """`text` as one metric name part: each run of characters `metric_key` refuses becomes `_`
+    ("polite forthcoming" -> "polite_forthcoming"); "" becomes "unnamed"."""
+    return "_".join(_KEY_PART.findall(text)) or "unnamed"
+
+
 def metric_key(*parts: str) -> str:
     """`a/b/c` from name parts, refusing characters that would make names unstable across stores."""
     for part in parts:
