@@ -107,3 +107,58 @@ def test_the_labelled_positions_loss_equals_trls_fused_loss(tmp_path, world):
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
     assert torch.allclose(grads[0], grads[1], rtol=1e-3, atol=1e-6)
     assert ours._metrics["train"]["mean_token_accuracy"] and ours._metrics["train"]["entropy"]
+
+
+def test_the_tool_name_weight_counts_each_token_naming_a_tool_that_many_times(world):
+    """Weight K: the loss is the labelled tokens' cross-entropy mean with the tokens that open a
+    tool call and name its tool counted K times (found by decoding, however the tokenizer cut
+    them); weight 1 is the plain mean. A weight <= 0 is refused."""
+    import torch
+    import torch.nn.functional as F
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from training.checkpoints import load_policy
+    from training.sft import SFTSettings, _trainer_class, sft_rows, tokenized_rows, tool_name_positions
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+
+    records = level1_records(world, 8, seed=2)
+    # A trained model, so the tokens' losses differ and the weighting shows.
+    model, tokenizer = load_policy(SHIPPED_AGENT_DIR)
+    dataset = Dataset.from_list(tokenized_rows(tokenizer, sft_rows(records)))
+    args = SFTConfig(
+        output_dir="unused-sft", per_device_train_batch_size=8, use_cpu=True, report_to="none", max_steps=1
+    )
+    trainers = {
+        k: _trainer_class(k)(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        for k in (1.0, 20.0)
+    }
+    plain_trainer = trainers[1.0]
+    batch = plain_trainer._prepare_inputs(
+        plain_trainer.data_collator([plain_trainer.train_dataset[i] for i in range(8)])
+    )
+    marked = tool_name_positions(batch["input_ids"], tokenizer)
+    calls = [tokenizer.decode(batch["input_ids"][row][marked[row]]) for row in range(8)]
+    for row, text in enumerate(calls):
+        # Every tool the demonstration calls is named in the marked tokens, in order.
+        names = [
+            m["tool_calls"][0]["function"]["name"] for m in sft_rows(records)[row]["messages"] if m.get("tool_calls")
+        ]
+        positions = [text.index(f'"name": "{name}"') for name in names]
+        assert positions == sorted(positions) and text.count("<tool_call>") >= len(names)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+        target = batch["labels"][:, 1:]
+        keep = target != -100
+        ce = F.cross_entropy(logits[keep], target[keep], reduction="none")
+        named = marked[:, 1:][keep]
+        assert 8 <= int(named.sum()) < len(named) / 3  # a few labelled tokens per call, not all
+        weights = 1.0 + 19.0 * named.float()
+        plain, weighted = (trainers[k].compute_loss(model, dict(batch)) for k in (1.0, 20.0))
+    assert plain.item() == pytest.approx(ce.mean().item(), rel=1e-4)
+    assert weighted.item() == pytest.approx(((ce * weights).sum() / weights.sum()).item(), rel=1e-4)
+    assert abs(weighted.item() - plain.item()) > 0.01
+    for bad in (0, -1.0, True):
+        with pytest.raises(ValueError, match="tool_name_weight"):
+            SFTSettings(tool_name_weight=bad)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,19 @@ class SFTSettings:
         "train on relabelled copies (training.tiny.relabel), a fresh copy per example drawn, so identifiers "
         "can be fitted only by copying them",
     )
+    # Which tool to call is a token or two of a conversation, so a token-mean loss barely sees it:
+    # the shipped tiny agent fitted its demonstrations to 0.02 a token while answering every
+    # cancellation with the order's status (bench/results/shipped_agent.md, S7). Weighting the
+    # tokens that name the tool makes the choice count; weighting whole tool calls did not, since
+    # they are most of what an agent writes.
+    tool_name_weight: float = setting(
+        1.0, "loss weight of the tokens naming the tool in an assistant's tool call, against 1 for the rest"
+    )
+
+    def __post_init__(self) -> None:
+        weight = self.tool_name_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+            raise ValueError(f"tool_name_weight={weight!r} must be a number > 0")
 
 
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,7 +210,33 @@ def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list
     return out
 
 
-def _trainer_class():
+TOOL_CALL_OPEN = "<tool_call>"
+_NAMED = re.compile(r'"name"\s*:\s*"[^"]*"')
+_NAME_TOKENS_AT_MOST = 16  # a tool name cut finer than this is not a name a model could call
+
+
+def tool_name_positions(token_ids, tokenizer):
+    """A boolean tensor like `token_ids` (batch x length): True on each `<tool_call>` marker and on
+    the tokens after it up to the one that closes the call's `"name": "..."`. A tokenizer cuts
+    that text as it likes (the tiny one merges the name with the arguments' first key into one
+    token), so the span is found by decoding, not by matching token ids."""
+    import torch
+
+    marked = torch.zeros_like(token_ids, dtype=torch.bool)
+    opener = tokenizer.convert_tokens_to_ids(TOOL_CALL_OPEN)
+    if opener is None or opener == tokenizer.unk_token_id:
+        raise ValueError(f"the tokenizer has no {TOOL_CALL_OPEN} token: tool calls cannot be found")
+    for row, column in (token_ids == opener).nonzero().tolist():
+        ids = token_ids[row].tolist()
+        end = min(len(ids), column + 1 + _NAME_TOKENS_AT_MOST)
+        for stop in range(column + 1, end):
+            if _NAMED.search(tokenizer.decode(ids[column + 1 : stop + 1])):
+                marked[row, column : stop + 1] = True
+                break
+    return marked
+
+
+def _trainer_class(tool_name_weight: float = 1.0):
     """TRL's SFTTrainer, with a loss that sends only the trained positions through the LM head.
 
     TRL computes log-probabilities, entropy and top-1 for every position of the batch in fp32
@@ -207,6 +247,10 @@ def _trainer_class():
     two metrics TRL logs (token accuracy, entropy) come from those positions: 2.2x faster steps
     (`bench/sft_step.py`), the same loss and gradient (tests/test_sft.py). With several
     processes, or when outputs are asked for, TRL's own path runs (its distributed bookkeeping).
+
+    With `tool_name_weight` != 1 the loss is the weighted mean: each labelled token that opens a
+    tool call or names its tool (`tool_name_positions`) counts that many times. TRL's own path has
+    no weights, so it is refused then.
     """
     import torch
     import torch.nn.functional as F
@@ -215,6 +259,8 @@ def _trainer_class():
     class LabelledPositionsSFTTrainer(SFTTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if return_outputs or self.accelerator.num_processes > 1 or not hasattr(model, "get_decoder"):
+                if tool_name_weight != 1.0:
+                    raise ValueError("tool_name_weight needs the single-process loss; TRL's own path has no weights")
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             target = inputs["labels"][:, 1:]
             keep = target != -100
@@ -223,7 +269,12 @@ def _trainer_class():
             ).last_hidden_state
             logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
             wanted, count = target[keep], keep.sum().clamp(min=1)
-            loss = F.cross_entropy(logits, wanted, reduction="sum") / count
+            if tool_name_weight == 1.0:
+                loss = F.cross_entropy(logits, wanted, reduction="sum") / count
+            else:
+                named = tool_name_positions(inputs["input_ids"][:, 1:], self.processing_class)[keep]
+                weights = 1.0 + (tool_name_weight - 1.0) * named.float()
+                loss = (F.cross_entropy(logits, wanted, reduction="none") * weights).sum() / weights.sum()
             mode = "train" if model.training else "eval"
             with torch.no_grad():
                 log_probs = logits.log_softmax(-1)
@@ -281,7 +332,7 @@ def warm_start(
         dataloader_pin_memory=False,
         gradient_checkpointing=settings.gradient_checkpointing,
     )
-    trainer = _trainer_class()(
+    trainer = _trainer_class(settings.tool_name_weight)(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
@@ -293,6 +344,7 @@ def warm_start(
         "trajectories": len(replayed),
         "examples": len(rows),
         "relabelled": settings.relabel,
+        "tool_name_weight": settings.tool_name_weight,
         "steps": settings.steps,
         "train_loss": float(output.training_loss),
         "model_path": str(out),
