@@ -513,25 +513,50 @@ class PiiScanner:
             return self._replace(text, text, None, passes)[0] if passes else text
         return self.scan(text)[0]
 
+    def pseudonymise(self, text: str) -> tuple[str, dict[str, str]]:
+        """(`text` scrubbed as `scan` scrubs it, {pseudonym: the e-mail address as written}).
+
+        The map is what a serving gateway needs to give the tools back the addresses its model
+        only ever saw as pseudonyms; masked kinds (cards, phones, ...) are not reversible."""
+        norm, origin = (text, None) if text.isascii() else _normalised(text)
+        passes = _shape_passes(norm)
+        if not passes:
+            return text, {}
+        spans = self._spans(norm, passes)
+        written = {}
+        for start, end, token, kind in spans:
+            if kind == EMAIL_PASS.kind:
+                start, end = _given(origin, start, end)
+                written[token] = text[start:end]
+        return self._apply(text, origin, spans), written
+
     def _replace(
         self, text: str, norm: str, origin: list[int] | None, passes: tuple[_Pass, ...]
     ) -> tuple[str, list[str]]:
         spans = self._spans(norm, passes)
         if not spans:
             return text, []
+        return self._apply(text, origin, spans), [span[3] for span in spans]
+
+    @staticmethod
+    def _apply(text: str, origin: list[int] | None, spans: list[tuple[int, int, str, str]]) -> str:
         out: list[str] = []
         pos = 0
         for start, end, token, _kind in spans:
-            if origin is not None:  # back to the text as given: only the span itself changes
-                start, end = origin[start], origin[end - 1] + 1
+            start, end = _given(origin, start, end)
             out.append(text[pos:start])
             out.append(token)
             pos = end
         out.append(text[pos:])
-        return "".join(out), [span[3] for span in spans]
+        return "".join(out)
 
     def find(self, text: str) -> list[str]:
         return self.scan(text)[1]
+
+
+def _given(origin: list[int] | None, start: int, end: int) -> tuple[int, int]:
+    """A span of the normalised text as a span of the text as given: only the span itself changes."""
+    return (start, end) if origin is None else (origin[start], origin[end - 1] + 1)
 
 
 def may_hold_pii(text: str) -> bool:

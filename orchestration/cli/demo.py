@@ -39,6 +39,7 @@ from tracking.containment import containment_of
 from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, local_champion
 from training.policies import HFPolicy
 from training.sandbox.containment import contained
+from training.sandbox.pii_gateway import PseudonymisedPolicy
 from training.tiny.manifest import shipped_agent_path
 from training.traffic.simulate import simulate
 
@@ -242,17 +243,19 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
     return str(local_champion(uri, home.models, champion, name)), f"{name}/{champion.version}"
 
 
-def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> HFPolicy:
+def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> PseudonymisedPolicy:
     """A model folder as it serves traffic of `domain`: greedy, with the domain's level-1 tools when
     it has a level 1 (the level-1 shop), and the product's rollout length (the settings its
-    calibration figures are measured with)."""
+    calibration figures are measured with), behind the PII gateway, so it reads customers' data
+    as it was trained and judged on it (`training.sandbox.pii_gateway`)."""
     level1 = load_domain(domain).level1
-    return HFPolicy(
+    model = HFPolicy(
         path,
         max_new_tokens=EvalSettings.max_new_tokens,
         tools=level1.tools if level1 is not None else None,
         domain=domain,
     )
+    return PseudonymisedPolicy(model, domain)
 
 
 def _serve_week(
