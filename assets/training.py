@@ -25,7 +25,7 @@ from evaluation.week_failures import incident_intents, open_incidents, window_fa
 from tracking.registry import canary_info, champion_info, local_champion
 from tracking.run_log import log_training_inputs, metric_part, open_week_run
 from training.curriculum import WeekMix, is_training_task, persona_of, week_mix
-from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update
+from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update, served_by
 from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
 from training.grpo_result import FINAL_EVENT, GRPOResult
 from training.policies import HFPolicy
@@ -299,10 +299,20 @@ def _run_folder(context: dg.AssetExecutionContext, week: Path) -> Path:
     return out
 
 
-def _week_mix(home: Home, week: str, train: list[dict], champion: str | None, curriculum: Curriculum, domain: str):
-    """The week's level and intent shares from the champion's failures on the window's train split
-    and the incidents open for the week (training.curriculum.week_mix)."""
-    failures = window_failures(train)
+def _week_mix(
+    home: Home, week: str, train: list[dict], champion: str | None, curriculum: Curriculum, domain: str, model: str
+):
+    """The week's level and intent shares from the registered model's failures on the window's
+    train split and the incidents open for the week (training.curriculum.week_mix).
+
+    Failures are those of conversations a version of `model` served: another agent's mistakes (the
+    scripted legacy agent's, which fill the first weeks' windows) say nothing of what the model
+    fails, and drawing them as the week's failed tasks buried its own. In the demo's first retrain
+    about 1,000 of the window's 1,100 failed train-split conversations were the legacy agent's.
+    Only a window the model has not served yet is judged whole (what production failed is all
+    there is to go on)."""
+    served = [r for r in train if served_by(r, model)]
+    failures = window_failures(served or train)
     incidents = incident_intents(open_incidents(list_incidents(home), week, champion), train)
     # The intents the week can draw: at level 1 alone only those level 1 can restate.
     seen = Counter(str(r.get("intent", "other")) for r in at_level(train, curriculum.level_for(domain)))
@@ -319,7 +329,9 @@ def _week_mix(home: Home, week: str, train: list[dict], champion: str | None, cu
         faulted_failed=failures.faulted_failed,
         failed_tasks=failures.failed_ids,
     )
-    return replace(mix, evidence={**mix.evidence, "failure_modes": failures.modes, "skipped": failures.skipped})
+    judged = f"{model} (any version)" if served else "all traffic (the model has served none of this window)"
+    evidence = {**mix.evidence, "failure_modes": failures.modes, "skipped": failures.skipped, "failures_of": judged}
+    return replace(mix, evidence=evidence)
 
 
 def _week_run_config(
@@ -460,7 +472,7 @@ def grpo_candidate(
     out = _run_folder(context, week_dir(h, week, domain))
     train = train_records(h, store, window_splits)
     champion = f"{mlflow.model_for(domain)}/{policy_base.champion_version}" if policy_base.champion_version else None
-    mix = _week_mix(h, week, train, champion, curriculum, domain)
+    mix = _week_mix(h, week, train, champion, curriculum, domain, mlflow.model_for(domain))
     run_config = _week_run_config(config, policy_base, out, train, domain, mix)
     run_id = open_week_run(
         mlflow.uri(h),

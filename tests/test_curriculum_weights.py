@@ -176,18 +176,42 @@ def test_the_weeks_mix_reads_the_windows_failures_and_the_homes_open_incidents(h
     records = level1_records(world, 30, seed=4)
     cancels = [r for r in records if r["intent"] == "cancel_order"]
     train = [_failed(r) if r in cancels[:6] else r for r in records]
-    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail")
+    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent")
     assert mix.levels == {"1": 1.0}
     assert mix.intents == pytest.approx({"cancel_order": 0.9, "order_status": 0.1})
     assert mix.evidence["failed_by_intent"] == {"cancel_order": 6} and mix.evidence["incident_intents"] == {}
     record_incident(home, "review", "status answers wrong", {"intent": "order_status"})
-    this_week = _week_mix(home, date.today().isoformat(), train, None, Curriculum(levels={"1": 1.0}), "retail")
+    this_week = _week_mix(home, date.today().isoformat(), train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent")
     assert this_week.evidence["incident_intents"] == {"order_status": 1}
     assert this_week.intents["order_status"] > mix.intents["order_status"]
     assert mix.failed_tasks == {r["interaction_id"] for r in cancels[:6]} and mix.failed_share == pytest.approx(0.9)
     assert mix.personas and mix.evidence["failed_tasks"] == 6
-    off = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}, by_failures=False), "retail")
+    off = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}, by_failures=False), "retail", "retail-agent")
     assert (off.levels, off.intents, off.personas, off.failed_share) == ({"1": 1.0}, None, None, None)
+
+
+def test_the_weeks_failed_tasks_are_the_models_own_once_it_has_served(home, world):
+    """Another agent's failures (the scripted legacy agent's) never steer the week once a version of
+    the registered model has served some of the window; before that, the whole window's do."""
+    from assets.resources import Curriculum
+    from assets.training import _week_mix
+
+    records = level1_records(world, 40, seed=4)
+    cancels = [r for r in records if r["intent"] == "cancel_order"]
+    legacy_failed, model_failed = cancels[:6], cancels[6:8]
+    train = [
+        {**(_failed(r) if r in legacy_failed + model_failed else r), "policy_version": "rules-agent/legacy"}
+        for r in records
+    ]
+    before = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent")
+    assert before.failed_tasks == {r["interaction_id"] for r in legacy_failed + model_failed}
+    assert before.evidence["failures_of"].startswith("all traffic")
+    model_ids = {r["interaction_id"] for r in model_failed + cancels[8:12] + records[-4:]}
+    train = [{**r, "policy_version": "retail-agent/1"} if r["interaction_id"] in model_ids else r for r in train]
+    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent")
+    assert mix.failed_tasks == {r["interaction_id"] for r in model_failed}
+    assert mix.evidence["failed_by_intent"] == {"cancel_order": 2}
+    assert mix.evidence["failures_of"] == "retail-agent (any version)"
 
 
 def test_the_weeks_grpo_run_gets_the_whole_mix(home, world, tmp_path):
@@ -200,7 +224,7 @@ def test_the_weeks_grpo_run_gets_the_whole_mix(home, world, tmp_path):
     records = level1_records(world, 30, seed=4)
     cancels = [r for r in records if r["intent"] == "cancel_order"]
     train = [_failed(r) if r in cancels[:6] else r for r in records]
-    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail")
+    mix = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent")
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 4096}))
