@@ -181,12 +181,16 @@ def test_the_weeks_mix_reads_the_windows_failures_and_the_homes_open_incidents(h
     assert mix.intents == pytest.approx({"cancel_order": 0.9, "order_status": 0.1})
     assert mix.evidence["failed_by_intent"] == {"cancel_order": 6} and mix.evidence["incident_intents"] == {}
     record_incident(home, "review", "status answers wrong", {"intent": "order_status"})
-    this_week = _week_mix(home, date.today().isoformat(), train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent")
+    this_week = _week_mix(
+        home, date.today().isoformat(), train, None, Curriculum(levels={"1": 1.0}), "retail", "retail-agent"
+    )
     assert this_week.evidence["incident_intents"] == {"order_status": 1}
     assert this_week.intents["order_status"] > mix.intents["order_status"]
     assert mix.failed_tasks == {r["interaction_id"] for r in cancels[:6]} and mix.failed_share == pytest.approx(0.9)
     assert mix.personas and mix.evidence["failed_tasks"] == 6
-    off = _week_mix(home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}, by_failures=False), "retail", "retail-agent")
+    off = _week_mix(
+        home, "2026-11-16", train, None, Curriculum(levels={"1": 1.0}, by_failures=False), "retail", "retail-agent"
+    )
     assert (off.levels, off.intents, off.personas, off.failed_share) == ({"1": 1.0}, None, None, None)
 
 
