@@ -40,6 +40,46 @@ def test_good_episodes_are_training_split_verified_successes_in_the_levels_form(
     assert [m for m in first["messages"] if m.get("tool_calls")] == recorded_calls
 
 
+def _turn(name: str, **arguments) -> list[dict]:
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]},
+        {"role": "tool", "name": name, "content": "(recorded)"},
+    ]
+
+
+def test_an_episode_is_imitated_up_to_where_its_work_was_done_and_only_without_refused_calls(world):
+    """A verified success can go on after its work (messages naming other orders, malformed calls):
+    those turns are cut, the agent's own closing words kept; a success whose agent made a call the
+    environment refused on the way is not imitated; a retried back-end fault is."""
+    train = [r for r in level1_records(world, 60, seed=6) if _split(r) == "train"]
+    for intent in ("order_status", "cancel_order"):  # the work ends on the message; on the write
+        _cut_after_the_work(next(r for r in train if r["intent"] == intent))
+
+
+def _cut_after_the_work(record: dict) -> None:
+    from training.episode_update import good_episodes, worth_imitating
+    from training.sandbox.core import INJECTED_ERROR
+
+    work = record["messages"][:-1]  # through the message telling the customer; then "Thank you."
+    tail = _turn("send_message_to_customer", message="Order #W0000000 is cancelled.") + _turn("__malformed__", raw="")
+    closing = {"role": "assistant", "content": "Goodbye!"}
+    tailed = dict(record, messages=[*work, *tail, closing])
+    (kept,) = good_episodes([tailed], level=1)
+    calls = [c["name"] for m in kept["messages"] for c in m.get("tool_calls") or ()]
+    assert calls == [c["name"] for m in work for c in m.get("tool_calls") or ()]
+    assert kept["messages"][-1]["role"] == "tool"  # cut on the work's last call: the replay closes it
+    # The agent's own closing straight after the work is kept.
+    assert worth_imitating(dict(record, messages=[*work, closing]))["messages"][-1] == closing
+    # A call refused on the way (before the work was done): not imitated.
+    opening = next(i for i, m in enumerate(work) if m["role"] == "user")
+    refused = dict(record, messages=[*work[: opening + 1], *_turn("__malformed__", raw="{"), *work[opening + 1 :]])
+    assert worth_imitating(refused) is None and good_episodes([refused], level=1) == []
+    # A back-end fault the environment injected, retried: the behaviour to learn.
+    first_call = work[opening + 1]
+    faulted = [*work[: opening + 1], first_call, {"role": "tool", "content": INJECTED_ERROR}, *work[opening + 1 :]]
+    assert worth_imitating(dict(record, messages=faulted)) is not None
+
+
 def test_by_default_only_what_the_registered_model_served_is_imitated(world):
     """A scripted agent's successes (another policy_version) are not the policy's own: the default
     source leaves them out, `any` takes them, and `model` without the model's name is refused."""

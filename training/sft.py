@@ -14,7 +14,8 @@ import json
 import os
 import random
 import re
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,15 +91,13 @@ def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
 
 
-def replay_trajectory(
-    record: Mapping[str, Any],
-    compact: bool = True,
-    seed: int = 0,
-    tools: tuple[str, ...] | None = None,
-    verified_only: bool = True,
-) -> list[dict] | None:
-    """The record's conversation re-run in the environment offering `tools` (None: all), or None
-    when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool)."""
+def _replayed_turns(
+    record: Mapping[str, Any], compact: bool, seed: int, tools: tuple[str, ...] | None
+) -> Iterator[tuple[Any, list[dict]]]:
+    """Re-run the record's assistant messages in the environment offering `tools` (None: all), one
+    at a time: after each, (the environment, the trajectory so far). Recorded tool results and
+    replies are replaced by the environment's; a plain-text message ends the run, as it ends a
+    rollout in TRL's tool loop, and so does the environment saying it is done."""
     conversation = start_conversation(record, seed, compact=compact, tools=tools)
     env, messages = conversation.env, conversation.messages
     opened = False
@@ -108,11 +107,12 @@ def replay_trajectory(
             opened = True  # the opening message is already in the prompt
             continue
         if role != "assistant":
-            continue  # recorded tool results and replies are replaced by the environment's
+            continue
         calls = message.get("tool_calls") or []
         if not calls:
             messages.append({"role": "assistant", "content": message.get("content") or ""})
-            break  # plain text ends a rollout in TRL's tool loop, so it ends the trajectory too
+            yield env, messages
+            return
         messages.append(
             {
                 "role": "assistant",
@@ -123,11 +123,40 @@ def replay_trajectory(
         for call in calls:
             result = call_tool(env, call["name"], as_dict(call.get("arguments")) or {})
             messages.append({"role": "tool", "name": call["name"], "content": result})
+        yield env, messages
         if env.done:
-            break
+            return
+
+
+def replay_trajectory(
+    record: Mapping[str, Any],
+    compact: bool = True,
+    seed: int = 0,
+    tools: tuple[str, ...] | None = None,
+    verified_only: bool = True,
+) -> list[dict] | None:
+    """The record's conversation re-run in the environment offering `tools` (None: all), or None
+    when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool)."""
+    last = deque(_replayed_turns(record, compact, seed, tools), maxlen=1)
+    if last:
+        env, messages = last[0]
+    else:  # no assistant message: only the prompt
+        conversation = start_conversation(record, seed, compact=compact, tools=tools)
+        env, messages = conversation.env, conversation.messages
     if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
         messages.append({"role": "assistant", "content": "Thank you."})
     return messages if not verified_only or verified_success(env.episode) else None
+
+
+def turns_until_done(
+    record: Mapping[str, Any], compact: bool = True, seed: int = 0, tools: tuple[str, ...] | None = None
+) -> tuple[int, list[dict]] | None:
+    """(how many of the record's assistant messages after its opening it took until the replay
+    first verified as a success, the trajectory to that point), or None when it never does."""
+    for turns, (env, messages) in enumerate(_replayed_turns(record, compact, seed, tools), start=1):
+        if verified_success(env.episode):
+            return turns, messages
+    return None
 
 
 def _replayed(
