@@ -83,7 +83,9 @@ def measure(model_path: str, serve: int, seed: int) -> dict:
     for record in records:
         messages = record["messages"]
         said = SAID.search(messages[1].get("content") or "")
-        turn = next((i for i, m in enumerate(messages) if any(c["name"] == CANCEL for c in m.get("tool_calls") or ())), None)
+        turn = next(
+            (i for i, m in enumerate(messages) if any(c["name"] == CANCEL for c in m.get("tool_calls") or ())), None
+        )
         if said is None or turn is None:
             continue
         call = next(c for c in messages[turn]["tool_calls"] if c["name"] == CANCEL)
@@ -99,7 +101,11 @@ def measure(model_path: str, serve: int, seed: int) -> dict:
     cancels = [r["outcome"] == "completed" for r in records if r["intent"] == "cancel_order"]
     a, b = margins[REASONS[0]], margins[REASONS[1]]
     gap = statistics.mean(a) - statistics.mean(b) if a and b else float("nan")
-    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) if len(a) > 1 < len(b) else float("nan")
+    se = (
+        math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+        if len(a) > 1 < len(b)
+        else float("nan")
+    )
     return {
         "model": model_path,
         "served": sum(completed) / len(completed),
@@ -116,7 +122,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", nargs="+", default=[str(SHIPPED_AGENT_DIR)], help="model folders to measure")
     parser.add_argument("--serve", type=int, default=100, help="level-1 conversations served per model")
-    parser.add_argument("--seed", type=int, default=11, help="the served day's seed (the same customers for every model)")
+    parser.add_argument(
+        "--seed", type=int, default=11, help="the served day's seed (the same customers for every model)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     args = parser.parse_args()
     import torch

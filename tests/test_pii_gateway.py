@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from dataplane.scrub import PSEUDONYM_RE, scanner_for, using_pii_key
 from training.policies import ScriptedPolicy, assistant_message
 from training.sandbox.pii_gateway import PseudonymisedPolicy
@@ -101,3 +103,12 @@ def test_served_level1_traffic_reaches_the_tools_with_real_addresses(tmp_path: P
     for email, result in looked_up:
         assert email.endswith("@example.com") and not PSEUDONYM_RE.search(email)
         assert not result.startswith("Error"), result
+
+
+def test_a_policy_that_miscounts_its_replies_is_named_by_the_rollout():
+    from training.sandbox.rollout import Conversation, RolloutError, roll_out
+
+    policy = PseudonymisedPolicy(ScriptedPolicy(lambda c: "hi", name="counts-wrong"), "retail")
+    policy.policy.act = lambda conversations: []  # no reply at all
+    with pytest.raises(RolloutError, match="counts-wrong"):
+        roll_out(policy, [Conversation([{"role": "user", "content": "hello"}])], max_turns=2)
