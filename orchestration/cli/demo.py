@@ -1,11 +1,11 @@
 """`retrain demo`: the whole loop on embedded defaults, on a laptop-class CPU, like the calendar.
 
-Four legacy weeks of the shop's rule-based agent land first. Then each of three weeks is served by
+Four legacy weeks of the shop's rule-based agent land first. Then each of four weeks is served by
 the model that is champion when it starts (the shipped agent, `models/retail-agent-tiny`, before
-the first retrain): the first two are each followed by `weekly_retrain` through Dagster (the first
-registers the shipped agent as version 1 and gates its GRPO candidate against it, the second
-trains on top of whatever is champion and is gated against it), and the third is judged by the
-champion-health check. A candidate that passes every gate becomes the `canary`: the weeks after
+the first retrain): the first three are each followed by `weekly_retrain` through Dagster (the
+first registers the shipped agent as version 1 and gates its GRPO candidate against it, the others
+train on top of whatever is champion, or canary, and are gated against it), and the fourth is
+judged by the champion-health check. A candidate that passes every gate becomes the `canary`: the weeks after
 it are served by the champion and, for `CanarySettings.share` of the conversations, by the canary,
 and after each such week the canary check (the health sensor's) promotes it, drops it or waits.
 It prints a summary and the commands to open both UIs on that data. The run config below shrinks
@@ -34,6 +34,7 @@ from monitoring.health import check_champion
 from orchestration import environment
 from orchestration.cli.demo_review import DEMO_RATER, review_week
 from orchestration.cli.demo_summary import climb_rows, served_rows
+from orchestration.cli.errors import CliError
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from tracking.containment import containment_of
 from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, local_champion
@@ -176,12 +177,15 @@ def _champion_line(champion, name: str) -> str:
 class DemoSettings:
     """The demo's traffic (`retrain demo`'s options are generated from these fields).
 
-    The calendar: `weeks` of the shop's rule-based agent (scripted, LEGACY_VERSION), then three
-    weeks each served by the model that is champion when it starts (before the first retrain, the
-    shipped agent, which that week's `first_champion` registers as version 1): the first two are
-    retrained, the last is judged by the champion-health check, as the sensor does in production."""
+    The calendar: `weeks` of the shop's rule-based agent (scripted, LEGACY_VERSION), then
+    `retrained_weeks` + 1 weeks each served by the model that is champion when it starts (before
+    the first retrain, the shipped agent, which that week's `first_champion` registers as version
+    1): all but the last are retrained, the last is judged by the champion-health check, as the
+    sensor does in production. The calendar ends the week before `DEMO_TODAY`'s."""
 
     weeks: int = setting(4, "legacy weeks of the rule-based agent before the model-served ones")
+    # Three: a climb needs two promotions in a row after v1, and a week to find each.
+    retrained_weeks: int = setting(3, "model-served weeks retrained through Dagster before the judged one")
     legacy_per_day: int = setting(200, "legacy interactions a day")
     # The canary answers CanarySettings.share (10%) of them and is judged once it has answered
     # `min_conversations` (40) with gold over 7 days: at 70 a day one served week is enough (about
@@ -336,6 +340,7 @@ def _review_week(home: Home, monday: date, error_rate: float) -> dict:
 
 def run_demo(
     weeks: int = DemoSettings.weeks,
+    retrained_weeks: int = DemoSettings.retrained_weeks,
     per_day: int = DemoSettings.per_day,
     fresh: bool = False,
     today: date | None = None,
@@ -343,6 +348,8 @@ def run_demo(
     reviewer_error_rate: float = DemoSettings.reviewer_error_rate,
     customers: int = DemoSettings.customers,
 ) -> int:
+    if retrained_weeks < 1:
+        raise CliError(f"--retrained-weeks {retrained_weeks}: the demo retrains at least one week")
     started = time.monotonic()
     # Library progress bars would drown the pipeline's own progress lines.
     for name in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
@@ -355,7 +362,7 @@ def run_demo(
     fixed_key = environment.value(PII_KEY_ENV) is None and home.write_pii_key(DEMO_PII_KEY)
     uri, model_name = mlflow_target(home)
     this_monday = date.fromisoformat(week_key(today or DEMO_TODAY))
-    retrained = [this_monday - timedelta(weeks=offset) for offset in (3, 2)]
+    retrained = [this_monday - timedelta(weeks=offset) for offset in range(retrained_weeks + 1, 1, -1)]
     judged = this_monday - timedelta(weeks=1)  # served by the champion after them, then judged
     first_day = retrained[0] - timedelta(weeks=weeks)
     print(f"agent-retrain demo: home {home.root}")
