@@ -11,6 +11,7 @@ import pytest
 from dataplane.scrub import PSEUDONYM_RE, scanner_for, using_pii_key
 from training.policies import ScriptedPolicy, assistant_message
 from training.sandbox.pii_gateway import PseudonymisedPolicy
+from training.sandbox.rollout import Conversation, RolloutError, roll_out
 from training.traffic.simulate import simulate
 
 KEY = "pii-gateway-test-key-0123456789"
@@ -106,9 +107,17 @@ def test_served_level1_traffic_reaches_the_tools_with_real_addresses(tmp_path: P
 
 
 def test_a_policy_that_miscounts_its_replies_is_named_by_the_rollout():
-    from training.sandbox.rollout import Conversation, RolloutError, roll_out
-
     policy = PseudonymisedPolicy(ScriptedPolicy(lambda c: "hi", name="counts-wrong"), "retail")
     policy.policy.act = lambda conversations: []  # no reply at all
     with pytest.raises(RolloutError, match="counts-wrong"):
         roll_out(policy, [Conversation([{"role": "user", "content": "hello"}])], max_turns=2)
+
+
+def test_the_view_keeps_what_a_scripted_policy_reads_besides_the_text():
+    seen = []
+    policy = PseudonymisedPolicy(
+        ScriptedPolicy(lambda c: seen.append((c.task_id, c.trial, c.intent)) or "hi"), "retail"
+    )
+    with using_pii_key(KEY):
+        policy.act([Conversation([{"role": "user", "content": "a@b.co"}], task_id="t-1", trial=2, intent="x")])
+    assert seen == [("t-1", 2, "x")]

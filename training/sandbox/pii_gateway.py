@@ -26,7 +26,7 @@ from typing import Any
 
 from dataplane.pii_records import domain_scanner
 from dataplane.scrub import PiiScanner
-from training.sandbox.rollout import Message, Policy
+from training.sandbox.rollout import Conversation, Message, Policy
 
 
 class _View:
@@ -34,10 +34,18 @@ class _View:
 
     def __init__(self, source: Sequence[Message]):
         self.source = source
-        self.messages: list[Message] = []
+        # A conversation like the source (its task, trial, seed, intent and sandbox), for a policy
+        # that reads them (a scripted one finds its script by task); only the text is scrubbed.
+        self.messages = Conversation(
+            env=getattr(source, "env", None),
+            task_id=getattr(source, "task_id", None),
+            trial=getattr(source, "trial", 0),
+            seed=getattr(source, "seed", 0),
+            intent=getattr(source, "intent", None),
+        )
         self.written: dict[str, str] = {}
 
-    def sync(self, scanner: PiiScanner) -> list[Message]:
+    def sync(self, scanner: PiiScanner) -> Conversation:
         """The view with every message added to the conversation since the last turn scrubbed."""
         for message in list(self.source)[len(self.messages) :]:
             self.messages.append(self._scrubbed(message, scanner))
