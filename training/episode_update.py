@@ -8,9 +8,10 @@ a success is verified by the world's state and what the customer was told, so it
 turns that did nothing. Measured on the shipped agent's demo week: 47% of its 76 served
 successes in 100 conversations went on after the work (messages naming other orders, malformed
 calls), and a step on them whole taught those tails: the stepped policy's malformed calls went
-from 16 to 222 in the same 100 served conversations, its tool calls per conversation from 4.2 to 8.1. They are rendered in the form the week's GRPO and
-evaluation use: at curriculum level 1 the task's level-1 opening (`Domain.as_level1`) followed by
-the assistant's recorded calls, so the step never trains on a prompt the policy is not judged on.
+from 16 to 222 in the same 100 served conversations, its tool calls per conversation from 4.2 to
+8.1. The episodes are rendered in the form the week's GRPO and evaluation use: at curriculum
+level 1 the task's level-1 opening (`Domain.as_level1`) followed by the assistant's recorded
+calls, so the step never trains on a prompt the policy is not judged on.
 A conversation the agent handed over and a person then finished (the record's `handoff`) is an
 episode too when the person completed it: the agent's part without the hand-over, then the
 person's turns as the assistant's (`training.traffic.handoff.resolved_demonstration`), replayed
