@@ -90,8 +90,7 @@ def measure(model_path: str, serve: int, seed: int) -> dict:
             continue
         call = next(c for c in messages[turn]["tool_calls"] if c["name"] == CANCEL)
         # What the model read at that turn: the conversation as the gateway showed it.
-        view = [json.loads(gateway.scanner.pseudonymise(json.dumps(m))[0]) for m in messages[:turn]]
-        prompt = gateway.policy.render(view)
+        prompt = gateway.policy.render(gateway.view_of(messages[:turn]))
         order_id = str(call["arguments"].get("order_id", ""))
         scores = {reason: _log_prob(model, tokenizer, prompt, _call_text(order_id, reason)) for reason in REASONS}
         margins[said.group(1)].append(scores[REASONS[0]] - scores[REASONS[1]])

@@ -497,20 +497,27 @@ class PiiScanner:
 
     def scan(self, text: str) -> tuple[str, list[str]]:
         """(`text` with every PII span replaced, the kinds replaced in order)."""
+        origin, spans = self._found(text)
+        if not spans:
+            return text, []
+        return self._apply(text, origin, spans), [span[3] for span in spans]
+
+    def _found(self, text: str) -> tuple[list[int] | None, list[tuple[int, int, str, str]]]:
+        """(the map from normalised positions back to `text`'s, or None; every PII span in the
+        normalised text)."""
         if text.isascii():
             norm, origin = text, None
         else:
             norm, origin = _normalised(text)
         passes = _shape_passes(norm)
-        if not passes:
-            return text, []
-        return self._replace(text, norm, origin, passes)
+        return origin, self._spans(norm, passes) if passes else []
 
     def scrub(self, text: str) -> str:
         """`text` with every PII span replaced (`scan` without the kinds: the walk's fast path)."""
         if text.isascii():
             passes = _shape_passes(text)
-            return self._replace(text, text, None, passes)[0] if passes else text
+            spans = self._spans(text, passes) if passes else None
+            return self._apply(text, None, spans) if spans else text
         return self.scan(text)[0]
 
     def pseudonymise(self, text: str) -> tuple[str, dict[str, str]]:
@@ -518,25 +525,15 @@ class PiiScanner:
 
         The map is what a serving gateway needs to give the tools back the addresses its model
         only ever saw as pseudonyms; masked kinds (cards, phones, ...) are not reversible."""
-        norm, origin = (text, None) if text.isascii() else _normalised(text)
-        passes = _shape_passes(norm)
-        if not passes:
+        origin, spans = self._found(text)
+        if not spans:
             return text, {}
-        spans = self._spans(norm, passes)
         written = {}
         for start, end, token, kind in spans:
             if kind == EMAIL_PASS.kind:
                 start, end = _given(origin, start, end)
                 written[token] = text[start:end]
         return self._apply(text, origin, spans), written
-
-    def _replace(
-        self, text: str, norm: str, origin: list[int] | None, passes: tuple[_Pass, ...]
-    ) -> tuple[str, list[str]]:
-        spans = self._spans(norm, passes)
-        if not spans:
-            return text, []
-        return self._apply(text, origin, spans), [span[3] for span in spans]
 
     @staticmethod
     def _apply(text: str, origin: list[int] | None, spans: list[tuple[int, int, str, str]]) -> str:

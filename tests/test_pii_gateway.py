@@ -52,6 +52,7 @@ def test_the_policy_sees_pseudonyms_and_its_reply_is_given_back_as_written():
         # The next turn scrubs only what is new, into the same view (a per-conversation cache holds).
         conversation += [reply, {"role": "tool", "content": "found bo@shop.example"}, {"role": "user", "content": "ok"}]
         assert policy.act([conversation])[0]["content"] == "ok"
+        assert policy.view_of(conversation) == list(seen[1])
     assert seen[1] is seen[0] and len(seen[1]) == 4
     assert "bo@shop.example" not in json.dumps(seen[1])
     assert TOKEN.search(seen[1][1]["tool_calls"][0]["arguments"]["who"][0])

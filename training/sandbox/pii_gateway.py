@@ -86,6 +86,10 @@ class PseudonymisedPolicy:
         self.max_live = getattr(policy, "max_live", None)
         self._views: dict[int, _View] = {}
 
+    def view_of(self, messages: Sequence[Message]) -> list[Message]:
+        """`messages` as the policy behind the gateway reads them (for measuring what it saw)."""
+        return list(_View(messages).sync(self.scanner))
+
     def act(self, conversations: Sequence[Sequence[Message]]) -> list[Message]:
         views: dict[int, _View] = {}
         current: list[_View] = []
