@@ -40,6 +40,27 @@ def test_good_episodes_are_training_split_verified_successes_in_the_levels_form(
     assert [m for m in first["messages"] if m.get("tool_calls")] == recorded_calls
 
 
+def test_a_record_whose_world_cannot_start_is_left_out_and_counted(world):
+    """A stored record's state is whatever its producer logged: one the domain's world refuses (a
+    customer record without its name) is no episode and must not stop the step."""
+    import copy
+
+    from training.episode_update import good_episodes
+    from training.sft import UnreplayableError, replay_trajectory
+
+    train = [r for r in level1_records(world, 60, seed=6) if _split(r) == "train"]
+    sparse = copy.deepcopy(train[0])
+    sparse["interaction_id"] = "sparse-world"
+    for user in sparse["initial_state"]["users"].values():
+        user["name"] = 7
+    with pytest.raises(UnreplayableError, match="sparse-world"):
+        replay_trajectory(sparse)
+    refused: list[str] = []
+    episodes = good_episodes([sparse, *train], level=1, unreplayable=refused)
+    assert refused == ["sparse-world"]
+    assert {e["interaction_id"] for e in episodes} == {r["interaction_id"] for r in train}
+
+
 def _turn(name: str, **arguments) -> list[dict]:
     return [
         {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]},
@@ -115,7 +136,13 @@ def test_the_step_is_skipped_below_its_minimum_or_when_disabled_and_says_why(tmp
     )
     assert (update.model_path, update.episodes, update.steps, update.train_loss) == ("base", 5, 0, None)
     assert "fewer than episodes_min_episodes 6" in update.skipped and update.skipped in logged[0]
-    assert update.metrics() == {"sft/episodes": 5.0, "sft/candidates": 5.0, "sft/steps": 0.0, "sft/seconds": 0.0}
+    assert update.metrics() == {
+        "sft/episodes": 5.0,
+        "sft/candidates": 5.0,
+        "sft/steps": 0.0,
+        "sft/seconds": 0.0,
+        "sft/unreplayable": 0.0,
+    }
     off = episode_update("base", records, tmp_path / "ep", EpisodeUpdateSettings(enabled=False, source="any"), level=1)
     assert off.model_path == "base" and "disabled" in off.skipped
     assert not (tmp_path / "ep").exists()
@@ -177,3 +204,38 @@ def test_the_counts_and_the_mix_go_to_the_weeks_run_and_the_metadata(tmp_path):
     assert {"episode_update.json", "curriculum_weights.json"} <= artifacts
     assert (metadata["sft_episodes"], metadata["sft_steps"], metadata["sft_skipped"]) == (42, 20, "")
     assert "mix/intent/cancel_order | 0.900" in metadata["curriculum_weights"].value
+
+
+def test_free_text_personas_of_any_length_log_as_distinct_short_metrics(tmp_path):
+    """A producer's persona is free text: two long ones that share their first 400 characters
+    still log (MLflow refuses a metric name over 250 characters, and the batch with it) under two
+    names; so does a step that left records out."""
+    from mlflow import MlflowClient
+
+    from assets.training import _log_inputs
+    from tracking.run_log import MAX_METRIC_KEY, metric_key, metric_part, open_week_run
+    from training.curriculum import week_mix
+    from training.episode_update import EpisodeUpdate
+
+    long_a, long_b = "angry " * 70 + "a", "angry " * 70 + "b"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = open_week_run(uri, "2026-11-16", "dagster-run", artifact_location=(tmp_path / "artifacts").as_uri())
+    update = EpisodeUpdate("/models/ep", episodes=42, candidates=50, steps=20, unreplayable=3)
+    mix = week_mix(
+        {"1": 1.0},
+        {"order_status": 10},
+        {},
+        {},
+        judged=20,
+        personas_seen={long_a: 10, long_b: 10},
+        failed_by_persona={long_a: 2},
+    )
+    _log_inputs(uri, run_id, update, mix)
+    metrics = MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics
+    personas = {k: v for k, v in metrics.items() if k.startswith("mix/persona/")}
+    assert len(personas) == 2 and max(map(len, personas)) <= 12 + 64
+    assert set(personas) == {f"mix/persona/{metric_part(long_a)}", f"mix/persona/{metric_part(long_b)}"}
+    assert metrics["sft/unreplayable"] == 3
+    assert metric_part("polite forthcoming") == "polite_forthcoming"  # short text unchanged
+    with pytest.raises(ValueError, match="over MLflow"):
+        metric_key("tools", "x" * MAX_METRIC_KEY)

@@ -119,3 +119,49 @@ def test_an_escalating_demonstration_is_a_logged_habit_not_a_verified_trajectory
     expert = level1_demonstration(task)
     assert len(sft_rows([expert, logged])) == 1
     assert len(sft_rows([expert, logged], verified_only=False)) == 2
+
+
+# What a producer's free-form `known_info` and gold can hold where a fact belongs (every one
+# passes the record contract): none may stop the week's level-1 task set, and none is restated.
+_NOT_A_FACT = [None, 0, 7, 1.5, True, "", "  ", [], ["#W1", "#W2"], [None], [3], {}, {"k": [None]}]
+
+
+@pytest.mark.parametrize("value", _NOT_A_FACT, ids=repr)
+@pytest.mark.parametrize("key", ["order_ids", "email", "first_name", "zip"])
+def test_level1_skips_a_scenario_whose_facts_are_not_text(records, key, value):
+    for record in (_status_record(records), next(r for r in records if r["intent"] == "cancel_order")):
+        orders = record["user_scenario"]["known_info"]["order_ids"]
+        # The facts that identify the customer in each case: the broken one is needed.
+        if key in ("first_name", "zip"):
+            known = {"first_name": "Ann", "last_name": "Lee", "zip": "12345", "order_ids": orders}
+        else:
+            known = {"email": "ann@example.com", "order_ids": orders}
+
+        def with_known(info, record=record):
+            return {**record, "user_scenario": {**record["user_scenario"], "known_info": info}}
+
+        assert as_level1(with_known(known)) is not None
+        assert as_level1(with_known({**known, key: value})) is None
+
+
+@pytest.mark.parametrize(
+    "gold",
+    [
+        {"actions": "cancel it", "outputs": []},
+        {"actions": [5], "outputs": []},
+        {"actions": [{"name": "cancel_pending_order", "arguments": "order"}], "outputs": []},
+        {"actions": [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": 5}}], "outputs": []},
+        {"actions": [{"name": "cancel_pending_order", "arguments": {"order_id": "#W1", "reason": ""}}], "outputs": []},
+    ],
+)
+def test_level1_skips_a_cancellation_whose_gold_names_no_reason_to_state(records, gold):
+    record = next(r for r in records if r["intent"] == "cancel_order")
+    assert as_level1(record) is not None
+    assert as_level1({**record, "gold": gold}) is None
+
+
+def test_level1_skips_a_task_whose_world_lacks_the_order(records):
+    record = _status_record(records)
+    assert as_level1(record) is not None
+    state = {**record["initial_state"], "orders": {}}
+    assert as_level1({**record, "initial_state": state}) is None

@@ -24,6 +24,7 @@ no display backend is touched. mlflow is imported inside the functions that log,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tempfile
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
     from mlflow.entities import DatasetInput
 
 _KEY_PART = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_METRIC_KEY = 250  # MLflow refuses a longer metric name, and with it the whole batch it came in
+# A part made from free text (a producer's persona) longer than this is cut, and a digest of the
+# whole text keeps two long texts that share a beginning apart.
+_MAX_TEXT_PART, _DIGEST_CHARS = 64, 8
 WEEK_TAG, ROLE_TAG, DAGSTER_RUN_TAG = "retrain_week", "retrain_role", "dagster_run_id"
 
 
@@ -117,16 +122,26 @@ def week_step(week: str) -> int:
 
 def metric_part(text: str) -> str:
     """`text` as one metric name part: each run of characters `metric_key` refuses becomes `_`
-    ("polite forthcoming" -> "polite_forthcoming"); "" becomes "unnamed"."""
-    return "_".join(_KEY_PART.findall(text)) or "unnamed"
+    ("polite forthcoming" -> "polite_forthcoming"); "" becomes "unnamed". Over `_MAX_TEXT_PART`
+    characters, its beginning and a digest of the whole text, so the part stays short and two
+    texts never share it."""
+    part = "_".join(_KEY_PART.findall(text)) or "unnamed"
+    if len(part) <= _MAX_TEXT_PART:
+        return part
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
+    return f"{part[: _MAX_TEXT_PART - _DIGEST_CHARS - 1]}-{digest}"
 
 
 def metric_key(*parts: str) -> str:
-    """`a/b/c` from name parts, refusing characters that would make names unstable across stores."""
+    """`a/b/c` from name parts, refusing characters that would make names unstable across stores
+    and names longer than MLflow keeps (`MAX_METRIC_KEY`)."""
     for part in parts:
         if not _KEY_PART.fullmatch(part):
             raise ValueError(f"metric name part {part!r} must be [A-Za-z0-9_.-]+")
-    return "/".join(parts)
+    key = "/".join(parts)
+    if len(key) > MAX_METRIC_KEY:
+        raise ValueError(f"metric name {key[:60]!r}... has {len(key)} characters, over MLflow's {MAX_METRIC_KEY}")
+    return key
 
 
 def flatten_metrics(run: WeekRun) -> dict[str, float]:

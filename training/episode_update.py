@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from training.fields import as_dict
 from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.episode import MESSAGE_TOOL
 from training.sandbox.prompting import domain_of
-from training.sft import SFTSettings, turns_until_done, warm_start
+from training.sft import SFTSettings, UnreplayableError, turns_until_done, warm_start
 from training.traffic.handoff import resolved_demonstration
 
 SUMMARY_FILE = "episode_update.json"
@@ -93,6 +93,8 @@ class EpisodeUpdate:
     train_loss: float | None = None
     seconds: float = 0.0
     skipped: str | None = None
+    # Records left out because their world could not start a conversation (`UnreplayableError`).
+    unreplayable: int = 0
 
     def metrics(self) -> dict[str, float]:
         out = {
@@ -100,6 +102,7 @@ class EpisodeUpdate:
             "sft/candidates": float(self.candidates),
             "sft/steps": float(self.steps),
             "sft/seconds": self.seconds,
+            "sft/unreplayable": float(self.unreplayable),
         }
         if self.train_loss is not None:
             out["sft/train_loss"] = self.train_loss
@@ -139,12 +142,14 @@ def good_episodes(
     tools: tuple[str, ...] | None = None,
     fractions: tuple[float, float, float] = DEFAULT_FRACTIONS,
     model_name: str | None = None,
+    unreplayable: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The training-split records (by `fractions`, `dataplane.splits`) whose conversation, in
     `level`'s form with `tools` offered, replays as a verified success (see the module docstring);
     with `model_name`, only those a version of that registered model served. The split is checked
     here again, so a held-out customer never reaches the step even when a caller hands over the
-    whole window."""
+    whole window. A record whose world cannot start a conversation is no episode; its id is
+    appended to `unreplayable` when given."""
     out = []
     for record in records:
         if not as_dict(record.get("gold")) or _labelled_failure(record):
@@ -159,7 +164,12 @@ def good_episodes(
                 continue
             record = {**{k: v for k, v in record.items() if k != "handoff"}, "messages": taught}
         task = _in_level_form(record, level)
-        episode = None if task is None else worth_imitating(task, tools)
+        try:
+            episode = None if task is None else worth_imitating(task, tools)
+        except UnreplayableError:
+            if unreplayable is not None:
+                unreplayable.append(str(record.get("interaction_id", "?")))
+            continue
         if episode is not None:
             out.append(episode)
     return out
@@ -231,11 +241,16 @@ def episode_update(
     candidates = sum(1 for r in records if as_dict(r.get("gold")))
     if not settings.enabled:
         return _skipped(str(base), 0, candidates, "disabled (episodes_enabled is false)")
-    episodes = good_episodes(records, level, tools, fractions, model_name if settings.source == "model" else None)
+    refused: list[str] = []
+    episodes = good_episodes(
+        records, level, tools, fractions, model_name if settings.source == "model" else None, unreplayable=refused
+    )
+    if refused:
+        log(f"{len(refused)} records left out: their world cannot start a conversation (first: {refused[0]})")
     if len(episodes) < max(settings.min_episodes, 1):
         why = f"{len(episodes)} good episodes, fewer than episodes_min_episodes {settings.min_episodes}"
         log(f"supervised step skipped: {why}")
-        return _skipped(str(base), len(episodes), candidates, why)
+        return replace(_skipped(str(base), len(episodes), candidates, why), unreplayable=len(refused))
     sft = SFTSettings(
         steps=settings.steps,
         batch_size=settings.batch_size,
@@ -252,7 +267,13 @@ def episode_update(
     started = time.monotonic()
     done = warm_start(base, episodes, out, sft)
     result = EpisodeUpdate(
-        str(out), len(episodes), candidates, settings.steps, done["train_loss"], round(time.monotonic() - started, 1)
+        str(out),
+        len(episodes),
+        candidates,
+        settings.steps,
+        done["train_loss"],
+        round(time.monotonic() - started, 1),
+        unreplayable=len(refused),
     )
     summary.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     return result

@@ -91,14 +91,36 @@ def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
 
 
+class UnreplayableError(ValueError):
+    """A record whose world cannot start a conversation: its domain's environment refused the
+    record's `initial_state` (or the sandbox its row), so none of its turns can be re-run."""
+
+
+def _started(record: Mapping[str, Any], compact: bool, seed: int, tools: tuple[str, ...] | None) -> Any:
+    """The record's conversation, started; UnreplayableError when its world cannot hold it.
+
+    A domain's environment refuses a state it cannot hold with ValueError or TypeError
+    (`domains.api`: the retail world's schema check, an airline state that is not an object of
+    tables); a stored record's state is whatever its producer logged, so one such record must
+    only be left out of what is imitated, never stop the week."""
+    try:
+        return start_conversation(record, seed, compact=compact, tools=tools)
+    except (ValueError, TypeError) as err:
+        raise UnreplayableError(
+            f"record {record.get('interaction_id', '?')}: its world cannot start a conversation: "
+            f"{type(err).__name__}: {str(err)[:300]}"
+        ) from err
+
+
 def _replayed_turns(
     record: Mapping[str, Any], compact: bool, seed: int, tools: tuple[str, ...] | None
 ) -> Iterator[tuple[Any, list[dict]]]:
     """Re-run the record's assistant messages in the environment offering `tools` (None: all), one
     at a time: after each, (the environment, the trajectory so far). Recorded tool results and
     replies are replaced by the environment's; a plain-text message ends the run, as it ends a
-    rollout in TRL's tool loop, and so does the environment saying it is done."""
-    conversation = start_conversation(record, seed, compact=compact, tools=tools)
+    rollout in TRL's tool loop, and so does the environment saying it is done. Raises
+    UnreplayableError when the record's world cannot start a conversation."""
+    conversation = _started(record, compact, seed, tools)
     env, messages = conversation.env, conversation.messages
     opened = False
     for message in record.get("messages") or ():
@@ -136,12 +158,13 @@ def replay_trajectory(
     verified_only: bool = True,
 ) -> list[dict] | None:
     """The record's conversation re-run in the environment offering `tools` (None: all), or None
-    when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool)."""
+    when it does not verify and `verified_only` (a call to a withheld tool fails like any unknown tool).
+    Raises UnreplayableError when the record's world cannot start a conversation."""
     last = deque(_replayed_turns(record, compact, seed, tools), maxlen=1)
     if last:
         env, messages = last[0]
     else:  # no assistant message: only the prompt
-        conversation = start_conversation(record, seed, compact=compact, tools=tools)
+        conversation = _started(record, compact, seed, tools)
         env, messages = conversation.env, conversation.messages
     if messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
         messages.append({"role": "assistant", "content": "Thank you."})
@@ -152,7 +175,8 @@ def turns_until_done(
     record: Mapping[str, Any], compact: bool = True, seed: int = 0, tools: tuple[str, ...] | None = None
 ) -> tuple[int, list[dict]] | None:
     """(how many of the record's assistant messages after its opening it took until the replay
-    first verified as a success, the trajectory to that point), or None when it never does."""
+    first verified as a success, the trajectory to that point), or None when it never does.
+    Raises UnreplayableError when the record's world cannot start a conversation."""
     for turns, (env, messages) in enumerate(_replayed_turns(record, compact, seed, tools), start=1):
         if verified_success(env.episode):
             return turns, messages
@@ -162,12 +186,16 @@ def turns_until_done(
 def _replayed(
     records: Iterable[Mapping[str, Any]], compact: bool, tools: tuple[str, ...] | None, verified_only: bool
 ) -> list[tuple[list[dict], tuple[str, ...]]]:
-    """(trajectory, customer names) for every replayable record with gold."""
+    """(trajectory, customer names) for every replayable record with gold (a record whose world
+    cannot start a conversation is none: `UnreplayableError`)."""
     out = []
     for record in records:
         if not as_dict(record.get("gold")):
             continue
-        messages = replay_trajectory(record, compact=compact, tools=tools, verified_only=verified_only)
+        try:
+            messages = replay_trajectory(record, compact=compact, tools=tools, verified_only=verified_only)
+        except UnreplayableError:
+            continue
         if messages is not None:
             out.append((messages, customer_names(record)))
     return out
