@@ -308,6 +308,16 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
     if handoff is not None:
         _check_handoff(handoff, obj, rules)
         record["handoff"] = handoff
+    flag = record["escalation_was_necessary"]
+    if flag is not None and record["outcome"] != "escalated":
+        # The README's rule, also the window suite's `escalation_consistent_with_outcome`: checked
+        # here so one such record is quarantined with its reason instead of failing every window
+        # that holds it.
+        raise _rule(
+            "escalation_flag_without_escalation",
+            f"escalation_was_necessary={flag} with outcome={record['outcome']!r}: it is set only on escalated "
+            "conversations, null otherwise",
+        )
     return record
 
 

@@ -63,6 +63,9 @@ VIOLATIONS = [
         "human_label.task_success",
     ),
     ("escalation_was_necessary", "yes", "wrong_type", "escalation_was_necessary"),
+    # The fixture's outcome is not `escalated`: the flag must then be null (README, the record).
+    ("escalation_was_necessary", True, "escalation_flag_without_escalation", "escalation_was_necessary"),
+    ("escalation_was_necessary", False, "escalation_flag_without_escalation", "escalation_was_necessary"),
     ("user_scenario.instruction", 5, "wrong_type", "user_scenario.instruction"),
     ("initial_state.orders", [], "bad_initial_state", "orders"),  # the domain's model names the table
     ("domain", "telecom", "unknown_domain", "telecom"),
@@ -70,6 +73,13 @@ VIOLATIONS = [
     ("customer_id", "someone_else_1", "customer_not_in_state", "customer_id"),
     ("extra", 1, "unknown_field", "extra"),
 ]
+
+
+def test_the_escalation_flag_is_kept_on_escalated_conversations(good):
+    assert good["outcome"] != "escalated" and validate_record(good, now=NOW)["escalation_was_necessary"] is None
+    for flag in (True, False, None):
+        escalated = {**good, "outcome": "escalated", "escalation_was_necessary": flag}
+        assert validate_record(escalated, now=NOW)["escalation_was_necessary"] is flag
 
 
 @pytest.mark.parametrize("path,value,rule,field", VIOLATIONS, ids=[f"{v[2]}:{v[0]}" for v in VIOLATIONS])

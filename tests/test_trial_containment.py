@@ -209,3 +209,17 @@ def test_an_errored_trial_is_traced_as_errored_without_a_made_up_reward(records)
     trace = trial_trace(trial, week="2026-11-09", split="calibration", policy="candidate", policy_version="m/1")
     assert (trace.tags["failure_mode"], trace.tags["ended_by"]) == ("errored", "error")
     assert trace.feedback == {"verified_success": False}  # no NaN proxy reward, no reward terms
+
+
+def test_a_broken_records_traceback_is_logged_once_and_every_trial_named(records, monkeypatch, caplog):
+    import logging
+
+    from training.sandbox import rollout as sandbox_rollout
+
+    monkeypatch.setattr(sandbox_rollout, "_TRACED", set())
+    poisoned, policy, error_class = _poison("environment_reset", records, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=sandbox_rollout.log.name):
+        run_rollouts(policy, poisoned, k=3, seed=0)
+    failed = [r for r in caplog.records if "failed:" in r.getMessage() and POISONED in r.getMessage()]
+    assert len(failed) == 3 and all(error_class in r.getMessage() for r in failed)
+    assert sum(r.exc_info is not None for r in failed) == 1

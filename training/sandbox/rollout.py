@@ -120,7 +120,8 @@ def contained_trial(conversation: Conversation, fn: Any, *args: Any, **kwargs: A
     the conversation (environment reset, customer simulator), each of its turns (the policy's
     message for it, the tool calls, the customer's reply) and scoring it (the reward) each run
     through here. The trial is marked errored with the exception's class and message
-    (`Conversation.fail`), the traceback goes to the log, and nothing is scored for it: judges read
+    (`Conversation.fail`), the traceback goes to the log (once per error: every trial of a broken
+    record fails alike, and a week can hold many), and nothing is scored for it: judges read
     `error`, never a number made up for a conversation that did not finish. `Exception` only, so an
     interrupt still stops the run.
     """
@@ -128,10 +129,25 @@ def contained_trial(conversation: Conversation, fn: Any, *args: Any, **kwargs: A
         return fn(*args, **kwargs)
     except Exception as exc:
         conversation.fail(exc)
+        first = conversation.error not in _TRACED
+        if first:
+            if len(_TRACED) >= _TRACED_AT_MOST:
+                _TRACED.clear()
+            _TRACED.add(conversation.error)
         log.warning(
-            "trial %s#%s failed: %s", conversation.task_id, conversation.trial, conversation.error, exc_info=exc
+            "trial %s#%s failed: %s%s",
+            conversation.task_id,
+            conversation.trial,
+            conversation.error,
+            "" if first else " (traceback logged at its first trial)",
+            exc_info=exc if first else None,
         )
         return None
+
+
+# The errors whose traceback is already in the log (`contained_trial`); emptied when full.
+_TRACED: set[str] = set()
+_TRACED_AT_MOST = 1024
 
 
 def trial_seed(seed: int, record_id: str, trial: int) -> int:
