@@ -24,7 +24,7 @@ from domains.registry import DEFAULT_DOMAIN, load_domain
 from evaluation.week_failures import incident_intents, open_incidents, window_failures
 from tracking.registry import canary_info, champion_info, local_champion
 from tracking.run_log import log_training_inputs, metric_part, open_week_run
-from training.curriculum import WeekMix, is_training_task, persona_of, week_mix
+from training.curriculum import CurriculumError, WeekMix, is_training_task, persona_of, select_rows, week_mix
 from training.episode_update import EpisodeUpdate, EpisodeUpdateSettings, episode_update, served_by
 from training.grpo_config import ConfigError, GRPORunConfig, validate, write_records
 from training.grpo_result import FINAL_EVENT, GRPOResult
@@ -248,11 +248,15 @@ def weights_changed_check(
     )
 
 
-def _untrained(policy_base: PolicyBase, run_id: str, run_config: GRPORunConfig):
-    """The week's candidate when its base cannot call a tool (a domain with no agent yet): every
-    rollout would score alike, so the update is skipped, not run for nothing. The candidate is the
-    base, the checks warn and say why, and the gates judge it as not better: an honest reject."""
-    why = "not trained: the base policy does not call tools (policy_emits_tool_calls), so GRPO has no signal"
+_CANNOT_ACT = "not trained: the base policy does not call tools (policy_emits_tool_calls), so GRPO has no signal"
+
+
+def _untrained(policy_base: PolicyBase, run_id: str, run_config: GRPORunConfig, why: str = _CANNOT_ACT):
+    """The week's candidate when there is nothing to train on: its base cannot call a tool (a
+    domain with no agent yet: every rollout would score alike), or no task of the week's levels can
+    start (`_no_task_starts`). The update is skipped, not run for nothing (or into a crash). The
+    candidate is the base, the checks warn and say why, and the gates judge it as not better: an
+    honest reject."""
     metadata = {"skipped": why, "model_path": policy_base.path}
     for name in ("finite_loss", "weights_changed", "reward_curve_logged"):
         yield dg.AssetCheckResult(
@@ -362,6 +366,18 @@ def _week_run_config(
     except ConfigError as err:
         raise dg.Failure(str(err), allow_retries=False) from err
     return run_config
+
+
+def _no_task_starts(train: list[dict], run_config: GRPORunConfig) -> str | None:
+    """Why the week's GRPO would have no task (a level with no record the sandbox can start: a
+    window of producers' records none of which restates at level 1, say), or None. Checked before
+    any compute with the draw GRPO itself makes (`training.curriculum.select_rows`), so such a
+    week ends in a decision instead of a failed training process."""
+    try:
+        select_rows(train, run_config.levels, seed=run_config.seed, size=run_config.dataset_size)
+    except CurriculumError as err:
+        return f"not trained: {err}"
+    return None
 
 
 def _mix_metrics(mix: WeekMix) -> dict[str, float]:
@@ -483,6 +499,11 @@ def grpo_candidate(
     )
     if not policy_base.acts:
         yield from _untrained(policy_base, run_id, run_config)
+        return
+    empty = _no_task_starts(train, run_config)
+    if empty is not None:
+        context.log.warning(empty)
+        yield from _untrained(policy_base, run_id, run_config, why=empty)
         return
     update = _supervised_step(
         config, run_config, train, window_splits, out, curriculum, context.log.info, mlflow.model_for(domain)

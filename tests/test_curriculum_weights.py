@@ -125,6 +125,45 @@ def test_the_adversarial_level_is_never_empty_while_any_task_is_verified(world):
     assert all(r["inject_tool_errors"] for r in rows)
 
 
+def test_a_task_the_sandbox_cannot_start_is_never_drawn_and_is_counted(world):
+    """TRL resets the sandbox for every rollout, and one reset that raises stops the update: a
+    record whose stored world or scenario cannot start is left out of every level's pool."""
+    import copy
+
+    from training.curriculum import select_rows, startable
+    from training.sandbox.environment import environment_class
+
+    records = level1_records(world, 8, seed=2)
+    broken = copy.deepcopy(records[0])
+    broken["interaction_id"] = "no-name"
+    for user in broken["initial_state"]["users"].values():
+        user["name"] = 7  # the retail world refuses it at reset
+    assert "WorldError" in startable(broken, 1) and startable(records[1], 1) is None
+    for levels in ({"1": 1.0}, {"4": 1.0}, {"1": 0.5, "3": 0.5}):
+        rows, report = select_rows([broken, *records], levels, seed=0, size=24)
+        assert "no-name" not in {r["interaction_id"] for r in rows} and len(rows) == 24
+        assert sum(report.unstartable_per_level.values()) == len(levels)
+        assert report.first_unstartable.startswith("no-name: WorldError")
+        assert report.to_dict()["unstartable_per_level"]
+        for row in rows:  # every drawn row starts, as TRL will start it
+            environment_class("retail")().reset(**row)
+
+
+def test_a_week_with_no_task_that_starts_is_not_trained_and_says_why(world):
+    """No record of the week's level starts (here: the customers' known facts are not text, so
+    none restates at level 1 and no simulated customer can be built): the update is not
+    run into a failed training process; the candidate is its base, with the reason."""
+    from assets.training import _no_task_starts
+    from training.grpo_config import GRPORunConfig
+
+    records = level1_records(world, 6, seed=4)
+    config = GRPORunConfig(model_path="m", output_dir="o", levels={"1": 1.0})
+    assert _no_task_starts(records, config) is None
+    unstated = [{**r, "user_scenario": {**r["user_scenario"], "known_info": {"order_ids": 7}}} for r in records]
+    why = _no_task_starts(unstated, config)
+    assert why is not None and why.startswith("not trained: empty_level") and "levels [1]" in why
+
+
 # ---------- the evidence: the window's failures and open incidents ----------
 
 

@@ -29,6 +29,7 @@ from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.customers.base import PERSONAS
 from training.fields import as_dict
+from training.sandbox.environment import environment_class
 from training.sandbox.prompting import domain_of, initial_messages
 from training.sandbox.rollout import trial_seed
 
@@ -70,6 +71,9 @@ class CurriculumReport:
     generated_per_level: dict[int, int] = field(default_factory=dict)
     personas: dict[str, int] = field(default_factory=dict)
     failed_task_rows: int = 0  # rows drawn from tasks the champion failed in the window
+    # Records left out of a level because the sandbox could not start them (`startable`).
+    unstartable_per_level: dict[int, int] = field(default_factory=dict)
+    first_unstartable: str = ""  # the first such record and why, for the run's log
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +84,8 @@ class CurriculumReport:
             "generated_per_level": {str(k): v for k, v in self.generated_per_level.items()},
             "personas": dict(self.personas),
             "failed_task_rows": self.failed_task_rows,
+            "unstartable_per_level": {str(k): v for k, v in self.unstartable_per_level.items()},
+            "first_unstartable": self.first_unstartable,
         }
 
 
@@ -450,6 +456,18 @@ def select_rows(
         # hardens those rather than leaving the level empty.
         by_level[3] = [adversarial_variant(r) for r in short or by_level[4]]
         generated[3] = len(by_level[3])
+    unstartable: dict[int, int] = {}
+    first_unstartable = ""
+    for level in shares:
+        kept = []
+        for record in by_level[level]:
+            why = startable(record, level, seed)
+            if why is None:
+                kept.append(record)
+                continue
+            unstartable[level] = unstartable.get(level, 0) + 1
+            first_unstartable = first_unstartable or f"{record.get('interaction_id', '?')}: {why}"
+        by_level[level] = kept
     missing = [level for level in shares if not by_level[level]]
     if missing:
         counts = {level: len(by_level[level]) for level in LEVELS}
@@ -477,8 +495,28 @@ def select_rows(
         generated,
         dict(Counter(row["persona"] for row in rows)),
         sum(row["interaction_id"] in weights.failed_tasks for row in rows) if weights else 0,
+        unstartable,
+        first_unstartable,
     )
     return rows, report
+
+
+def startable(record: Mapping[str, Any], level: int, seed: int = 0) -> str | None:
+    """None when the sandbox starts `record` as a task of `level`, else why it cannot.
+
+    TRL resets an environment with the task's row for every rollout of it, and an exception there
+    stops the whole update; a stored record's world and scenario are whatever its producer logged
+    (a customer record without its name, known facts of the wrong type). So each record a level
+    may draw is started once here, as TRL would start it: its row built (`task_row`) and a fresh
+    sandbox reset with it. The errors caught are those of checking untrusted data (a domain's world
+    refuses a state with ValueError or TypeError; a fact missing or of the wrong type is a
+    LookupError or TypeError); about a millisecond a record."""
+    try:
+        row = task_row(record, level, seed)
+        environment_class(domain_of(dict(record)))().reset(**row)
+    except (ValueError, TypeError, LookupError) as err:
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    return None
 
 
 def build_dataset(

@@ -168,6 +168,10 @@ def run(config: GRPORunConfig, reporter: Reporter | None = None) -> GRPOResult |
             client.log_dict(config.mlflow_run_id, mix.to_dict(), "curriculum_mix.json")
             # The step's data count, beside the supervised step's `sft/episodes`.
             client.log_metric(config.mlflow_run_id, "grpo/tasks", float(sum(mix.rows_per_level.values())), step=0)
+            # Records the sandbox could not start, left out of the draw (`curriculum.startable`).
+            client.log_metric(
+                config.mlflow_run_id, "grpo/unstartable", float(sum(mix.unstartable_per_level.values())), step=0
+            )
     output = trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
     final_dir = Path(config.output_dir) / "final"
     trainer.save_model(str(final_dir))  # every process must call it (it gathers sharded weights)
