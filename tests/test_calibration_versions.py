@@ -240,6 +240,15 @@ def test_calibration_commands(home, capsys):
     assert main(["calibration", "list"]) == 0
     table = capsys.readouterr().out
     assert "v1 " in table and W1 in table and "v2 *" in table and v1["digest"][:16] in table
+    # Each domain has its own versions: the retail ones are not the airline's.
+    assert main(["calibration", "list", "--domain", "airline", "--json"]) == 0
+    airline = json.loads(capsys.readouterr().out)
+    assert airline["versions"] == [] and airline["current"] is None and airline["eligible"] == 0
+    assert main(["calibration", "refresh", "--domain", "airline"]) == 1
+    assert "no stored replayable airline interaction" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["calibration", "list", "--domain", "telecom"])
+    assert "no domain named 'telecom'" in capsys.readouterr().err
 
 
 def test_a_report_spreads_its_tasks_over_as_many_customers_as_the_version_holds():

@@ -3,7 +3,8 @@
 The weekly run freezes a new version by itself when enough eligible interactions have accrued
 (`evaluation.calibration_versions`); these commands show the versions and the weeks pinned to
 each, and freeze a new one at once (after a batch of traffic with gold landed, say). Both read the
-home's DuckDB store with the default customer split. A version is drawn from the eligible pool by a
+home's DuckDB store with the default customer split, for one domain (`--domain`, default retail:
+each domain has its own versions). A version is drawn from the eligible pool by a
 stable hash of the interaction id: labels never choose it.
 """
 
@@ -13,6 +14,7 @@ import argparse
 import json
 from typing import Any
 
+from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.store import StoreLockedError, open_store
 from evaluation.calibration_versions import (
     DEFAULT_CALIBRATION_SIZE,
@@ -26,18 +28,19 @@ from evaluation.calibration_versions import (
 from evaluation.eval_sets import EvalSetError, current_calibration_set
 from orchestration import environment
 from orchestration.cli.errors import CliError
+from orchestration.cli.options import domain_option
 
 
-def list_versions() -> dict[str, Any]:
-    """Every version (rows, digest, created_at, pinned weeks), the current one, and the pool."""
+def list_versions(domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+    """`domain`'s every version (rows, digest, created_at, pinned weeks), the current one, and the pool."""
     home = environment.home().ensure()
     try:
         # Read-write: a store from before the `calibration_week` table gets it here (DuckDB refuses
         # even CREATE TABLE IF NOT EXISTS on a read-only connection).
         with open_store(home.duckdb_path) as con:
-            versions = version_listing(con)
-            current = current_calibration_set(con)
-            pool = eligible_pool(con)
+            versions = version_listing(con, domain)
+            current = current_calibration_set(con, domain)
+            pool = eligible_pool(con, domain=domain)
     except StoreLockedError as err:
         raise CliError(str(err), code=1) from err
     drawn = calibration_draw(pool)
@@ -52,12 +55,13 @@ def list_versions() -> dict[str, Any]:
     }
 
 
-def refresh_versions() -> dict[str, Any]:
-    """Freeze a new version from the pool's draw when any drawn interaction is outside the current one."""
+def refresh_versions(domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+    """Freeze a new version of `domain`'s from the pool's draw when any drawn interaction is outside
+    the current one."""
     home = environment.home().ensure()
     try:
         with open_store(home.duckdb_path) as con:
-            done = refresh_calibration(con)
+            done = refresh_calibration(con, domain=domain)
     except StoreLockedError as err:
         raise CliError(str(err), code=1) from err
     except EvalSetError as err:
@@ -74,7 +78,7 @@ def refresh_versions() -> dict[str, Any]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    listing = list_versions()
+    listing = list_versions(args.domain)
     if args.json:
         print(json.dumps(listing, indent=2))
         return 0
@@ -98,7 +102,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_refresh(args: argparse.Namespace) -> int:
-    done = refresh_versions()
+    done = refresh_versions(args.domain)
     if args.json:
         print(json.dumps(done, indent=2))
     elif done["frozen"]:
@@ -127,6 +131,7 @@ def add_calibration_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("--json", action="store_true", help="print the listing as JSON")
+    domain_option(p)
     p.set_defaults(func=_cmd_list)
     p = commands.add_parser(
         "refresh",
@@ -139,4 +144,5 @@ def add_calibration_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    domain_option(p)
     p.set_defaults(func=_cmd_refresh)

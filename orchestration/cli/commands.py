@@ -26,7 +26,7 @@ from orchestration import environment
 from orchestration.cli.calibration import add_calibration_parser
 from orchestration.cli.demo import DemoSettings, run_demo, serving_policy
 from orchestration.cli.errors import CliError
-from orchestration.cli.options import settings_options, settings_values
+from orchestration.cli.options import domain_option, settings_options, settings_values
 from orchestration.cli.review import add_review_parser
 from orchestration.config_show import add_config_parser
 from orchestration.run_config import RunConfigFileError
@@ -93,23 +93,6 @@ def _cmd_domains(args: argparse.Namespace) -> int:
         else:
             print(f"{row['name']}: {row['tools']} tools, {row['intents']} intents, tables {', '.join(row['tables'])}")
     return 1 if any("error" in row for row in listing) else 0
-
-
-def _domain_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--domain",
-        default=DEFAULT_DOMAIN,
-        type=_installed_domain,
-        help=f"the domain (default {DEFAULT_DOMAIN}; `retrain domains` lists the installed ones)",
-    )
-
-
-def _installed_domain(name: str) -> str:
-    try:
-        load_domain(name)
-    except DomainNotFoundError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
-    return name
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -241,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the weekly retrain for one week through Dagster")
     p.add_argument("--week", required=True, help="any date in the week (YYYY-MM-DD)")
     p.add_argument("--config", help="YAML or JSON run config (Dagster run_config ops section)")
-    _domain_option(p)
+    domain_option(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ingest", help="ingest interaction files into DuckDB")
@@ -281,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--world", help="a world folder (one <table>.json per table of the domain); default: the generated world"
     )
     p.add_argument("--policy-version", help="policy_version to record (default: <domain>-agent/1)")
-    _domain_option(p)
+    domain_option(p)
     p.add_argument("--drift-day", type=int, help="day index on which (only) the agent over-escalates: action drift")
     p.add_argument("--intent-shift-day", type=int, help="day index from which the intent mix shifts")
     p.add_argument("--degrade-day", type=int, help="day index from which the agent degrades")
@@ -311,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="tasks JSONL in the tau-bench format (task_id, user_id, instruction, actions, outputs)")
     p.add_argument("--world", required=True, help="the world folder the tasks refer to")
     p.add_argument("--out", required=True, help="output folder")
-    _domain_option(p)
+    domain_option(p)
     p.set_defaults(func=_cmd_import_tasks)
 
     p = sub.add_parser(
@@ -323,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--week", required=True, help="the week whose held candidate to register (any date in it)")
     p.add_argument("--by", default="cli", help="who approves (recorded on the version and the week's run)")
-    _domain_option(p)
+    domain_option(p)
     p.set_defaults(func=_cmd_approve)
 
     p = sub.add_parser(
@@ -346,15 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", required=True, choices=CONTAINMENT_MODES)
     p.add_argument("--by", required=True, help="who sets the mode")
     p.add_argument("--reason", required=True, help="why: what was seen")
-    _domain_option(p)
+    domain_option(p)
     p.set_defaults(func=_cmd_contain)
 
     p = sub.add_parser("canary", help="show the champion, the canary serving beside it, and the latest canary decision")
-    _domain_option(p)
+    domain_option(p)
     p.set_defaults(func=_cmd_canary)
 
     p = sub.add_parser("rollback", help="make previous_champion the champion again")
-    _domain_option(p)
+    domain_option(p)
     p.set_defaults(func=_cmd_rollback)
 
     add_review_parser(sub)
