@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -34,6 +37,20 @@ def generated_world(n_users: int = 150, seed: int = 0) -> dict[str, Any]:
     from domains.retail.traffic.worldgen import generate_world
 
     return generate_world(n_users=n_users, seed=seed)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def retrain(*args: str, home: Path) -> subprocess.CompletedProcess:
+    """`retrain ARGS` in a fresh process whose home is `home` (and only `home`: the Dagster and MLflow
+    locations of the calling environment are dropped, so the command uses the home's own)."""
+    env = {**os.environ, "RETRAIN_HOME": str(home)}
+    env.pop("DAGSTER_HOME", None)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
 
 
 def read_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:

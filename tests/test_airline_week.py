@@ -5,27 +5,13 @@ still end in a decision, an honest reject, and must not make that model the airl
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import dagster as dg
 import pytest
 
 from assets.training import _acts_check
+from tests.helpers_traffic import retrain
 
-ROOT = Path(__file__).resolve().parents[1]
 WEEK = "2026-11-16"
-
-
-def _retrain(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RETRAIN_HOME": str(home)}
-    env.pop("DAGSTER_HOME", None)
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT
-    )
 
 
 def test_a_model_that_cannot_act_blocks_unless_its_domain_has_no_agent_yet():
@@ -40,12 +26,12 @@ def test_a_model_that_cannot_act_blocks_unless_its_domain_has_no_agent_yet():
 @pytest.mark.slow
 def test_an_airline_week_at_the_defaults_ends_in_an_honest_reject(tmp_path):
     home = tmp_path / "home"
-    simulated = _retrain(
+    simulated = retrain(
         "simulate", "--domain", "airline", "--days", "7", "--per-day", "30", "--start", WEEK,
         "--out", str(home / "landing"), home=home,
     )  # fmt: skip
     assert simulated.returncode == 0, simulated.stderr[-3000:]
-    run = _retrain("run", "--domain", "airline", "--week", WEEK, home=home)
+    run = retrain("run", "--domain", "airline", "--week", WEEK, home=home)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "(airline): succeeded" in run.stdout and "decision: reject" in run.stdout
 
@@ -63,7 +49,7 @@ def test_an_airline_week_at_the_defaults_ends_in_an_honest_reject(tmp_path):
     assert champion_info(Home(home).mlflow_uri, "airline-agent") is None
 
     # A person cannot approve a rejected week; the command finds the airline's decision, not retail's.
-    refused = _retrain("approve", "--domain", "airline", "--week", WEEK, "--by", "ann", home=home)
+    refused = retrain("approve", "--domain", "airline", "--week", WEEK, "--by", "ann", home=home)
     assert refused.returncode != 0 and "calibration_improvement" in refused.stderr
-    retail = _retrain("approve", "--week", WEEK, "--by", "ann", home=home)
+    retail = retrain("approve", "--week", WEEK, "--by", "ann", home=home)
     assert retail.returncode != 0 and "of retail has no promotion decision" in retail.stderr

@@ -10,31 +10,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
-import subprocess
-import sys
-from datetime import UTC, datetime
-from pathlib import Path
 
 import duckdb
 import pytest
 
 from dataplane.contract import validate_record
 from dataplane.errors import ContractError
+from tests.helpers_traffic import NOW, read_records, retrain
 
-ROOT = Path(__file__).resolve().parents[1]
 WEEK = "2026-11-16"
-NOW = datetime(2026, 12, 1, tzinfo=UTC)  # after the simulated week
-
-
-def _retrain(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RETRAIN_HOME": str(home)}
-    env.pop("DAGSTER_HOME", None)
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run(
-        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT
-    )
 
 
 def _hostile(record: dict, shape: int) -> dict:
@@ -63,16 +48,11 @@ def _hostile(record: dict, shape: int) -> dict:
 @pytest.mark.slow
 def test_a_week_of_hostile_records_ends_in_a_decision(tmp_path):
     home = tmp_path / "home"
-    simulated = _retrain(
+    simulated = retrain(
         "simulate", "--days", "7", "--per-day", "40", "--start", WEEK, "--out", str(home / "landing"), home=home
     )
     assert simulated.returncode == 0, simulated.stderr[-3000:]
-    records = [
-        json.loads(line)
-        for path in sorted((home / "landing").rglob("*.jsonl"))
-        for line in path.read_text().splitlines()
-        if line
-    ]
+    records = read_records(tuple(sorted((home / "landing").rglob("*.jsonl"))))
     rng = random.Random(0)
     hostile = [_hostile(record, i % 6) for i, record in enumerate(rng.sample(records, 90))]
     for record in hostile:
@@ -85,7 +65,7 @@ def test_a_week_of_hostile_records_ends_in_a_decision(tmp_path):
     landing.parent.mkdir(parents=True)
     landing.write_text("".join(json.dumps(r) + "\n" for r in hostile))
 
-    run = _retrain("run", "--week", WEEK, home=home)
+    run = retrain("run", "--week", WEEK, home=home)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "(retail): succeeded" in run.stdout and "decision: " in run.stdout
 
