@@ -69,3 +69,20 @@ def test_sigkill_then_retry_resumes_from_last_checkpoint(tmp_path, world):
     assert checkpoint_step(last_checkpoint(out).path) == 5
     assert (out / "final" / "model.safetensors").exists() and (out / "final" / "tokenizer.json").exists()
     assert (out / "final" / "generation_config.json").exists()
+
+
+@pytest.mark.parametrize("state", ["", '{"global_step": 2', b"\xff\xfe"], ids=["empty", "cut", "not-utf8"])
+def test_a_checkpoint_whose_state_file_was_cut_short_is_passed_over(tmp_path, state):
+    """A process killed while the Trainer writes a checkpoint leaves its state file empty or cut
+    short: the retry resumes from the checkpoint before it instead of failing to read that one."""
+    from training.checkpoints import last_checkpoint
+
+    for step in (1, 2):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    written = tmp_path / "checkpoint-2" / "trainer_state.json"
+    written.write_bytes(state if isinstance(state, bytes) else state.encode())
+    found = last_checkpoint(tmp_path)
+    assert found is not None and found.global_step == 1

@@ -84,11 +84,16 @@ class Checkpoint:
 
 
 def is_complete(folder: Path) -> bool:
-    """A checkpoint the Trainer finished writing: its state file and the weights are present."""
+    """A checkpoint the Trainer finished writing: its state file reads as JSON and the weights are
+    present. A process killed while writing one leaves the state file empty or cut short: that
+    checkpoint is incomplete, and a retry resumes from the one before it."""
     state = folder / "trainer_state.json"
     if not state.exists() or not any((folder / name).exists() for name in _WEIGHTS):
         return False
-    json.loads(state.read_text())  # a truncated state file raises here rather than at resume time
+    try:
+        json.loads(state.read_text())
+    except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+        return False
     return True
 
 
