@@ -33,7 +33,8 @@ def test_simulated_airline_traffic_ingests_as_airline_records(tmp_path):
     assert done.returncode == 0, done.stderr
     records = _records(out)
     assert len(records) == 12 and {r["domain"] for r in records} == {"airline"}
-    assert {r["policy_version"] for r in records} == {"airline-agent/1"}
+    # The rules agent's label, not the registered model's (`airline-agent`): see default_version.
+    assert {r["policy_version"] for r in records} == {"airline-rules/1"}
     domain = load_domain("airline")
     for record in records:
         assert record["intent"] in domain.intents

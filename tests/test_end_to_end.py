@@ -3,7 +3,9 @@
 Sizes are shrunk to CI size and the tiny model trains and is evaluated at curriculum level 1, as in
 the demo; every setting, threshold (the tool-call probe, every gate) and the reward are the product's.
 
-The update's supervised step on the window's verified successes moves the weights; GRPO then may
+The window holds a week of the legacy rules agent's traffic and a week the shipped agent served
+(level 1, as in the demo). The update's supervised step on the shipped agent's verified successes
+moves the weights; GRPO then may
 see no reward spread in CI's two groups of rollouts, and `weights_changed` (judged against GRPO's own
 start) then says so as a warning (no learning signal, not a broken run). The week goes on, and the
 gates judge the candidate at their default thresholds: not better than the base model. The run
@@ -45,7 +47,9 @@ def week_runs(tmp_path_factory):
     import os
 
     from domains.retail.traffic.simulate import simulate
+    from orchestration.cli.demo import serving_policy
     from orchestration.runner import run_week
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
 
     root = tmp_path_factory.mktemp("e2e") / "home"
     old = {name: os.environ.get(name) for name in ("RETRAIN_HOME", "DAGSTER_HOME")}
@@ -58,6 +62,20 @@ def week_runs(tmp_path_factory):
             seed=11,
             out_dir=str(home.landing),
             start=date(2026, 11, 16),
+            label_share=0.6,
+            n_users=80,
+        )
+        # ...and the shipped agent's own week beside the legacy agent's, as the demo serves it: the
+        # supervised step learns only from conversations the registered model served.
+        simulate(
+            days=7,
+            per_day=12,
+            seed=12,
+            out_dir=str(home.landing / "served"),
+            start=date(2026, 11, 16),
+            policy=serving_policy(str(SHIPPED_AGENT_DIR)),
+            level=1,
+            policy_version="retail-agent/1",
             label_share=0.6,
             n_users=80,
         )

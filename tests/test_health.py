@@ -7,13 +7,14 @@ import copy
 
 import pytest
 
-from domains.retail.traffic.simulate import DEFAULT_POLICY_VERSION, Drift, simulate
+from domains.retail.traffic.simulate import Drift, simulate
 from evaluation.failure_modes import episode_violations
 from evaluation.replay import record_verified_success, recorded_episode
 from monitoring.health import INSUFFICIENT_DATA, HealthConfigError, assess_champion_health
 from tests.helpers_traffic import generated_world, read_records
 
-CHAMPION = DEFAULT_POLICY_VERSION
+# The scripted agent's traffic stands in for what the champion served, so it is recorded under its name.
+CHAMPION = "retail-agent/1"
 # What the degraded agents get wrong: the first fails tasks without breaking policy, the second
 # breaks policy (writes for unidentified customers) while still finishing the tasks.
 FAILS_TASKS = {"unnecessary_escalation": 0.4, "looping": 0.2}
@@ -21,7 +22,9 @@ BREAKS_POLICY = {"skipped_authentication": 0.5}
 
 
 def _traffic(out, seed, per_day=60, drift=None):
-    summary = simulate(days=2, per_day=per_day, seed=seed, out_dir=out, world=generated_world(), drift=drift)
+    summary = simulate(
+        days=2, per_day=per_day, seed=seed, out_dir=out, world=generated_world(), drift=drift, policy_version=CHAMPION
+    )
     return read_records(summary["files"])
 
 

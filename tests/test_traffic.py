@@ -24,7 +24,9 @@ from domains.retail.traffic.worldgen import WorldGenError, generate_world
 from domains.retail.world import validate_world
 from tests.helpers_retail import AUTH_TOOLS, WRITE_TOOLS, replay_actions
 from tests.helpers_traffic import KNOWN_INFO_KEYS, day_files, generated_world, ingest, read_records, validate_all
+from tracking.registry import DEFAULT_MODEL_NAME
 from training.customers import PERSONAS
+from training.episode_update import served_by
 from training.policies import ScriptedPolicy, assistant_turns
 from training.rewards import outcome_of, verified_success
 
@@ -217,7 +219,8 @@ def test_degraded_agent_drift_lowers_success_from_day_x(tmp_path):
     rates = [day["completed_rate"] for day in summary["per_day_summary"]]
     assert min(rates[:2]) - max(rates[2:]) > 0.2
     versions = [{r["policy_version"] for r in read_records([f])} for f in day_files(tmp_path)]
-    assert versions == [{"retail-agent/1"}] * 2 + [{"retail-agent/2"}] * 2
+    # The scripted agent's own label until the drift's version takes over.
+    assert versions == [{"retail-rules/1"}] * 2 + [{"retail-agent/2"}] * 2
 
 
 @pytest.mark.parametrize("flip", [0.0, 1.0])
@@ -271,6 +274,28 @@ def test_model_policy_path_records_what_the_policy_did(tmp_path):
     assert {r["outcome"] for r in records} == {"escalated"} and summary["outcomes"] == {"escalated": 20}
     assert all(r["actions_taken"] == 1 and r["policy_version"] == "candidate/7" for r in records)
     assert all(r["escalation_was_necessary"] == (r["intent"] == "other") for r in records)
+
+
+def test_scripted_traffic_is_never_recorded_as_the_registered_models_own(tmp_path):
+    """At the defaults, the rules agent's conversations carry a label of their own: the weekly
+    supervised step learns only from conversations the registered model served (`served_by`), and
+    scripted ones under its name were imitated as if the model had held them."""
+
+    class Greeter:
+        name = "greeter"
+
+        def act(self, conversations):
+            return [{"role": "assistant", "content": "Hello, how can I help?"} for _ in conversations]
+
+    simulate(days=1, per_day=6, seed=3, out_dir=tmp_path / "scripted", world=generated_world())
+    simulate(days=1, per_day=6, seed=3, out_dir=tmp_path / "served", world=generated_world(), policy=Greeter())
+    scripted = read_records(day_files(tmp_path / "scripted"))
+    served = read_records(day_files(tmp_path / "served"))
+    assert {r["policy_version"] for r in scripted} == {"retail-rules/1"}
+    assert not any(served_by(r, DEFAULT_MODEL_NAME) for r in scripted)
+    # A model serving is recorded as the registered model's first version, as the shipped one becomes.
+    assert {r["policy_version"] for r in served} == {f"{DEFAULT_MODEL_NAME}/1"}
+    assert all(served_by(r, DEFAULT_MODEL_NAME) for r in served)
 
 
 @pytest.mark.parametrize(

@@ -263,7 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--world", help="a world folder (one <table>.json per table of the domain); default: the generated world"
     )
-    p.add_argument("--policy-version", help="policy_version to record (default: <domain>-agent/1)")
+    p.add_argument(
+        "--policy-version",
+        help="policy_version to record (default: <domain>-rules/1 for the scripted agent, <domain>-agent/1 with "
+        "--served-by)",
+    )
     domain_option(p)
     p.add_argument("--drift-day", type=int, help="day index on which (only) the agent over-escalates: action drift")
     p.add_argument("--intent-shift-day", type=int, help="day index from which the intent mix shifts")

@@ -82,6 +82,18 @@ def served_options(
     return float(tool_fault_rate), bool(resolve)
 
 
+def default_version(domain: str, served_by_model: bool) -> str:
+    """The `policy_version` simulated traffic records when the caller names none.
+
+    Traffic a model serves is `<domain>-agent/1`: the registered model's first version, which is
+    what the shipped model becomes when the first week registers it. The scripted rules agent's
+    traffic is `<domain>-rules/1`, never under the registered model's name: the weekly supervised
+    step learns from the conversations versions of that model served (`episodes_source: model`),
+    and scripted conversations recorded under its name were imitated as if they were its own.
+    """
+    return f"{domain}-agent/1" if served_by_model else f"{domain}-rules/1"
+
+
 def with_human_part(record: dict[str, Any], part: HumanPart | None) -> dict[str, Any]:
     """`record` with the person's messages after the agent's and its `handoff` (as is without one)."""
     if part is None:
@@ -183,7 +195,7 @@ def generic_simulate(
     agent = policy if policy is not None else domain.rules_agent()
     if agent is None:
         raise TrafficConfigError(f"domain {domain.name!r} has no rules agent: give a model to serve the traffic")
-    version = policy_version or f"{domain.name}-agent/1"
+    version = policy_version or default_version(domain.name, policy is not None)
     if isinstance(world, (str, Path)):
         the_world = domain.load_world(world)
     else:

@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from domains.retail.domain import RetailDomain
 from domains.retail.traffic.agents import ScriptedAgent, scenario_row, validate_mistake_rates
 from domains.retail.traffic.scenarios import (
     DEFAULT_INTENT_MIX,
@@ -44,10 +45,9 @@ from training.sandbox.rollout import Policy
 from training.traffic import handoff
 from training.traffic.handoff import HumanPart
 from training.traffic.simulate import TrafficConfigError as EngineTrafficConfigError
-from training.traffic.simulate import served_options, simulated_label, timestamp, with_human_part
+from training.traffic.simulate import default_version, served_options, simulated_label, timestamp, with_human_part
 
 DEFAULT_START = date(2026, 11, 2)
-DEFAULT_POLICY_VERSION = "retail-agent/1"
 RECORDS_FILE = "interactions.jsonl"
 
 
@@ -293,7 +293,7 @@ def simulate(
     start: date | str | None = DEFAULT_START,
     world: Mapping[str, Any] | str | Path | None = None,
     drift: Drift | Mapping[str, Any] | Sequence[Drift | Mapping[str, Any]] | None = None,
-    policy_version: str = DEFAULT_POLICY_VERSION,
+    policy_version: str | None = None,
     mistake_rates: Mapping[str, float] | None = None,
     intent_mix: Mapping[str, float] | None = None,
     verified_share: float = 0.9,
@@ -325,6 +325,8 @@ def simulate(
     days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TrafficConfigError(f"seed={seed!r} must be an integer")
+    if policy_version is None:
+        policy_version = default_version(RetailDomain.name, policy is not None)
     if not isinstance(policy_version, str) or not policy_version:
         raise TrafficConfigError(f"policy_version={policy_version!r} must be a non-empty string")
     shares = {
