@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,12 +134,44 @@ def digit_groups(width: int) -> list[str]:
     return [line] * 64
 
 
+def enum_values(schemas: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every string in an `enum` list anywhere in `schemas` (tool JSON schemas), sorted, each once."""
+    found: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, Mapping):
+            found.update(v for v in node.get("enum") or () if isinstance(v, str))
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    for schema in schemas:
+        visit(schema)
+    return sorted(found)
+
+
+def phrase_pattern(phrases: Iterable[str]) -> str:
+    """A regex matching any of `phrases` as whole words, or "" for none.
+
+    Longest first, so a phrase that begins another never cuts the longer one short. Bounded by
+    non-word characters, so a short value (an enum's "no") does not cut "not" or "know" apart.
+    """
+    kept = sorted({p for p in phrases if p}, key=lambda p: (-len(p), p))
+    if not kept:
+        return ""
+    return rf"(?<!\w)(?:{'|'.join(re.escape(p) for p in kept)})(?!\w)"
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int = 6000,
     names: Iterable[str] = (),
     digit_group: int = 1,
     domain: str = DEFAULT_DOMAIN,
+    *,
+    isolated_phrases: Iterable[str] = (),
 ):
     """Byte-level BPE in which identifiers are spelled: `digit_group` digits a token, a letter of a name.
 
@@ -150,15 +182,25 @@ def train_tokenizer(
     punctuation: the JSON scaffolding of tool schemas and calls collapses into a few tokens
     (the system prompt with every tool schema drops from about 3,000 tokens to about 400), which
     is what makes multi-turn rollouts affordable on a CPU.
+
+    `isolated_phrases` (e.g. `enum_values` of the tool schemas) are each cut out as a piece of
+    their own, so such a phrase tokenises the same in a customer's message and in a tool call's
+    argument. None by default: the shipped tokenizer is trained without them.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     corpus = list(texts) + _rendered_examples(domain) + digit_groups(digit_group)
     whole_words = fixed_words(corpus, names)
+    phrases = phrase_pattern(isolated_phrases)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
+            # Each listed phrase is its own piece, first, so the merges that span punctuation can
+            # not fuse it into the JSON around it (`", "reason": "no longer needed"}}` was one
+            # token): the value a call must carry is then the same tokens the customer said.
+            # Only when phrases are given, so the default tokenizer is the shipped one.
+            *([pre_tokenizers.Split(Regex(phrases), behavior="isolated")] if phrases else []),
             # An email is its own piece, tokenised the same wherever it appears, so it can be copied from
             # the customer's message into a tool call (a merge into the text around it could not be).
             pre_tokenizers.Split(Regex(_EMAIL), behavior="isolated"),
@@ -210,8 +252,12 @@ def build_tiny_policy(
     records: Iterable[dict[str, Any]],
     spec: TinyModelSpec = TinyModelSpec(),
     extra_texts: Iterable[str] = (),
+    *,
+    isolated_phrases: Iterable[str] = (),
 ) -> Path:
-    """Train the tokenizer, initialise a Qwen2 model, save both (safetensors) under `out_dir`."""
+    """Train the tokenizer, initialise a Qwen2 model, save both (safetensors) under `out_dir`.
+
+    `isolated_phrases` goes to `train_tokenizer` (none by default, as the shipped agent is built)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -224,6 +270,7 @@ def build_tiny_policy(
         names=name_words(records),
         digit_group=spec.digit_group,
         domain=domain_of(records[0]) if records else DEFAULT_DOMAIN,
+        isolated_phrases=isolated_phrases,
     )
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
