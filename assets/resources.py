@@ -16,7 +16,7 @@ from pydantic import field_validator
 from assets.configs import setting_field
 from dataplane.home import Home
 from dataplane.store import open_store
-from domains.registry import DEFAULT_DOMAIN
+from domains.registry import DEFAULT_DOMAIN, agent_name
 from tracking.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_client
 from training.curriculum import CurriculumError, MixSettings, levels_for_domain, parse_mix, tools_for_levels
 from training.grpo_config import GRPORunConfig
@@ -79,11 +79,11 @@ class MLflowTracking(dg.ConfigurableResource):
     def model_for(self, domain: str) -> str:
         """The registered model of `domain`: the configured name for the default domain, else
         `<domain>-agent` (each domain has its own champion)."""
-        return self.model_name if domain == DEFAULT_DOMAIN else f"{domain}-agent"
+        return self.model_name if domain == DEFAULT_DOMAIN else agent_name(domain)
 
     def experiment_for(self, domain: str) -> str:
         """The MLflow experiment of `domain`'s weekly runs."""
-        return DEFAULT_EXPERIMENT if domain == DEFAULT_DOMAIN else f"{domain}-agent-weekly"
+        return DEFAULT_EXPERIMENT if domain == DEFAULT_DOMAIN else f"{agent_name(domain)}-weekly"
 
     def uri(self, home: Home) -> str:
         return _resolved(self.tracking_uri) or home.mlflow_uri

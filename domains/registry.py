@@ -19,6 +19,12 @@ from domains.api import ENTRY_POINT_GROUP, Domain
 DEFAULT_DOMAIN = "retail"
 
 
+def agent_name(domain: str) -> str:
+    """The name a domain's agent goes by: its registered model (`<domain>-agent`, one champion per
+    domain) and the label of the traffic a version of it serves (`<domain>-agent/<version>`)."""
+    return f"{domain}-agent"
+
+
 class DomainNotFoundError(LookupError):
     """No installed domain has that name."""
 

@@ -5,9 +5,9 @@ the demo; every setting, threshold (the tool-call probe, every gate) and the rew
 
 The window holds a week of the legacy rules agent's traffic and a week the shipped agent served
 (level 1, as in the demo). The update's supervised step on the shipped agent's verified successes
-moves the weights; GRPO then may
-see no reward spread in CI's two groups of rollouts, and `weights_changed` (judged against GRPO's own
-start) then says so as a warning (no learning signal, not a broken run). The week goes on, and the
+moves the weights; GRPO then may see no reward spread in CI's two groups of rollouts, and
+`weights_changed` (judged against GRPO's own start) then says so as a warning (no learning signal,
+not a broken run). The week goes on, and the
 gates judge the candidate at their default thresholds: not better than the base model. The run
 succeeds with decision `reject`, only the first champion (the base model) is registered, no
 incident is filed, and the MLflow week run keeps every gate's evidence.

@@ -45,6 +45,7 @@ import sqlalchemy.exc
 
 from dataplane.hashing import MODEL_DIGEST_KEY, model_digest
 from dataplane.scrub import scrub_text
+from domains.registry import DEFAULT_DOMAIN, agent_name
 from evaluation.decision import ChampionLineage
 from evaluation.gates import GateReport
 
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-DEFAULT_MODEL_NAME = "retail-agent"
-DEFAULT_EXPERIMENT = "retail-agent-weekly"
+DEFAULT_MODEL_NAME = agent_name(DEFAULT_DOMAIN)
+DEFAULT_EXPERIMENT = f"{DEFAULT_MODEL_NAME}-weekly"
 # Who or what moved each alias (record_alias_move): a JSON list on the registered model, oldest
 # dropped first to stay under MLflow's 5,000-character tag value.
 ALIAS_MOVES_TAG = "alias_moves"

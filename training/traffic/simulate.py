@@ -26,7 +26,7 @@ from typing import Any
 
 from dataplane.settings import default_of, setting
 from domains.api import Domain
-from domains.registry import DEFAULT_DOMAIN, load_domain
+from domains.registry import DEFAULT_DOMAIN, agent_name, load_domain
 from training.rewards import outcome_of
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Policy, roll_out, start_conversation
 from training.traffic import handoff
@@ -91,7 +91,7 @@ def default_version(domain: str, served_by_model: bool) -> str:
     step learns from the conversations versions of that model served (`episodes_source: model`),
     and scripted conversations recorded under its name were imitated as if they were its own.
     """
-    return f"{domain}-agent/1" if served_by_model else f"{domain}-rules/1"
+    return f"{agent_name(domain)}/1" if served_by_model else f"{domain}-rules/1"
 
 
 def with_human_part(record: dict[str, Any], part: HumanPart | None) -> dict[str, Any]:
