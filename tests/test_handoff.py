@@ -349,3 +349,33 @@ def test_the_weeks_supervised_step_learns_from_what_the_person_finished(handed_o
     # The same conversations with the person's part failed teach nothing.
     failed = [{**r, "handoff": {**r["handoff"], "outcome": "failed"}} for r in with_gold]
     assert good_episodes(failed, level=4, fractions=everyone_trains) == []
+
+
+def test_at_level_1_a_persons_resolution_is_restated_in_the_levels_form(handed_over):
+    """At curriculum level 1 a completed hand-over teaches the level-1 demonstration of its task,
+    not the desk's greeting and proposals (a form the level's agent never writes: the step then
+    stopped handing over without learning the task, bench/handover_learning.py)."""
+    from domains.retail.level1 import as_level1, level1_demonstration
+    from training.episode_update import good_episodes
+
+    everyone_trains = (1.0, 0.0, 0.0)
+    level1 = [r for r in handed_over if r.get("gold") and as_level1(r) is not None]
+    labelled_bad = [r for r in level1 if (r.get("human_label") or {}).get("task_success") is False]
+    assert len(level1) > len(labelled_bad), "the served day has level-1 tasks a person completed"
+    episodes = good_episodes(handed_over, level=1, fractions=everyone_trains)
+    assert len(episodes) == len(level1) - len(labelled_bad)
+    by_id = {r["interaction_id"]: r for r in level1}
+    for episode in episodes:
+        expected = level1_demonstration(as_level1(by_id[episode["interaction_id"]]))
+        calls = [c for m in episode["messages"] for c in m.get("tool_calls") or ()]
+        wanted = [c for m in expected["messages"] for c in m.get("tool_calls") or ()]
+        assert calls == wanted[: len(calls)] and calls
+        assert "handoff" not in episode
+        assert not any(re.match(r"Hello, this is a member", c["arguments"].get("message", "")) for c in calls)
+    # Above level 1 the person's turns are kept as they were written.
+    (above,) = good_episodes([by_id[episodes[0]["interaction_id"]]], level=4, fractions=everyone_trains)
+    assert any(
+        re.match(r"Hello, this is a member", c["arguments"].get("message", ""))
+        for m in above["messages"]
+        for c in m.get("tool_calls") or ()
+    )

@@ -15,8 +15,9 @@ calls, so the step never trains on a prompt the policy is not judged on.
 A conversation the agent handed over and a person then finished (the record's `handoff`) is an
 episode too when the person completed it: the agent's part without the hand-over, then the
 person's turns as the assistant's (`training.traffic.handoff.resolved_demonstration`), replayed
-and verified like any other. That is how an intent the agent hands over this week becomes one it
-handles next week.
+and verified like any other; at curriculum level 1 it is restated as the domain's level-1
+demonstration of its task, the form the level's agent is built on (`_in_level_form`). That is
+how an intent the agent hands over this week becomes one it handles next week.
 
 The step is `training.sft.warm_start` with few steps and a small learning rate: it nudges a policy
 that can already act rather than teaching it the format. Below `min_episodes` it is skipped, and
@@ -112,14 +113,26 @@ class EpisodeUpdate:
         return asdict(self)
 
 
-def _in_level_form(record: Mapping[str, Any], level: int) -> dict[str, Any] | None:
+def _in_level_form(record: Mapping[str, Any], level: int, resolved: bool = False) -> dict[str, Any] | None:
     """The record as a task of `level` with its recorded turns after the opening; None when the
-    level has no form of it (a record level 1 cannot restate)."""
+    level has no form of it (a record level 1 cannot restate).
+
+    `resolved`: the record is a person's completed resolution of a hand-over. At level 1 it is
+    restated as the domain's level-1 demonstration of its task: the same calls the person made to
+    complete it (the task's gold, which the person's part verified), in the form the level's agent
+    is built and judged on. The desk's own turns (a greeting, a proposal awaiting the customer's
+    yes, a closing) are a form the level-1 agent never writes: on the tiny agent the step's loss on
+    them was 4.9 nats a token and it stopped handing cancellations over without learning to make
+    them (0 of 51 held-out cancellations), where the same records restated took it to 29 of 51
+    (`bench/handover_learning.py`)."""
     if level != 1:
         return dict(record)
-    task = load_domain(domain_of(dict(record))).as_level1(record)
+    domain = load_domain(domain_of(dict(record)))
+    task = domain.as_level1(record)
     if task is None:
         return None
+    if resolved:
+        return domain.level1_demonstration(task)
     messages = list(record.get("messages") or ())
     opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
     return {**task, "messages": list(task["messages"]) + messages[opening + 1 :]}
@@ -162,8 +175,11 @@ def good_episodes(
             taught = resolved_demonstration(record)
             if taught is None:
                 continue
-            record = {**{k: v for k, v in record.items() if k != "handoff"}, "messages": taught}
-        task = _in_level_form(record, level)
+            task = _in_level_form({**record, "messages": taught}, level, resolved=True)
+        else:
+            task = _in_level_form(record, level)
+        if task is not None:
+            task.pop("handoff", None)
         try:
             episode = None if task is None else worth_imitating(task, tools)
         except UnreplayableError:
@@ -212,6 +228,29 @@ def worth_imitating(task: Mapping[str, Any], tools: tuple[str, ...] | None = Non
     return {**task, "messages": kept}
 
 
+def step_settings(
+    settings: EpisodeUpdateSettings,
+    level: int,
+    tools: tuple[str, ...] | None = None,
+    seed: int = 0,
+    torch_threads: int | None = None,
+) -> SFTSettings:
+    """The warm start's settings for the step at curriculum `level` (`bench/handover_learning.py`
+    trains other episodes with exactly these)."""
+    return SFTSettings(
+        steps=settings.steps,
+        batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        seed=seed,
+        tools=tools,
+        relabel=settings.relabel,
+        torch_threads=torch_threads,
+        # As the level's GRPO rows render tool results (training.curriculum.task_row).
+        compact=level < 4,
+        use_cpu=settings.use_cpu,
+    )
+
+
 def _skipped(base: str, episodes: int, candidates: int, why: str) -> EpisodeUpdate:
     return EpisodeUpdate(str(base), episodes, candidates, 0, skipped=why)
 
@@ -251,18 +290,7 @@ def episode_update(
         why = f"{len(episodes)} good episodes, fewer than episodes_min_episodes {settings.min_episodes}"
         log(f"supervised step skipped: {why}")
         return replace(_skipped(str(base), len(episodes), candidates, why), unreplayable=len(refused))
-    sft = SFTSettings(
-        steps=settings.steps,
-        batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate,
-        seed=seed,
-        tools=tools,
-        relabel=settings.relabel,
-        torch_threads=torch_threads,
-        # As the level's GRPO rows render tool results (training.curriculum.task_row).
-        compact=level < 4,
-        use_cpu=settings.use_cpu,
-    )
+    sft = step_settings(settings, level, tools, seed, torch_threads)
     log(f"supervised step on {len(episodes)} good episodes of {candidates} ({settings.steps} steps)")
     started = time.monotonic()
     done = warm_start(base, episodes, out, sft)
