@@ -123,7 +123,7 @@ def _in_level_form(record: Mapping[str, Any], level: int, resolved: bool = False
     is built and judged on. The desk's own turns (a greeting, a proposal awaiting the customer's
     yes, a closing) are a form the level-1 agent never writes: on the tiny agent the step's loss on
     them was 4.9 nats a token and it stopped handing cancellations over without learning to make
-    them (0 of 51 held-out cancellations), where the same records restated took it to 29 of 51
+    them (0 of 51 held-out cancellations), where the same records restated took it to 27 of 51
     (`bench/handover_learning.py`)."""
     if level != 1:
         return dict(record)

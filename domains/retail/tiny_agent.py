@@ -11,11 +11,7 @@ footing from this recipe, on a generated world (level 1 tasks):
 3. a weakness stage: SFT on a production log cloned as it is (`verified_only=False`), written by a
    level-1 agent with stated mistake rates: unnecessary hand-overs after reading the order and
    skipped identification. Those are the failures of a deployed agent that the product's reward
-   prices and GRPO can fix;
-4. a decision stage (the expert again, the tool's name weighted), then a hand-over stage: the
-   agent ships handing `handover_intents` (cancellations) to a person after reading the order, as
-   a team ships an agent it does not yet trust with writes. The weekly update learns them from
-   the people's resolutions (`training.episode_update`), which is the climb `make demo` shows.
+   prices and GRPO can fix.
 
 Every number of the recipe is a field of `AgentRecipe`; the manifest records it
 (`training.tiny.manifest`). Training must not import the evaluator, so the greedy figures in the
@@ -42,7 +38,7 @@ from dataplane.hashing import model_digest
 from dataplane.pii_records import scrub_record
 from dataplane.scrub import using_pii_key
 from dataplane.splits import split_of
-from domains.retail.level1 import LEVEL1_INTENTS, as_level1, level1_demonstration
+from domains.retail.level1 import as_level1, level1_demonstration
 from domains.retail.traffic.agents import MISTAKES
 from domains.retail.traffic.simulate import simulate
 from training.curriculum import tools_for_levels
@@ -101,13 +97,6 @@ class AgentRecipe:
     decision_steps: int = 400
     decision_lr: float = 1e-4
     tool_name_weight: float = 50.0
-    # Last, the intents the shipped agent hands to a person rather than doing (it identifies the
-    # customer and reads the order first): cancellations, the level's write. 100 steps at the
-    # decision stage's rate and weight take held-out cancellations from 31 of 51 done to 51 of 51
-    # handed over, status questions untouched (49 of 49); the weekly supervised step on the
-    # people's resolutions undoes it in one week (bench/handover_learning.py).
-    handover_intents: tuple[str, ...] = ("cancel_order",)
-    handover_steps: int = 100
     log_seed: int = 7  # draws which logged conversations carry which mistake
     mistake_rates: Mapping[str, float] = field(
         default_factory=lambda: {"unnecessary_escalation": 0.5, "skipped_authentication": 0.25}
@@ -132,9 +121,6 @@ class AgentRecipe:
                 f"mistake_rates: {unknown} are not level-1 mistakes {list(LEVEL1_MISTAKES)} "
                 f"(of domains.retail.traffic.agents.MISTAKES {list(MISTAKES)})"
             )
-        outside = sorted(set(self.handover_intents) - set(LEVEL1_INTENTS))
-        if outside:
-            raise RecipeError(f"handover_intents: {outside} are not level-1 intents {list(LEVEL1_INTENTS)}")
         for name, rate in self.mistake_rates.items():
             if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
                 raise RecipeError(f"mistake_rates: {name}={rate!r} must be a number in [0, 1]")
@@ -154,7 +140,6 @@ class AgentRecipe:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["mistake_rates"] = dict(self.mistake_rates)
-        out["handover_intents"] = list(self.handover_intents)
         return out
 
 
@@ -242,12 +227,6 @@ def production_log(tasks: list[dict], recipe: AgentRecipe) -> tuple[list[dict], 
     return log, counts
 
 
-def handover_log(tasks: list[dict], recipe: AgentRecipe) -> list[dict]:
-    """The expert conversations with every task of `recipe.handover_intents` handed to a person
-    after the order is read (`level1_demonstration(escalate=True)`)."""
-    return [level1_demonstration(task, escalate=task["intent"] in recipe.handover_intents) for task in tasks]
-
-
 def _say(progress: Callable[[dict], None] | None, started: float, **fields: Any) -> None:
     if progress is not None:
         progress({**fields, "seconds": round(time.monotonic() - started)})
@@ -295,7 +274,6 @@ def build_agent(
     phases.append(("weakness", logged, recipe.weakness_steps, False, {}))
     decision = {"learning_rate": recipe.decision_lr, "tool_name_weight": recipe.tool_name_weight}
     phases.append(("decision", expert, recipe.decision_steps, True, decision))
-    phases.append(("handover", handover_log(train, recipe), recipe.handover_steps, False, decision))
     for number, (name, demos, steps, verified_only, overrides) in enumerate(phases, start=1):
         if not steps:
             continue
