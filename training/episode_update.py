@@ -172,9 +172,10 @@ def good_episodes(
         if split_of(str(record.get("customer_id", "")), fractions) != "train":
             continue
         if record.get("handoff"):
-            taught = resolved_demonstration(record)
-            if taught is None:
+            if (record["handoff"] or {}).get("outcome") != "completed":
                 continue
+            # At level 1 the person's turns are restated from the task, so they are not rebuilt here.
+            taught = record["messages"] if level == 1 else resolved_demonstration(record)
             task = _in_level_form({**record, "messages": taught}, level, resolved=True)
         else:
             task = _in_level_form(record, level)
