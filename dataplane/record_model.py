@@ -279,34 +279,28 @@ def _record(obj: dict, info: ValidationInfo) -> dict:
             )
     # A message of role and content alone breaks no rule of `_message` unless it is a tool's (which
     # needs a name) and comes back as it is: most messages are, and skip the call.
-    messages = [
+    obj["messages"] = [
         msg if len(msg) == 2 and msg["role"] != "tool" else _message(msg, i) for i, msg in enumerate(obj["messages"])
     ]
     label = obj.get("human_label")
     if label is not None:
         _instant(label["labeled_at"], "human_label.labeled_at")
-    record = {
-        "interaction_id": obj["interaction_id"],
-        "started_at": obj["started_at"],
-        "ended_at": obj["ended_at"],
-        "policy_version": obj["policy_version"],
-        "customer_id": obj["customer_id"],
-        "intent": obj["intent"],
-        "initial_state": obj["initial_state"],
-        "user_scenario": obj["user_scenario"],
-        "messages": messages,
-        "outcome": obj["outcome"],
-        "escalation_was_necessary": obj.get("escalation_was_necessary"),
-        "actions_taken": obj["actions_taken"],
-        "customer_sentiment_delta": obj["customer_sentiment_delta"],  # a float: 0 and 0.0 hash alike
-        "gold": obj.get("gold"),
-        "human_label": obj.get("human_label"),
-        "schema_version": SCHEMA_VERSION,
-        "domain": rules.name,  # always present once normalised; the store leaves the default out of its text
-    }
-    handoff = obj.get("handoff")
+    # The normalised record is pydantic-core's own output dict, completed in place: it is a new
+    # dict per validation, holding only the contract's keys (extra keys are refused), so filling
+    # the optional fields costs a few stores where building a copy cost a lookup and a store per
+    # field. Key order is not part of the record (its stored text sorts keys).
+    record = obj
+    if "escalation_was_necessary" not in record:
+        record["escalation_was_necessary"] = None
+    if "gold" not in record:
+        record["gold"] = None
+    if "human_label" not in record:
+        record["human_label"] = None
+    record["schema_version"] = SCHEMA_VERSION
+    record["domain"] = rules.name  # always present once normalised; the store leaves the default out of its text
+    handoff = record.pop("handoff", None)
     if handoff is not None:
-        _check_handoff(handoff, obj, rules)
+        _check_handoff(handoff, record, rules)
         record["handoff"] = handoff
     flag = record["escalation_was_necessary"]
     if flag is not None and record["outcome"] != "escalated":

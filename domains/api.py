@@ -219,11 +219,15 @@ class Domain:
         # costs several times the exact-type test that decoded JSON (always a dict) passes.
         if type(initial_state) is not dict and not isinstance(initial_state, Mapping):
             raise ValueError(f"initial_state must be an object of tables {list(self.tables)}")
-        missing = [
-            t for t in self.tables if type(table := initial_state.get(t)) is not dict and not isinstance(table, Mapping)
-        ]
-        if missing:
-            raise ValueError(f"initial_state lacks tables {missing} (each an object of records)")
+        for name in self.tables:  # a plain loop: the list of every missing table is built only on a miss
+            table = initial_state.get(name)
+            if type(table) is not dict and not isinstance(table, Mapping):
+                missing = [
+                    t
+                    for t in self.tables
+                    if type(table := initial_state.get(t)) is not dict and not isinstance(table, Mapping)
+                ]
+                raise ValueError(f"initial_state lacks tables {missing} (each an object of records)")
         return dict(initial_state)
 
     def initial_state_schema(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane import jsontext, pii_records, record_model, rowtext, scrub
+from dataplane import jsontext, pii_records, record_model, rowtext, scrub, timestamps
 from dataplane.contract import ContractError, validate_record
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store, prepare_row
@@ -343,3 +343,42 @@ def test_validation_context_is_reused_only_for_the_same_now_and_domains(good):
     with pytest.raises(ContractError):
         validate_record(future, NOW, lookup)
     assert validate_record(future, later, lookup)["ended_at"] == "2030-12-01T00:00:00Z"
+
+
+def _rewritten_instant(value: str) -> datetime:
+    """The instant of an RFC 3339 text by the rewrite alone (what `valid_instant` did before it
+    tried `datetime.fromisoformat` on the text as given)."""
+    tail = value[19:]
+    offset_at = len(tail) - (1 if tail[-1] in "Zz" else 6)
+    offset = tail[offset_at:]
+    text = f"{value[:10]}T{value[11:19]}{tail[:offset_at][:7]}{'+00:00' if offset in ('Z', 'z') else offset}"
+    return datetime.fromisoformat(text)
+
+
+_TWO = st.integers(0, 99).map("{:02d}".format)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    year=st.sampled_from(["0001", "1970", "2024", "2028", "9999"]),
+    month=_TWO,
+    day=_TWO,
+    sep=st.sampled_from("Tt "),
+    clock=st.tuples(_TWO, _TWO, _TWO),
+    frac=st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=12).map(lambda d: "." + d)),
+    offset=st.one_of(
+        st.sampled_from(["Z", "z"]), st.tuples(st.sampled_from("+-"), _TWO, _TWO).map(lambda t: f"{t[0]}{t[1]}:{t[2]}")
+    ),
+)
+def test_timestamp_fast_read_gives_the_rewrites_instant_or_error(year, month, day, sep, clock, frac, offset):
+    value = f"{year}-{month}-{day}{sep}{clock[0]}:{clock[1]}:{clock[2]}{frac}{offset}"
+    assert timestamps.RFC3339_RE.fullmatch(value)
+    try:
+        expected = _rewritten_instant(value)
+    except ValueError:
+        with pytest.raises(ContractError) as err:
+            timestamps.valid_instant.__wrapped__(value, "ended_at")
+        assert err.value.rule == "bad_timestamp" and err.value.detail.startswith(f"ended_at={value!r}: ")
+        return
+    got = timestamps.valid_instant.__wrapped__(value, "ended_at")
+    assert got == expected and got.utcoffset() == expected.utcoffset()

@@ -103,9 +103,10 @@ class RetailDomain(Domain):
         conversation starts (`validate_world`), so a sparse record fails that one trial, named."""
         checked = super().validate_initial_state(initial_state)
         for table in self.tables:
-            # A plain loop (no generator per table): ingestion runs this for every record.
+            # A plain loop (no generator per table): ingestion runs this for every record. The
+            # exact-type test first: a decoded object is a dict.
             for rid, record in checked[table].items():
-                if not isinstance(record, dict):
+                if type(record) is not dict and not isinstance(record, dict):
                     raise ValueError(f"initial_state.{table}[{rid!r}] is not an object")
         return checked
 
