@@ -455,7 +455,8 @@ class _FileIngest:
             if self.openai:
                 row = prepare_row(*openai_record(item.obj, self.now, self.domains))
             else:
-                row = prepare_row(validate_record(item.obj, self.now, self.domains), pii_free=item.pii_free)
+                record = validate_record(item.obj, self.now, self.domains)
+                row = prepare_row(record, pii_free=item.pii_free, json_native=item.json_native)
         except ContractError as err:  # the contract's rules, then a record that cannot be stored
             self._reject(item, err.rule, err.detail, _recover_id(item, self.id_key))
             return

@@ -377,6 +377,11 @@ class _RowDecoder:
         # JSON text is range-checked as it is decoded; of Arrow's integer types only uint64 can
         # hold a value outside int64, so only a schema with one has its rows walked.
         self.unsigned = any(_holds_uint64(f.type) for f in schema)
+        # Whether every column becomes JSON-native values (`RawRecord.json_native`): timestamps
+        # become text, JSON text decodes to them, and any other column must be of types Arrow
+        # turns into them (a free-form field as a struct holding a UUID, a date or a decimal
+        # keeps its records on the slow path).
+        self.native = all(f.name in self.timestamps or _native_type(f.type) for f in schema)
         # Per JSON-text column whose values repeat: what each text (by the identity of the one
         # string object `_python_values` shares between its rows) decoded to.
         self.repeats: dict[str, dict[int, tuple[Any, ContractError | None, bool]]] = {}
@@ -402,7 +407,7 @@ class _RowDecoder:
             except ContractError as err:
                 return RawRecord(row_no, row, error=err.at(f"row {row_no}"))
         if not self.timestamps and not self.json_text:
-            return RawRecord(row_no, row, row)
+            return RawRecord(row_no, row, row, json_native=self.native)
         obj = dict(row)  # `row` stays as read, serialised only if it ends up in quarantine
         for key in self.timestamps:
             value = obj[key]
@@ -429,7 +434,13 @@ class _RowDecoder:
                 obj[key] = decoded
                 if clean:
                     pii_free = [key] if pii_free is None else [*pii_free, key]
-        return RawRecord(row_no, row, obj, pii_free=_NONE_CLEAN if pii_free is None else frozenset(pii_free))
+        return RawRecord(
+            row_no,
+            row,
+            obj,
+            pii_free=_NONE_CLEAN if pii_free is None else frozenset(pii_free),
+            json_native=self.native,
+        )
 
 
 # The JSON-text columns whose decoded value may be shared by the rows that hold the same text:
@@ -454,6 +465,28 @@ def _holds_uint64(kind: pa.DataType) -> bool:
     if pa.types.is_uint64(kind):
         return True
     return any(_holds_uint64(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _native_type(kind: pa.DataType) -> bool:
+    """Whether `to_pylist` turns every value of an Arrow column of type `kind` into a dict, list,
+    str, int, float, bool or None."""
+    if pa.types.is_dictionary(kind):
+        return _native_type(kind.value_type)
+    if isinstance(kind, pa.BaseExtensionType):
+        return False  # e.g. a UUID, which becomes a uuid.UUID
+    if (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_float32(kind)
+        or pa.types.is_float64(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_null(kind)
+    ):
+        return True
+    if pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return all(_native_type(kind.field(i).type) for i in range(kind.num_fields))
+    return False  # maps (tuples), binary, dates, times, decimals, durations, half floats, ...
 
 
 def _holds_timestamps(kind: pa.DataType) -> bool:

@@ -29,6 +29,10 @@ class RawRecord:
     # Free-form fields of `obj` decoded from JSON text that holds nothing any scanner masks
     # (`pii_records.json_text_pii_free`): storing the record need not walk them.
     pii_free: frozenset[str] = frozenset()
+    # Every value of `obj` is a dict, list, str, int, float, bool or None (decoded from JSON, or
+    # read from Parquet columns of such types): its stored text may be written the fast way
+    # (`rowtext.scrubbed_canonical`). False where a value may be of another type (a UUID, bytes).
+    json_native: bool = False
 
     def raw_text(self) -> str:
         if isinstance(self.raw, str):

@@ -194,6 +194,6 @@ def _skip_rest_of_line(stream: IO[bytes], start: bytes) -> int:
 
 def _decode_line(line_no: int, text: str) -> RawRecord:
     try:
-        return RawRecord(line_no, text, decode_json(text))
+        return RawRecord(line_no, text, decode_json(text), json_native=True)
     except ContractError as err:
         return RawRecord(line_no, text, error=err.at(f"line {line_no}"))

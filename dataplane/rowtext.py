@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import re
 from json.encoder import encode_basestring
 from typing import Any
+
+import orjson
 
 from dataplane.domain_rules import DEFAULT_DOMAIN
 from dataplane.errors import ContractError
@@ -73,13 +76,15 @@ def canonical_json(record: dict) -> str:
 
 
 def scrubbed_canonical(
-    record: dict, leave_out_domain: bool = False, pii_free: frozenset[str] = frozenset()
+    record: dict, leave_out_domain: bool = False, pii_free: frozenset[str] = frozenset(), json_native: bool = False
 ) -> tuple[dict, str]:
     """(the record with PII masked, its canonical JSON): what ingestion stores.
 
     `leave_out_domain`: drop the record's `domain` key from both (the store leaves the default
     domain out of its text); the dict is copied once, by the scrub when it changed something.
     `pii_free`: free-form fields known to hold nothing to mask (`pii_records.scrub_fields`).
+    `json_native`: every value in the record is a dict, list, str, int, float, bool or None (a
+    reader's `RawRecord.json_native`), so `_native_text` may write it.
 
     PII is found as the record's domain finds it (`pii_records.domain_scanner`: its world keys
     survive); a record without `domain` is the default domain's. Every free-form field is walked
@@ -94,9 +99,55 @@ def scrubbed_canonical(
         if clean is record:  # nothing was masked: `record` is the caller's, not to be changed
             clean = record.copy()
         del clean["domain"]
-    text = _encode(clean)
-    _require_utf8(text)
+    text = _native_text(clean) if json_native else None
+    if text is None:
+        text = _encode(clean)
+        _require_utf8(text)
     return clean, text
+
+
+# orjson writes a record two to three times as fast as the json module's C encoder. Its text is used only where it is certainly the
+# one `_encode` writes, byte for byte, since the stored text is hashed and a stored interaction
+# must hash alike whoever wrote it; anything else goes to `_encode`, which also words the errors:
+# - the record holds JSON-native values only (the caller says so): orjson writes a UUID or an
+#   Enum that json refuses;
+# - no other type reaches orjson's own writing: dataclasses, datetimes and subclasses of str, int,
+#   dict and list are handed to `_not_native`, which refuses them (json writes a str subclass as
+#   its text, orjson may differ), as does every type orjson cannot write (integers past 64 bits);
+# - orjson writes a NaN or an infinity as `null` where json refuses it, so its text may hold
+#   no `null` but the record's own top-level Nones (a nested null, or one in a text, takes the
+#   slow path: the worlds' records have none);
+# - the two spell a float below 1e-4 differently (json "1e-05" and "1e-07", orjson "0.00001" and
+#   "1e-7"), so a text with "0.0000" or a digit before "e-" takes the slow path (every
+#   difference is of that form: tests/test_dataplane_native_text.py checks every exponent);
+# - every string (all of Unicode but lone surrogates, which orjson refuses and json's text then
+#   fails `_require_utf8` on), every escape and the order of sorted keys are the same.
+_NATIVE_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+_SMALL_FLOAT = re.compile(rb"\de-")
+
+
+def _not_native(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is left to the json module")
+
+
+def _native_text(record: dict) -> str | None:
+    """`_encode(record)` written by orjson, or None where orjson's text could differ (see above)."""
+    try:
+        out = orjson.dumps(record, default=_not_native, option=_NATIVE_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return None
+    nones = 0
+    for value in record.values():
+        if value is None:
+            nones += 1
+    if out.count(b"null") != nones or b"0.0000" in out or (b"e-" in out and _SMALL_FLOAT.search(out)):
+        return None
+    return out.decode()
 
 
 def _require_utf8(text: str) -> None:

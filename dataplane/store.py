@@ -204,17 +204,22 @@ class PreparedRow:
         return self.values[2]
 
 
-def prepare_row(record: dict, replayable: bool = True, pii_free: frozenset[str] = frozenset()) -> PreparedRow:
+def prepare_row(
+    record: dict, replayable: bool = True, pii_free: frozenset[str] = frozenset(), json_native: bool = False
+) -> PreparedRow:
     """Scrub a validated record and compute its stored JSON and content hash.
 
     `replayable`: whether the record's initial_state lets its calls be replayed (every native
     record's does). The default domain is left out of the stored text, so a record that says
     `"domain": "retail"` and one that says nothing are one interaction, hashed as before domains.
     `pii_free`: free-form fields known to hold nothing to mask (a reader's `RawRecord.pii_free`).
+    `json_native`: the record holds JSON-native values only (a reader's `RawRecord.json_native`).
     Raises ContractError for a record that cannot be stored (see `rowtext.scrubbed_canonical`).
     """
     domain = record.get("domain", DEFAULT_DOMAIN)
-    clean, text = scrubbed_canonical(record, leave_out_domain=domain == DEFAULT_DOMAIN, pii_free=pii_free)
+    clean, text = scrubbed_canonical(
+        record, leave_out_domain=domain == DEFAULT_DOMAIN, pii_free=pii_free, json_native=json_native
+    )
     label = clean["human_label"]
     return PreparedRow(
         (

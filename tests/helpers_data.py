@@ -104,3 +104,37 @@ def write_jsonl(path: Path, records: list, raw_lines: list[str] | None = None) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
+
+
+JSON_TEXT_FIELDS = ("initial_state", "user_scenario", "messages", "gold", "human_label")
+
+
+def write_parquet(path: Path, records: list[dict], schema_for=None) -> Path:
+    """Records as one Parquet file, their free-form fields as JSON text; `schema_for` may change
+    the Arrow table first (a column's type or encoding)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {key: [r.get(key) for r in records] for key in records[0]}
+    for key in JSON_TEXT_FIELDS:
+        columns[key] = [None if v is None else json.dumps(v) for v in columns[key]]
+    table = pa.table(columns)
+    if schema_for:
+        table = schema_for(table)
+    pq.write_table(table, path)
+    return path
+
+
+def count_slow_encodes(monkeypatch) -> list[int]:
+    """Count calls of the json module's writer of stored records (`rowtext._encode`) from now on."""
+    from dataplane import rowtext
+
+    calls = [0]
+    real = rowtext._encode
+
+    def counted(value):
+        calls[0] += 1
+        return real(value)
+
+    monkeypatch.setattr(rowtext, "_encode", counted)
+    return calls

@@ -15,7 +15,6 @@ import json
 from datetime import UTC, datetime
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,9 +23,7 @@ from dataplane import jsontext, pii_records, record_model, rowtext, scrub, times
 from dataplane.contract import ContractError, validate_record
 from dataplane.ingest import ingest_paths
 from dataplane.store import open_store, prepare_row
-from tests.helpers_data import NOW, build_records, record_from_task, write_jsonl
-
-JSON_TEXT = ("initial_state", "user_scenario", "messages", "gold", "human_label")
+from tests.helpers_data import NOW, build_records, count_slow_encodes, record_from_task, write_jsonl, write_parquet
 
 
 @pytest.fixture(scope="module")
@@ -129,16 +126,6 @@ def test_skip_keeps_every_kind_masked(text):
     assert spans and spans == _scrub_every_pass(text)
 
 
-def _parquet(path, records: list[dict], schema_for=None) -> None:
-    columns = {key: [r.get(key) for r in records] for key in records[0]}
-    for key in JSON_TEXT:
-        columns[key] = [None if v is None else json.dumps(v) for v in columns[key]]
-    table = pa.table(columns)
-    if schema_for:
-        table = schema_for(table)
-    pq.write_table(table, path)
-
-
 def _as_aware_timestamps(table: pa.Table) -> pa.Table:
     for key in ("started_at", "ended_at"):
         stamps = [
@@ -156,7 +143,7 @@ def _as_dictionary_text(table: pa.Table) -> pa.Table:
 
 
 def test_parquet_dictionary_columns_decode_like_plain_text(tmp_path, records):
-    _parquet(tmp_path / "a.parquet", records[:3], _as_dictionary_text)
+    write_parquet(tmp_path / "a.parquet", records[:3], _as_dictionary_text)
     write_jsonl(tmp_path / "b.jsonl", records[:3])
     summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet", tmp_path / "b.jsonl"], now=NOW)
     assert (summary.accepted, summary.duplicates, summary.quarantined) == (3, 3, 0)
@@ -164,7 +151,7 @@ def test_parquet_dictionary_columns_decode_like_plain_text(tmp_path, records):
 
 def test_parquet_timestamp_columns_become_text(tmp_path, records):
     # An aware Arrow timestamp reads back as an aware datetime: it passes as the same instant.
-    _parquet(tmp_path / "a.parquet", records[:2], _as_aware_timestamps)
+    write_parquet(tmp_path / "a.parquet", records[:2], _as_aware_timestamps)
     summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
     assert (summary.accepted, summary.quarantined) == (2, 0)
     con = open_store(tmp_path / "db.duckdb", read_only=True)
@@ -181,7 +168,7 @@ def test_naive_parquet_timestamp_is_still_rejected(tmp_path, records):
         index = table.schema.get_field_index("ended_at")
         return table.set_column(index, "ended_at", pa.array([datetime(2024, 6, 3, 9, 30)] * len(table)))
 
-    _parquet(tmp_path / "a.parquet", records[:2], naive)
+    write_parquet(tmp_path / "a.parquet", records[:2], naive)
     summary = ingest_paths(tmp_path / "db.duckdb", [tmp_path / "a.parquet"], now=NOW)
     assert summary.quarantined_by_rule == {"bad_timestamp": 2}
 
@@ -198,18 +185,6 @@ def test_gc_state_is_restored_after_ingest(tmp_path, records, enabled):
         gc.enable() if was else gc.disable()
 
 
-def _counting_encode(monkeypatch) -> list[int]:
-    calls = [0]
-    real = rowtext._encode
-
-    def counted(value):
-        calls[0] += 1
-        return real(value)
-
-    monkeypatch.setattr(rowtext, "_encode", counted)
-    return calls
-
-
 def test_a_record_is_serialised_once(good, monkeypatch):
     # PII in a message, a tool result, known_info, a key and an integer: every free-form field is
     # walked, and the clean record serialised once.
@@ -219,7 +194,7 @@ def test_a_record_is_serialised_once(good, monkeypatch):
     known = record["user_scenario"]["known_info"]
     known.update({"ssn": "123-45-6789", "4242 4242 4242 4242": "card", "number": 4012888888881881})
     valid = validate_record(record, NOW)
-    calls = _counting_encode(monkeypatch)
+    calls = count_slow_encodes(monkeypatch)
     clean, text = rowtext.scrubbed_canonical(valid)
     assert calls == [1]
     assert not [p for p in ("555-0100", "4111", "6789", "4242", "4012", "@example.com") if p in text]
