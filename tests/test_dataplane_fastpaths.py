@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import struct
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -300,6 +301,99 @@ def test_decode_json_with_the_scanner_inlined_keeps_every_rule(text, rule):
         with pytest.raises(ContractError) as err:
             jsontext.decode_json(text, "line 3")
         assert err.value.rule == rule and err.value.detail.startswith("line 3")
+
+
+def _same_json(a, b) -> bool:
+    """Equal as JSON values and in every type and float bit (0.0 is not -0.0, 1 is not 1.0)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    if type(a) is float:
+        return struct.pack("<d", a) == struct.pack("<d", b) or (a != a and b != b)
+    return a == b
+
+
+_json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64 + 5), max_value=2**64 + 5)
+    | st.integers(min_value=-(2**63) - 2, max_value=-(2**63) + 2)
+    | st.integers(min_value=2**63 - 2, max_value=2**63 + 2)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(':"\\{}[],u'))
+)
+_json_values = st.recursive(
+    _json_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(st.tuples(st.sampled_from(["a", "b", ":", "a:b"]) | st.text(max_size=4), inner), max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+def _as_text(value, draw_ascii: bool, spaced: bool) -> str:
+    """JSON text of `value`, where a list of pairs is written as an object (so keys may repeat);
+    `spaced` also spells floats in another way and escapes colons in strings."""
+    if type(value) is list and value and all(type(p) is tuple for p in value):
+        sep = ", " if spaced else ","
+        return (
+            "{"
+            + sep.join(
+                json.dumps(k, ensure_ascii=draw_ascii) + (": " if spaced else ":") + _as_text(v, draw_ascii, spaced)
+                for k, v in value
+            )
+            + "}"
+        )
+    if type(value) is list:
+        return "[" + (", " if spaced else ",").join(_as_text(v, draw_ascii, spaced) for v in value) + "]"
+    if type(value) is tuple:
+        return _as_text(list(value), draw_ascii, spaced)
+    if type(value) is float and value == value and abs(value) != float("inf") and spaced:
+        return f"{value:.17e}"  # another spelling of the same float
+    if type(value) is str and spaced:
+        return json.dumps(value, ensure_ascii=draw_ascii).replace(":", "\\u003a")
+    return json.dumps(value, ensure_ascii=draw_ascii)
+
+
+def _slow_or_error(text: str):
+    try:
+        return jsontext._read_slow(text, "")
+    except ContractError as err:
+        return err
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_json_values, st.booleans(), st.booleans())
+def test_the_fast_reader_reads_as_the_slow_one_or_steps_aside(value, ascii_only, spaced):
+    text = _as_text(value, ascii_only, spaced)
+    fast = jsontext._read_fast(text)
+    if fast is not jsontext._SLOW:
+        slow = _slow_or_error(text)
+        assert not isinstance(slow, ContractError), (text, slow)
+        assert _same_json(fast, slow), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1, "a": 2}',
+        '{"a": {"x": ":"}, "b": 1, "a": 2}',
+        '{"a": "\\u003a", "a": 1}',  # a colon escaped inside a string
+        '{"k\\u003A": 1, "k\\u003A": 2}',
+        '{"a": 1, "a": 2, "b": "\\u003a"}',  # the escaped colon makes up for the key lost
+        "9223372036854775808",  # past int64, inside uint64: orjson reads it as an int
+        "[18446744073709551616]",  # past uint64: orjson reads it as a float
+        "-9223372036854775809",
+        "NaN",
+        '"\\ud800"',
+    ],
+)
+def test_what_orjson_reads_otherwise_goes_the_slow_way(text):
+    assert jsontext._read_fast(text) is jsontext._SLOW
 
 
 def test_validation_context_is_reused_only_for_the_same_now_and_domains(good):
