@@ -103,10 +103,13 @@ def decode_json(text: str, where: str = "") -> Any:
     with `ContractError.at`.
     """
     value = _read_fast(text) if len(text) >= _FAST_FROM else _SLOW
-    if value is _SLOW:
+    fast = value is not _SLOW
+    if not fast:
         value = _read_slow(text, where)
     # The bracket count is `_text_nests_deeper`'s first test, inlined: most texts stop at it.
     if text.count("[") + text.count("{") > MAX_DEPTH and _text_nests_deeper(text, value):
+        if fast:  # orjson reads deeper than the json module: the slow reader's own error, if any
+            _read_slow(text, where)
         raise _located(ContractError("too_deep", f"arrays and objects nest deeper than {MAX_DEPTH} levels"), where)
     return value
 
@@ -176,7 +179,11 @@ def _read_fast(text: str) -> Any:
         colons = raw.count(b":")
         if b"\\u003" in raw:
             colons += raw.count(b"\\u003a") + raw.count(b"\\u003A")
-        if orjson.dumps(value).count(b":") != colons:
+        try:
+            written = orjson.dumps(value)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (it reads deeper)
+            return _SLOW
+        if written.count(b":") != colons:
             return _SLOW
     return value
 

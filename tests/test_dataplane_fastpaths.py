@@ -396,6 +396,22 @@ def test_what_orjson_reads_otherwise_goes_the_slow_way(text):
     assert jsontext._read_fast(text) is jsontext._SLOW
 
 
+@pytest.mark.parametrize("depth", [65, 300, 500, 990, 1100, 5000])
+@pytest.mark.parametrize("inner", ["", '{"a": 1}'])
+def test_a_deep_text_read_by_orjson_gets_the_slow_readers_error(depth, inner):
+    # orjson reads deeper than the json module (and than it writes): where the slow reader gives
+    # up on a text, its error stands; where it reads it, the text is refused as too deep, as before.
+    text = "[" * depth + inner + "]" * depth
+    try:
+        jsontext._read_slow(text, "t")
+        expected = ("too_deep", f"t: arrays and objects nest deeper than {jsontext.MAX_DEPTH} levels")
+    except ContractError as err:
+        expected = (err.rule, err.detail)
+    with pytest.raises(ContractError) as err:
+        jsontext.decode_json(text, "t")
+    assert (err.value.rule, err.value.detail) == expected
+
+
 def test_validation_context_is_reused_only_for_the_same_now_and_domains(good):
     from dataplane import contract
     from dataplane.domain_rules import DomainLookup
