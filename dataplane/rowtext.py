@@ -106,9 +106,10 @@ def scrubbed_canonical(
     return clean, text
 
 
-# orjson writes a record two to three times as fast as the json module's C encoder. Its text is used only where it is certainly the
-# one `_encode` writes, byte for byte, since the stored text is hashed and a stored interaction
-# must hash alike whoever wrote it; anything else goes to `_encode`, which also words the errors:
+# orjson writes a record two to three times as fast as the json module's C encoder. Its text is
+# used only where it is certainly the one `_encode` writes, byte for byte, since the stored text is
+# hashed and a stored interaction must hash alike whoever wrote it; anything else goes to
+# `_encode`, which also words the errors:
 # - the record holds JSON-native values only (the caller says so): orjson writes a UUID or an
 #   Enum that json refuses;
 # - no other type reaches orjson's own writing: dataclasses, datetimes and subclasses of str, int,
@@ -141,11 +142,11 @@ def _native_text(record: dict) -> str | None:
         out = orjson.dumps(record, default=_not_native, option=_NATIVE_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return None
-    nones = 0
-    for value in record.values():
-        if value is None:
-            nones += 1
-    if out.count(b"null") != nones or b"0.0000" in out or (b"e-" in out and _SMALL_FLOAT.search(out)):
+    if (
+        out.count(b"null") != list(record.values()).count(None)
+        or b"0.0000" in out
+        or (b"e-" in out and _SMALL_FLOAT.search(out))
+    ):
         return None
     return out.decode()
 

@@ -7,6 +7,12 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dataplane import rowtext
+from dataplane.parquet_rows import JSON_TEXT_FIELDS
+
 BASE_TIME = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)  # a Monday
 NOW = datetime(2024, 7, 1, tzinfo=UTC)  # the `now` tests pass to the contract
 
@@ -106,15 +112,9 @@ def write_jsonl(path: Path, records: list, raw_lines: list[str] | None = None) -
     return path
 
 
-JSON_TEXT_FIELDS = ("initial_state", "user_scenario", "messages", "gold", "human_label")
-
-
 def write_parquet(path: Path, records: list[dict], schema_for=None) -> Path:
     """Records as one Parquet file, their free-form fields as JSON text; `schema_for` may change
     the Arrow table first (a column's type or encoding)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     columns = {key: [r.get(key) for r in records] for key in records[0]}
     for key in JSON_TEXT_FIELDS:
         columns[key] = [None if v is None else json.dumps(v) for v in columns[key]]
@@ -127,8 +127,6 @@ def write_parquet(path: Path, records: list[dict], schema_for=None) -> Path:
 
 def count_slow_encodes(monkeypatch) -> list[int]:
     """Count calls of the json module's writer of stored records (`rowtext._encode`) from now on."""
-    from dataplane import rowtext
-
     calls = [0]
     real = rowtext._encode
 
