@@ -47,7 +47,9 @@ PolicyConfig = config_from_dataclass(
     "PolicyConfig",
     base=_PolicyKnobs,
     prefix="sft_",
-    exclude=("tools",),  # the curriculum's tool list, so SFT renders the one GRPO and evaluation offer
+    # tools: the curriculum's tool list, so SFT renders the one GRPO and evaluation offer;
+    # weighted_phrases: a recipe's, for the phrase tokens it added (training.tiny.phrases).
+    exclude=("tools", "weighted_phrases"),
     # SFT on relabelled copies (training.tiny.relabel: fresh identifiers in every example). An id that
     # differs in every copy can be predicted only by copying it from earlier in the conversation, so
     # the tiny model learns to copy ids instead of memorising the training customers'.

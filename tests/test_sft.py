@@ -109,12 +109,22 @@ def test_the_labelled_positions_loss_equals_trls_fused_loss(tmp_path, world):
     assert ours._metrics["train"]["mean_token_accuracy"] and ours._metrics["train"]["entropy"]
 
 
+def _labelled_token_losses(model, batch):
+    """(cross-entropy of each labelled token, the labelled positions of the shifted targets), in eval mode."""
+    import torch.nn.functional as F
+
+    model.eval()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+    target = batch["labels"][:, 1:]
+    keep = target != -100
+    return F.cross_entropy(logits[keep], target[keep], reduction="none"), keep
+
+
 def test_the_tool_name_weight_counts_each_token_naming_a_tool_that_many_times(world):
     """Weight K: the loss is the labelled tokens' cross-entropy mean with the tokens that open a
     tool call and name its tool counted K times (found by decoding, however the tokenizer cut
     them); weight 1 is the plain mean. A weight <= 0 is refused."""
     import torch
-    import torch.nn.functional as F
     from datasets import Dataset
     from trl import SFTConfig
 
@@ -146,12 +156,8 @@ def test_the_tool_name_weight_counts_each_token_naming_a_tool_that_many_times(wo
         ]
         positions = [text.index(f'"name": "{name}"') for name in names]
         assert positions == sorted(positions) and text.count("<tool_call>") >= len(names)
-    model.eval()
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-        target = batch["labels"][:, 1:]
-        keep = target != -100
-        ce = F.cross_entropy(logits[keep], target[keep], reduction="none")
+        ce, keep = _labelled_token_losses(model, batch)
         named = marked[:, 1:][keep]
         assert 8 <= int(named.sum()) < len(named) / 3  # a few labelled tokens per call, not all
         weights = 1.0 + 19.0 * named.float()
@@ -162,3 +168,60 @@ def test_the_tool_name_weight_counts_each_token_naming_a_tool_that_many_times(wo
     for bad in (0, -1.0, True):
         with pytest.raises(ValueError, match="tool_name_weight"):
             SFTSettings(tool_name_weight=bad)
+
+
+def test_weighted_phrases_count_with_the_tool_names_weight(world):
+    """A phrase made a token of its own (a cancel reason) counts `tool_name_weight` times wherever
+    a labelled token is it, beside the tokens naming the tool; a phrase the tokenizer cuts into
+    several tokens is refused by name, as is a bare string for the tuple."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from training.checkpoints import load_policy
+    from training.sft import (
+        SFTSettings,
+        _trainer_class,
+        phrase_token_ids,
+        sft_rows,
+        tokenized_rows,
+        tool_name_positions,
+    )
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+    from training.tiny.phrases import add_phrase_tokens
+
+    reasons = ("no longer needed", "ordered by mistake")
+    records = level1_records(world, 8, seed=2)
+    model, tokenizer = load_policy(SHIPPED_AGENT_DIR)  # a trained model, so the weighting shows
+    with pytest.raises(ValueError, match=r"\['no longer'\] are not tokens of their own"):
+        phrase_token_ids(tokenizer, ("no longer needed", "no longer"))
+    ids = phrase_token_ids(tokenizer, add_phrase_tokens(model, tokenizer, reasons))
+    dataset = Dataset.from_list(tokenized_rows(tokenizer, sft_rows(records)))
+    args = SFTConfig(
+        output_dir="unused-sft", per_device_train_batch_size=8, use_cpu=True, report_to="none", max_steps=1
+    )
+    names_only, with_phrases = (
+        _trainer_class(20.0, phrases)(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        for phrases in ((), ids)
+    )
+    batch = names_only._prepare_inputs(names_only.data_collator([names_only.train_dataset[i] for i in range(8)]))
+    with torch.no_grad():
+        ce, keep = _labelled_token_losses(model, batch)
+        target = batch["labels"][:, 1:]
+        named = tool_name_positions(batch["input_ids"][:, 1:], tokenizer)[keep]
+        phrased = (target[keep] == ids[0]) | (target[keep] == ids[1])
+        assert int(phrased.sum()) >= 1 and not (named & phrased).any()  # some call gives a reason
+        expected = {
+            "names": 1.0 + 19.0 * named.float(),
+            "both": 1.0 + 19.0 * (named | phrased).float(),
+        }
+        losses = {
+            key: trainer.compute_loss(model, dict(batch)).item()
+            for key, trainer in (("names", names_only), ("both", with_phrases))
+        }
+    for key, weights in expected.items():
+        assert losses[key] == pytest.approx(((ce * weights).sum() / weights.sum()).item(), rel=1e-4)
+    assert losses["names"] != pytest.approx(losses["both"], rel=1e-3)
+    for bad in ("no longer needed", ("",), (None,)):
+        with pytest.raises(ValueError, match="weighted_phrases"):
+            SFTSettings(weighted_phrases=bad)

@@ -78,11 +78,20 @@ class SFTSettings:
     tool_name_weight: float = setting(
         1.0, "loss weight of the tokens naming the tool in an assistant's tool call, against 1 for the rest"
     )
+    # An argument that takes one of a few phrases (a cancel reason) is a choice of one token once
+    # each phrase is a token of its own (training.tiny.phrases), as small in the mean as the tool's
+    # name was; the same weight makes it count.
+    weighted_phrases: tuple[str, ...] = setting(
+        (), "phrases, each one token of the tokenizer, whose labelled tokens count tool_name_weight times too"
+    )
 
     def __post_init__(self) -> None:
         weight = self.tool_name_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
             raise ValueError(f"tool_name_weight={weight!r} must be a number > 0")
+        phrases = self.weighted_phrases
+        if isinstance(phrases, str) or not all(isinstance(p, str) and p.strip() for p in phrases):
+            raise ValueError(f"weighted_phrases={phrases!r} must be a tuple of non-empty strings")
 
 
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,7 +302,32 @@ def tool_name_positions(token_ids, tokenizer):
     return marked
 
 
-def _trainer_class(tool_name_weight: float = 1.0):
+def phrase_token_ids(tokenizer, phrases: Iterable[str]) -> tuple[int, ...]:
+    """The token of each phrase; ValueError naming a phrase that is not a token of its own.
+
+    Only an added token (`training.tiny.phrases.add_phrase_tokens`) is cut whole wherever it
+    appears: a BPE token that spells the phrase alone may be merged with the text around it in a
+    call (the tiny tokenizer holds "no longer needed" alone, yet cuts the call's reason into
+    `", "reason": "no longer needed"}}`)."""
+    added = tokenizer.get_added_vocab()
+    missing = [phrase for phrase in phrases if phrase not in added]
+    if missing:
+        raise ValueError(
+            f"weighted phrases {missing} are not tokens of their own in this tokenizer "
+            "(training.tiny.phrases.add_phrase_tokens makes them so)"
+        )
+    return tuple(added[phrase] for phrase in phrases)
+
+
+def weighted_positions(token_ids, tokenizer, phrase_ids: tuple[int, ...] = ()):
+    """`tool_name_positions`, and True on every token of `phrase_ids` too."""
+    marked = tool_name_positions(token_ids, tokenizer)
+    for token in phrase_ids:
+        marked |= token_ids == token
+    return marked
+
+
+def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = ()):
     """TRL's SFTTrainer, with a loss that sends only the trained positions through the LM head.
 
     TRL computes log-probabilities, entropy and top-1 for every position of the batch in fp32
@@ -306,7 +340,7 @@ def _trainer_class(tool_name_weight: float = 1.0):
     processes, or when outputs are asked for, TRL's own path runs (its distributed bookkeeping).
 
     With `tool_name_weight` != 1 the loss is the weighted mean: each labelled token that opens a
-    tool call or names its tool (`tool_name_positions`) counts that many times. TRL's own path has
+    tool call or names its tool (`tool_name_positions`), or is one of `phrase_ids`, counts that many times. TRL's own path has
     no weights, so it is refused then.
     """
     import torch
@@ -329,7 +363,7 @@ def _trainer_class(tool_name_weight: float = 1.0):
             if tool_name_weight == 1.0:
                 loss = F.cross_entropy(logits, wanted, reduction="sum") / count
             else:
-                named = tool_name_positions(inputs["input_ids"][:, 1:], self.processing_class)[keep]
+                named = weighted_positions(inputs["input_ids"][:, 1:], self.processing_class, phrase_ids)[keep]
                 weights = 1.0 + (tool_name_weight - 1.0) * named.float()
                 loss = (F.cross_entropy(logits, wanted, reduction="none") * weights).sum() / weights.sum()
             mode = "train" if model.training else "eval"
@@ -389,7 +423,8 @@ def warm_start(
         dataloader_pin_memory=False,
         gradient_checkpointing=settings.gradient_checkpointing,
     )
-    trainer = _trainer_class(settings.tool_name_weight)(
+    phrase_ids = phrase_token_ids(tokenizer, settings.weighted_phrases)
+    trainer = _trainer_class(settings.tool_name_weight, phrase_ids)(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
@@ -402,6 +437,7 @@ def warm_start(
         "examples": len(rows),
         "relabelled": settings.relabel,
         "tool_name_weight": settings.tool_name_weight,
+        "weighted_phrases": list(settings.weighted_phrases),
         "steps": settings.steps,
         "train_loss": float(output.training_loss),
         "model_path": str(out),
