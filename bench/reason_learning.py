@@ -22,6 +22,8 @@ Two questions the first runs left open have options of their own:
   cannot fit the reason by remembering them;
 - `--weight-on reason`: the weight on the token that chooses the reason alone, so the reason is
   not one weighted token among an order id's;
+- `--lm-steps N`: first N steps of plain language modelling on the same conversations, every
+  token a target (the customer's turns too, as a pretrained base model was trained), at lr 1e-3;
 - `--reason-tokens`: the two reasons first become tokens of their own
   (`training.tiny.phrases.add_phrase_tokens`), so the opening and the call hold the same token
   and choosing it is a copy.
@@ -29,7 +31,7 @@ The margin is taken at the first token where the two calls' texts are cut differ
 tokenizer the model has.
 
     .venv/bin/python bench/reason_learning.py [--steps 150] [--lr 1e-3] [--weight 50] [--work DIR]
-        [--fresh-worlds 11,12] [--weight-on values|reason] [--reason-tokens]
+        [--fresh-worlds 11,12] [--weight-on values|reason] [--lm-steps 150] [--reason-tokens]
 
 The last line printed is
 `steps=<n> lr=<x> weight=<w> before_gap=<g> before_ci=[<lo>, <hi>] after_gap=<g> ci=[<lo>, <hi>]
@@ -159,6 +161,39 @@ def with_reason_tokens(model_path: Path, out: Path) -> Path:
     return out
 
 
+def every_token_a_target(tokenized):
+    """`training.sft.tokenized_rows` with every token labelled, not only the assistant's."""
+
+    def rows(tokenizer, chat_rows):
+        out = tokenized(tokenizer, chat_rows)
+        for row in out:
+            row["assistant_masks"] = [1] * len(row["assistant_masks"])
+        return out
+
+    return rows
+
+
+def language_modelled(model_path: Path, demos: list[dict], out: Path, steps: int, threads: int) -> Path:
+    """The model after `steps` of next-token training on whole conversations (`every_token_a_target`)."""
+    assistant_only = sft.tokenized_rows
+    sft.tokenized_rows = every_token_a_target(assistant_only)
+    try:
+        settings = sft.SFTSettings(
+            steps=steps,
+            batch_size=16,
+            learning_rate=1e-3,
+            lr_scheduler_type="constant",
+            tools=level1_tools(),
+            relabel=True,
+            torch_threads=threads,
+        )
+        summary = sft.warm_start(model_path, demos, out, settings)
+    finally:
+        sft.tokenized_rows = assistant_only
+    print(json.dumps({"lm_steps": steps, "lm_train_loss": round(summary["train_loss"], 4)}), flush=True)
+    return out
+
+
 def fresh_cancellations(work: Path, worlds: list[int]) -> list[dict]:
     """The training customers' cancellations of other generated worlds (`AgentRecipe.world_seed`)."""
     demos: list[dict] = []
@@ -178,6 +213,7 @@ def main() -> None:
     parser.add_argument("--weight-on", choices=("values", "reason"), default="values")
     parser.add_argument("--fresh-worlds", default="", help="comma-separated world seeds whose customers are added")
     parser.add_argument("--reason-tokens", action="store_true", help="make each reason a token of its own first")
+    parser.add_argument("--lm-steps", type=int, default=0, help="steps with every token a target, first")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -192,6 +228,8 @@ def main() -> None:
     train_demos += fresh_cancellations(work, worlds)
     print(f"{len(train_demos)} training and {len(held_demos)} held-out cancellations", flush=True)
     base = with_reason_tokens(args.model, work / "phrased") if args.reason_tokens else args.model
+    if args.lm_steps:
+        base = language_modelled(base, train_demos, work / "language-modelled", args.lm_steps, args.threads)
     before = gap(reason_margins(base, held_demos))
     # The weight goes where --weight-on says instead of on the tool's name: the recipe's trainer
     # reads its weighted positions from this one function.
