@@ -1,0 +1,66 @@
+"""The shipped agent's recipe end to end at a toy size (`domains.retail.tiny_agent.build_agent`).
+
+Every stage runs a few steps on a small generated shop, in the recipe's order; what ships is the
+model after the last stage, with the cancel reasons tokens of their own, loadable through the
+product's `from_pretrained` path. A second build in the same work folder resumes every finished
+stage instead of training it again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from domains.retail.tiny_agent import BUILD_SUMMARY, STAGE_MARKER, AgentRecipe, build_agent
+from domains.retail.tools_write import CANCEL_REASONS
+from training.checkpoints import load_policy
+from training.tiny.manifest import SHIPPED_FILES
+
+pytestmark = pytest.mark.slow
+
+TOY = AgentRecipe(
+    traffic=400,
+    n_users=60,
+    train_tasks=20,
+    held_out_tasks=5,
+    copy_steps=2,
+    expert_stages=1,
+    expert_steps=2,
+    weakness_steps=2,
+    decision_steps=2,
+    phrase_steps=3,
+    hidden_size=32,
+    layers=1,
+)
+
+
+def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
+    progress: list[dict] = []
+    summary = build_agent(tmp_path / "out", tmp_path / "work", TOY, threads=1, progress=progress.append)
+    stages = [s["stage"] for s in summary["stages"]]
+    assert stages == ["copy", "expert1", "weakness2", "decision3", "phrases4"]
+    assert [p["stage"] for p in progress if p.get("stage") != "tasks"] == stages
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(SHIPPED_FILES)
+    assert json.loads((tmp_path / "work" / BUILD_SUMMARY).read_text())["stages"] == summary["stages"]
+
+    model, tokenizer = load_policy(tmp_path / "out")
+    added = tokenizer.get_added_vocab()
+    for reason in CANCEL_REASONS:
+        assert tokenizer(reason, add_special_tokens=False)["input_ids"] == [added[reason]]
+    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+    # The phrase stage trained with the reasons weighted, from the model that holds their tokens.
+    marker = json.loads((tmp_path / "work" / "phrases4" / STAGE_MARKER).read_text())
+    assert marker["key"]["settings"]["weighted_phrases"] == list(CANCEL_REASONS)
+    assert marker["key"]["settings"]["tool_name_weight"] == TOY.tool_name_weight
+
+    again = build_agent(tmp_path / "out2", tmp_path / "work", TOY, threads=1)
+    assert again["stages"] == summary["stages"]  # every stage resumed: the same losses
+
+
+def test_a_recipe_without_phrases_ships_the_tokenizer_it_trained(tmp_path):
+    summary = build_agent(tmp_path / "out", tmp_path / "work", replace(TOY, phrases=()), threads=1)
+    assert [s["stage"] for s in summary["stages"]][-1] == "decision3"
+    _, tokenizer = load_policy(tmp_path / "out")
+    assert not set(CANCEL_REASONS) & set(tokenizer.get_added_vocab())
