@@ -224,4 +224,6 @@ def test_weighted_phrases_count_with_the_tool_names_weight(world):
     assert losses["names"] != pytest.approx(losses["both"], rel=1e-3)
     for bad in ("no longer needed", ("",), (None,)):
         with pytest.raises(ValueError, match="weighted_phrases"):
-            SFTSettings(weighted_phrases=bad)
+            SFTSettings(weighted_phrases=bad, tool_name_weight=20.0)
+    with pytest.raises(ValueError, match="tool_name_weight is 1"):
+        SFTSettings(weighted_phrases=reasons)

@@ -92,6 +92,8 @@ class SFTSettings:
         phrases = self.weighted_phrases
         if isinstance(phrases, str) or not all(isinstance(p, str) and p.strip() for p in phrases):
             raise ValueError(f"weighted_phrases={phrases!r} must be a tuple of non-empty strings")
+        if phrases and weight == 1.0:
+            raise ValueError(f"weighted_phrases={phrases!r} count tool_name_weight times, and tool_name_weight is 1")
 
 
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -340,8 +342,8 @@ def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = 
     processes, or when outputs are asked for, TRL's own path runs (its distributed bookkeeping).
 
     With `tool_name_weight` != 1 the loss is the weighted mean: each labelled token that opens a
-    tool call or names its tool (`tool_name_positions`), or is one of `phrase_ids`, counts that many times. TRL's own path has
-    no weights, so it is refused then.
+    tool call or names its tool (`tool_name_positions`), or is one of `phrase_ids`, counts that
+    many times. TRL's own path has no weights, so it is refused then.
     """
     import torch
     import torch.nn.functional as F
