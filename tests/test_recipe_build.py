@@ -1,8 +1,8 @@
 """The shipped agent's recipe end to end at a toy size (`domains.retail.tiny_agent.build_agent`).
 
-Every stage runs a few steps on a small generated shop, in the recipe's order; what ships is the
-model after the last stage, with the cancel reasons tokens of their own, loadable through the
-product's `from_pretrained` path. A second build in the same work folder resumes every finished
+Every stage runs a few steps on a small generated shop, in the recipe's order (the optional shop
+stages switched on); what ships is the model after the last stage, with the cancel reasons tokens
+of their own, loadable through the product's `from_pretrained` path. A second build in the same work folder resumes every finished
 stage instead of training it again.
 """
 
@@ -31,6 +31,9 @@ TOY = AgentRecipe(
     weakness_steps=2,
     decision_steps=2,
     phrase_steps=3,
+    shop_traffic=60,
+    shop_stages=2,
+    shop_steps=2,
     hidden_size=32,
     layers=1,
 )
@@ -40,7 +43,7 @@ def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
     progress: list[dict] = []
     summary = build_agent(tmp_path / "out", tmp_path / "work", TOY, threads=1, progress=progress.append)
     stages = [s["stage"] for s in summary["stages"]]
-    assert stages == ["copy", "expert1", "weakness2", "decision3", "phrases4"]
+    assert stages == ["copy", "expert1", "weakness2", "decision3", "phrases4", "shop5", "shop6"]
     assert [p["stage"] for p in progress if p.get("stage") != "tasks"] == stages
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(SHIPPED_FILES)
     assert json.loads((tmp_path / "work" / BUILD_SUMMARY).read_text())["stages"] == summary["stages"]
@@ -54,13 +57,26 @@ def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
     marker = json.loads((tmp_path / "work" / "phrases4" / STAGE_MARKER).read_text())
     assert marker["key"]["settings"]["weighted_phrases"] == list(CANCEL_REASONS)
     assert marker["key"]["settings"]["tool_name_weight"] == TOY.tool_name_weight
+    # The shop stage imitates whole-shop conversations in the served form: full tool results, and
+    # hand-overs too (they never verify).
+    shop = json.loads((tmp_path / "work" / "shop6" / STAGE_MARKER).read_text())["key"]["settings"]
+    assert shop["compact"] is False and shop["verified_only"] is False
+    assert shop["weighted_phrases"] == list(CANCEL_REASONS) and shop["learning_rate"] == TOY.shop_lr
+    assert 0 < summary["shop_conversations"] <= TOY.shop_traffic
 
     again = build_agent(tmp_path / "out2", tmp_path / "work", TOY, threads=1)
     assert again["stages"] == summary["stages"]  # every stage resumed: the same losses
 
 
+def test_the_shipped_recipe_has_no_shop_stage(tmp_path):
+    summary = build_agent(tmp_path / "out", tmp_path / "work", replace(TOY, shop_stages=0), threads=1)
+    assert [s["stage"] for s in summary["stages"]][-1] == "phrases4"
+    assert summary["shop_conversations"] == 0 and not (tmp_path / "work" / "shop-landing").exists()
+    assert AgentRecipe().shop_stages == 0
+
+
 def test_a_recipe_without_phrases_ships_the_tokenizer_it_trained(tmp_path):
     summary = build_agent(tmp_path / "out", tmp_path / "work", replace(TOY, phrases=()), threads=1)
-    assert [s["stage"] for s in summary["stages"]][-1] == "decision3"
+    assert [s["stage"] for s in summary["stages"]][-3:] == ["decision3", "shop5", "shop6"]
     _, tokenizer = load_policy(tmp_path / "out")
     assert not set(CANCEL_REASONS) & set(tokenizer.get_added_vocab())

@@ -30,6 +30,21 @@ def test_replayed_trajectories_are_verified_and_use_environment_results(world):
     assert len(sft_rows(records + [broken])) == len(records)
 
 
+def test_a_records_own_compact_field_picks_its_form_whatever_the_settings(world):
+    from training.sft import replay_trajectory
+
+    record = level1_records(world, 1, seed=4)[0]
+
+    def order_result(rec, compact):
+        messages = replay_trajectory(rec, compact=compact)
+        return next(m["content"] for m in messages if m.get("name") == "get_order_details")
+
+    short, full = order_result(record, True), order_result(record, False)
+    assert len(short) < len(full)  # the two forms differ, so the check below can tell them apart
+    assert order_result({**record, "compact": True}, False) == short
+    assert order_result({**record, "compact": False}, True) == full
+
+
 def test_short_sft_makes_greedy_output_a_tool_call(tmp_path, world):
     """After a short SFT the greedy reply opens a well-formed call of a real tool.
 

@@ -56,6 +56,11 @@ def test_the_shipped_folder_matches_its_manifest_and_holds_the_measured_figures(
     assert sum(entry["bytes"] for entry in manifest["files"].values()) <= MAX_SHIPPED_BYTES
     assert manifest["rebuild_command"].startswith("python bench/shipped_agent.py build")
     recipe = manifest["recipe"]
+    # The recipe's defaults are the shipped agent's (its docstring says so, and the benches that
+    # rebuild its held-out customers from the manifest refuse any difference).
+    from domains.retail.tiny_agent import AgentRecipe
+
+    assert recipe == AgentRecipe().as_dict()
     assert recipe["mistake_rates"]["unnecessary_escalation"] > 0
     assert recipe["mistake_rates"]["skipped_authentication"] > 0
     build = manifest["build"]

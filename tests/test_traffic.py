@@ -133,6 +133,40 @@ def test_mistakes_happen_at_their_rate_and_cause_failures(mistake):
     assert abs(made / n - rate) < 4 * math.sqrt(rate * (1 - rate) / n)
 
 
+def test_an_agent_that_handles_some_intents_hands_the_rest_over_after_identifying():
+    handles = ("order_status", "cancel_order")
+    agent = ScriptedAgent(EXPERT_RATES, handles=handles, asks_reason=True)
+    seen = collections.Counter()
+    for index, scenario in enumerate(sample_scenarios(generated_world(), 200, seed=5)):
+        conversation = agent.run(scenario, seed=index)
+        episode, calls = conversation.episode, [e.tool for e in conversation.episode.audit_log]
+        seen[scenario.intent] += 1
+        assert any(tool in AUTH_TOOLS for tool in calls)  # every customer identified first
+        if scenario.intent in handles:
+            assert verified_success(episode) and not episode.transferred
+        else:
+            assert episode.transferred and not set(calls) & WRITE_TOOLS
+            assert verified_success(episode) == (scenario.intent == "other")
+    assert set(seen) == set(INTENTS)  # every intent was drawn, so every branch above ran
+
+
+def test_an_agent_that_asks_the_reason_cancels_with_the_reason_it_heard():
+    agent = ScriptedAgent(EXPERT_RATES, asks_reason=True)
+    cancellations = [s for s in sample_scenarios(generated_world(), 200, seed=6) if s.intent == "cancel_order"]
+    assert len(cancellations) >= 10
+    for index, scenario in enumerate(cancellations):
+        conversation = agent.run(scenario, seed=index)
+        said = [
+            m["tool_calls"][0]["arguments"].get("message", "") for m in conversation.messages if m.get("tool_calls")
+        ]
+        asked = next(i for i, text in enumerate(said) if "reason for cancelling" in text)
+        reason = scenario.user_scenario["known_info"]["reason"]
+        answer = conversation.messages[2 * asked + 3]["content"]  # the customer's reply to that question
+        assert reason in answer.lower()
+        cancel = next(e for e in conversation.episode.audit_log if e.tool == "cancel_pending_order")
+        assert cancel.arguments["reason"] == reason and verified_success(conversation.episode)
+
+
 def test_mistake_rates_are_validated():
     with pytest.raises(AgentConfigError):
         ScriptedAgent({"typo": 0.1})
@@ -310,6 +344,8 @@ def test_scripted_traffic_is_never_recorded_as_the_registered_models_own(tmp_pat
         ({"drift": {"intent_mix": {}}}, TrafficConfigError),
         ({"drift": {"from_day": -1}}, TrafficConfigError),
         ({"policy_version": ""}, TrafficConfigError),
+        ({"agent": ScriptedAgent(EXPERT_RATES), "mistake_rates": {"looping": 0.5}}, TrafficConfigError),
+        ({"agent": ScriptedAgent(EXPERT_RATES), "drift": {"mistake_rates": {"looping": 0.5}}}, TrafficConfigError),
     ],
 )
 def test_bad_arguments_raise_specific_errors(tmp_path, kwargs, error):

@@ -45,8 +45,12 @@ class SFTSettings:
     learning_rate: float = setting(1e-3, "peak learning rate (cosine schedule by default)")
     max_length: int = setting(3072, "tokens per rendered conversation; TRL truncates longer ones")
     seed: int = setting(0, "seeds the relabelling and TRL")
+    # A record's own `compact` (as a curriculum row carries) wins, so one step can imitate
+    # conversations of two forms: the level-1 tasks' short results beside the served shop's.
     compact: bool = setting(
-        True, "render tool results in the environment's short form, as GRPO and evaluation see them"
+        True,
+        "render tool results in the environment's short form, as GRPO and evaluation see them "
+        "(a record's own `compact` field overrides it)",
     )
     # OpenMP threads spin-wait, so when other processes share the cores one thread is far faster.
     torch_threads: int | None = setting(None, "CPU threads for torch (None: torch's default)")
@@ -114,8 +118,9 @@ def _started(record: Mapping[str, Any], compact: bool, seed: int, tools: tuple[s
     (`domains.api`: the retail world's schema check, an airline state that is not an object of
     tables); a stored record's state is whatever its producer logged, so one such record must
     only be left out of what is imitated, never stop the week."""
+    own = record.get("compact")
     try:
-        return start_conversation(record, seed, compact=compact, tools=tools)
+        return start_conversation(record, seed, compact=own if isinstance(own, bool) else compact, tools=tools)
     except (ValueError, TypeError) as err:
         raise UnreplayableError(
             f"record {record.get('interaction_id', '?')}: its world cannot start a conversation: "

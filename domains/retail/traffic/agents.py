@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.scenarios import Scenario
 from training.sandbox.environment import call_tool
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
@@ -49,6 +50,8 @@ _ASK_ID = (
     "Thanks for reaching out, I'm happy to help. To verify your identity, could you please provide "
     "your email, or your first name, last name and zip code?"
 )
+# The hand-over of a request outside `ScriptedAgent.handles`: the person reads the conversation.
+_UNHANDLED = "The customer has a request I cannot handle myself; please take over."
 _ASK_ID_AGAIN = (
     "I understand. I do need to verify your identity before I can look at your account. Could you "
     "please provide your email, or your name and zip code?"
@@ -118,10 +121,23 @@ def _parse_identity(text: str) -> dict[str, str] | None:
 
 
 class ScriptedAgent:
-    """The scripted production agent; `mistake_rates` all zero makes it the expert."""
+    """The scripted production agent; `mistake_rates` all zero makes it the expert.
 
-    def __init__(self, mistake_rates: Mapping[str, float] | None = None) -> None:
+    `handles`: the intents it serves itself (None: all); any other request it hands to a person
+    once the customer is identified, as an agent that knows only part of the shop should.
+    `asks_reason`: it asks the customer why before cancelling and cancels with the reason it heard,
+    rather than knowing the reason from the scenario: the conversation then holds every fact the
+    call needs, so a model imitating it can copy the reason from the customer's words."""
+
+    def __init__(
+        self,
+        mistake_rates: Mapping[str, float] | None = None,
+        handles: tuple[str, ...] | None = None,
+        asks_reason: bool = False,
+    ) -> None:
         self.rates = validate_mistake_rates(mistake_rates)
+        self.handles = None if handles is None else frozenset(handles)
+        self.asks_reason = asks_reason
 
     def draw_mistakes(self, scenario: Scenario, rng: random.Random) -> list[str]:
         """The mistakes this conversation will make: drawn per rate, kept if applicable, one derailer at most."""
@@ -135,7 +151,7 @@ class ScriptedAgent:
         rng = random.Random(f"agent:{seed}")
         mistakes = self.draw_mistakes(scenario, rng)
         conversation = scenario_conversation(scenario, seed)
-        _Script(scenario, _Turns(conversation), mistakes, rng).play()
+        _Script(scenario, _Turns(conversation), mistakes, rng, self.handles, self.asks_reason).play()
         conversation.mistakes = mistakes
         return conversation
 
@@ -170,8 +186,18 @@ def mistake_applicable(mistake: str, scenario: Scenario) -> bool:
 class _Script:
     """One conversation of the scripted agent (see the module docstring for the flow)."""
 
-    def __init__(self, scenario: Scenario, turns: _Turns, mistakes: list[str], rng: random.Random) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        turns: _Turns,
+        mistakes: list[str],
+        rng: random.Random,
+        handles: frozenset[str] | None = None,
+        asks_reason: bool = False,
+    ) -> None:
         self.s, self.t, self.mistakes, self.rng = scenario, turns, mistakes, rng
+        self.handles, self.asks_reason = handles, asks_reason
+        self.heard_reason: str | None = None
 
     def play(self) -> None:
         if "skipped_authentication" not in self.mistakes and not self._authenticate():
@@ -186,6 +212,16 @@ class _Script:
         if self.s.intent == "other":
             self._transfer(self.s.gold["actions"][-1]["arguments"]["summary"])
             return
+        if self.handles is not None and self.s.intent not in self.handles:
+            self._transfer(_UNHANDLED)
+            return
+        if self.asks_reason and self.s.intent == "cancel_order":
+            # Asked before the order is read, so what follows the identification already differs
+            # by request (a question here, a read for a status): the choice is the next tool.
+            self.heard_reason = self._ask_reason(self.s.order_id)
+            if self.heard_reason is None:
+                self._end("I'm sorry, I need a reason to cancel the order. Have a good day.")
+                return
         read = self._read_target()
         if self.s.intent == "order_status":
             self._tell_status(read)
@@ -253,6 +289,8 @@ class _Script:
             name, arguments = "cancel_pending_order", {"order_id": arguments["order_id"], "reason": "no longer needed"}
         if "wrong_item" in self.mistakes:
             arguments = self._swap_item(arguments)
+        if self.heard_reason is not None and name == "cancel_pending_order":
+            arguments["reason"] = self.heard_reason
         for product_id in self._products_of(arguments):
             self.t.call("get_product_details", {"product_id": product_id})
         self.t.say(_proposal(name, arguments, self.s))
@@ -262,6 +300,11 @@ class _Script:
             return
         self.t.say(_confirmation(name, arguments, self.s))
         self._end("Is there anything else I can help you with? Have a great day!")
+
+    def _ask_reason(self, order_id: str | None) -> str | None:
+        """The cancel reason the customer gives when asked, or None when the answer names none."""
+        reply = self.t.say(f"Could you tell me the reason for cancelling order {order_id}?")
+        return next((reason for reason in CANCEL_REASONS if reason in reply.lower()), None)
 
     def _swap_item(self, arguments: dict[str, Any]) -> dict[str, Any]:
         chosen = list(arguments["item_ids"])

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domains.retail.intents import INTENT_NAMES, WRITE_TOOLS
+from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.worldgen import random_address
 from domains.retail.world import touched_subset
 
@@ -32,7 +33,6 @@ DEFAULT_INTENT_MIX: dict[str, float] = {
     "other": 0.10,
 }
 PERSONA_MIX: dict[str, float] = {"polite": 0.4, "angry": 0.15, "confused": 0.15, "terse": 0.15, "plays_dumb": 0.15}
-CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 # Requests outside the tools: a person must handle them.
 OUT_OF_SCOPE = (
     "change the email address on your account",

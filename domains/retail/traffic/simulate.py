@@ -256,7 +256,12 @@ def _record(
 
 
 def _days(
-    days: int, intent_mix: dict[str, float], rates: dict[str, float], policy_version: str, drifts: list[Drift]
+    days: int,
+    intent_mix: dict[str, float],
+    rates: dict[str, float],
+    policy_version: str,
+    drifts: list[Drift],
+    agent: ScriptedAgent | None = None,
 ) -> list[_Day]:
     out = []
     for day in range(days):
@@ -268,7 +273,7 @@ def _days(
                     validate_mistake_rates(drift.mistake_rates) if drift.mistake_rates is not None else day_rates
                 )
                 version = drift.policy_version or version
-        out.append(_Day(mix, ScriptedAgent(day_rates), version))
+        out.append(_Day(mix, agent or ScriptedAgent(day_rates), version))
     return out
 
 
@@ -307,6 +312,7 @@ def simulate(
     canary: Policy | None = None,
     canary_version: str | None = None,
     canary_share: float = 0.0,
+    agent: ScriptedAgent | None = None,
 ) -> dict[str, Any]:
     """Write `days` x `per_day` interactions to `out_dir/<YYYY-MM-DD>/interactions.jsonl`.
 
@@ -319,8 +325,9 @@ def simulate(
     level-1 slice (its intents, a cooperative customer, no faults). `tool_fault_rate` and
     `resolve_handovers` (model-served traffic only) default to `ServedTraffic`'s.
     `canary` (a second model policy, recorded as `canary_version`) serves `canary_share` of the
-    conversations beside `policy`, each chosen by `serving.serves_canary`. Raises
-    TrafficConfigError on bad arguments.
+    conversations beside `policy`, each chosen by `serving.serves_canary`. `agent` replaces the
+    scripted agent of every day (e.g. one that `handles` only some intents); it takes no mistake
+    rates from this call or its drifts. Raises TrafficConfigError on bad arguments.
     """
     days, per_day = _positive_int(days, "days"), _positive_int(per_day, "per_day")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -339,12 +346,17 @@ def simulate(
     }
     first = _start_date(start, days)
     drifts = coerce_drifts(drift)
+    if agent is not None and (
+        policy is not None or mistake_rates is not None or any(d.mistake_rates is not None for d in drifts)
+    ):
+        raise TrafficConfigError("agent= replaces the scripted agent: give it no policy and no mistake rates")
     schedule = _days(
         days,
         validate_intent_mix(intent_mix or (LEVEL1_MIX if level == 1 else DEFAULT_INTENT_MIX)),
         validate_mistake_rates(mistake_rates),
         policy_version,
         drifts,
+        agent,
     )
     try:
         check_level(level, [i for d in schedule for i, share in d.intent_mix.items() if share > 0], policy)

@@ -1,0 +1,145 @@
+"""Whether the recipe's optional shop stage makes the shipped agent serve the whole shop in part,
+and what it costs at level 1.
+
+The shipped agent (S8) is built on level 1 only: the customer's opening states who they are and
+what they want, and the agent knows order status and cancellations. Served on the whole shop
+(every intent, the playbook's persona mix, 8% back-end faults, identity not stated) it completes
+nothing. The recipe's shop stage (`domains.retail.tiny_agent`, `AgentRecipe.shop_stages`) imitates
+the whole shop held by the scripted expert restricted to the level-1 intents, which asks who the
+customer is, asks why before cancelling and hands every other request to a person
+(`shop_demonstrations`). This bench runs that stage from `--model` (default: the shipped agent)
+with the recipe's settings, `--stages` times in a row (each a fresh optimiser, seeds as the recipe
+numbers them after the phrase stage), with the level-1 demonstrations mixed in unless `--shop-only`,
+then measures the result and the model it started from, each:
+
+- **served on the whole shop**: `--conversations` conversations of one simulated day on a shop of
+  1,500 customers (seed 11), served greedily behind the PII gateway as the demo serves
+  (`orchestration.cli.demo.serving_policy`), at the served traffic's defaults; completed
+  conversations per intent and per persona, and the first thing the agent did;
+- **at level 1**: greedy success on the recipe's 100 held-out customers x 2 trials
+  (`bench/shipped_agent.measure`, the manifest's figure).
+
+    .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--conversations 200]
+        [--model DIR] [--work DIR]
+
+The last line printed is `stages=<n> steps=<n> shop_only=<bool> served_before=<k>/<n>
+served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from domains.retail.level1 import LEVEL1_TOOLS, level1_demonstration  # noqa: E402
+from domains.retail.tiny_agent import AgentRecipe, level1_tasks, shop_demonstrations  # noqa: E402
+from domains.retail.traffic.simulate import simulate  # noqa: E402
+from orchestration.cli.demo import serving_policy  # noqa: E402
+from training.sft import SFTSettings, warm_start  # noqa: E402
+from training.tiny.manifest import SHIPPED_AGENT_DIR  # noqa: E402
+
+SERVED_SEED = 11
+SERVED_CUSTOMERS = 1500
+# The shop stages come after the recipe's seven phases, and the recipe seeds a stage with its number.
+FIRST_SHOP_PHASE = 8
+
+
+def served(model: Path, conversations: int, out: Path) -> dict:
+    """One day of the whole shop served by `model`: completed per intent and persona, first acts."""
+    summary = simulate(
+        days=1,
+        per_day=conversations,
+        seed=SERVED_SEED,
+        out_dir=out,
+        policy=serving_policy(str(model)),
+        n_users=SERVED_CUSTOMERS,
+        policy_version="bench/1",
+    )
+    records = [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+    table: dict[str, Counter] = defaultdict(Counter)
+    first: Counter = Counter()
+    for record in records:
+        for key in (record["intent"], f"persona {record['user_scenario'].get('persona')}"):
+            table[key][record["outcome"]] += 1
+        act = next((m for m in record["messages"] if m["role"] == "assistant"), {})
+        first[(act.get("tool_calls") or [{"name": "a text reply"}])[0]["name"]] += 1
+    return {
+        "completed": summary["outcomes"].get("completed", 0),
+        "n": len(records),
+        "outcomes": summary["outcomes"],
+        "by": {key: dict(counts) for key, counts in sorted(table.items())},
+        "first_acts": dict(first.most_common()),
+    }
+
+
+def level1(model: Path, held: list[dict]) -> float:
+    sys.path.append(str(ROOT / "bench"))  # appended: bench/ must not shadow the product's packages
+    from shipped_agent import measure
+
+    return measure(model, held)["success_rate"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=SHIPPED_AGENT_DIR)
+    parser.add_argument("--stages", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=AgentRecipe.shop_steps)
+    parser.add_argument("--shop-only", action="store_true", help="leave the level-1 demonstrations out")
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if args.stages < 1 or args.steps < 1 or args.conversations < 1:
+        parser.error("--stages, --steps and --conversations must be at least 1")
+    work = args.work or Path(tempfile.mkdtemp(prefix="shop-stage-"))
+    started = time.monotonic()
+    recipe = AgentRecipe()
+    train, held = level1_tasks(work / "tasks", recipe)
+    demos = shop_demonstrations(work / "shop", recipe)
+    if not args.shop_only:
+        demos += [{**level1_demonstration(task), "compact": True} for task in train]
+    print(f"{len(demos)} demonstrations ({'whole shop only' if args.shop_only else 'with level 1'})", flush=True)
+    settings = SFTSettings(
+        batch_size=recipe.sft_batch,
+        learning_rate=recipe.shop_lr,
+        torch_threads=args.threads,
+        tools=LEVEL1_TOOLS,
+        lr_scheduler_type=recipe.sft_schedule,
+        relabel=True,
+        steps=args.steps,
+        verified_only=False,
+        compact=False,
+        tool_name_weight=recipe.tool_name_weight,
+        weighted_phrases=tuple(recipe.phrases),
+    )
+    current = args.model
+    for stage in range(args.stages):
+        folder = work / f"shop{FIRST_SHOP_PHASE + stage}"
+        summary = warm_start(current, demos, folder, replace(settings, seed=FIRST_SHOP_PHASE + stage))
+        print(f"stage {folder.name}: train loss {summary['train_loss']:.4f}", flush=True)
+        current = folder
+    before = served(args.model, args.conversations, work / "served-before")
+    after = served(current, args.conversations, work / "served-after")
+    print(json.dumps({"before": before, "after": after}, indent=1))
+    l1_before, l1_after = level1(args.model, held), level1(current, held)
+    print(
+        f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} "
+        f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
+        f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
