@@ -19,10 +19,14 @@ then measures the result and the model it started from, each:
 - **at level 1**: greedy success on the recipe's 100 held-out customers x 2 trials
   (`bench/shipped_agent.measure`, the manifest's figure).
 
-    .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--conversations 200]
-        [--model DIR] [--work DIR]
+`--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
+the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
+traffic has full results, so this bench patches the serving module's conversation start).
 
-The last line printed is `stages=<n> steps=<n> shop_only=<bool> served_before=<k>/<n>
+    .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--compact-shop]
+        [--conversations 200] [--model DIR] [--work DIR]
+
+The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -84,6 +88,21 @@ def served(model: Path, conversations: int, out: Path) -> dict:
     }
 
 
+def serve_compact() -> None:
+    """Whole-shop conversations start with short tool results and level 1's tools (`--compact-shop`)."""
+    from domains.retail.traffic import serving
+    from domains.retail.traffic.agents import scenario_row
+    from training.sandbox.rollout import start_conversation
+
+    def compact_start(scenario, seed, tool_fault_rate=0.0):
+        row = scenario_row(scenario)
+        return start_conversation(
+            row, seed, customer_id=scenario.user_id, compact=True, tools=LEVEL1_TOOLS, tool_fault_rate=tool_fault_rate
+        )
+
+    serving.scenario_conversation = compact_start
+
+
 def level1(model: Path, held: list[dict]) -> float:
     sys.path.append(str(ROOT / "bench"))  # appended: bench/ must not shadow the product's packages
     from shipped_agent import measure
@@ -97,6 +116,7 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=1)
     parser.add_argument("--steps", type=int, default=AgentRecipe.shop_steps)
     parser.add_argument("--shop-only", action="store_true", help="leave the level-1 demonstrations out")
+    parser.add_argument("--compact-shop", action="store_true", help="the whole shop in short tool results too")
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
@@ -108,6 +128,9 @@ def main() -> None:
     recipe = AgentRecipe()
     train, held = level1_tasks(work / "tasks", recipe)
     demos = shop_demonstrations(work / "shop", recipe)
+    if args.compact_shop:
+        demos = [{**demo, "compact": True} for demo in demos]
+        serve_compact()
     if not args.shop_only:
         demos += [{**level1_demonstration(task), "compact": True} for task in train]
     print(f"{len(demos)} demonstrations ({'whole shop only' if args.shop_only else 'with level 1'})", flush=True)
@@ -135,7 +158,7 @@ def main() -> None:
     print(json.dumps({"before": before, "after": after}, indent=1))
     l1_before, l1_after = level1(args.model, held), level1(current, held)
     print(
-        f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} "
+        f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )
