@@ -19,11 +19,13 @@ then measures the result and the model it started from, each:
 - **at level 1**: greedy success on the recipe's 100 held-out customers x 2 trials
   (`bench/shipped_agent.measure`, the manifest's figure).
 
+`--level1-steps N` then trains N steps on the level-1 demonstrations alone at a fine-tuning rate
+(lr 1e-4, verified only, short results), asking whether level 1 comes back and the whole shop stays.
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
-    .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--compact-shop]
+    .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--conversations 200] [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> served_before=<k>/<n>
@@ -116,6 +118,7 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=1)
     parser.add_argument("--steps", type=int, default=AgentRecipe.shop_steps)
     parser.add_argument("--shop-only", action="store_true", help="leave the level-1 demonstrations out")
+    parser.add_argument("--level1-steps", type=int, default=0, help="then this many level-1 steps at lr 1e-4")
     parser.add_argument("--compact-shop", action="store_true", help="the whole shop in short tool results too")
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
@@ -153,6 +156,19 @@ def main() -> None:
         summary = warm_start(current, demos, folder, replace(settings, seed=FIRST_SHOP_PHASE + stage))
         print(f"stage {folder.name}: train loss {summary['train_loss']:.4f}", flush=True)
         current = folder
+    if args.level1_steps:
+        refresh = replace(
+            settings,
+            steps=args.level1_steps,
+            learning_rate=1e-4,
+            verified_only=True,
+            compact=True,
+            seed=FIRST_SHOP_PHASE + args.stages + 1,
+        )
+        level1_demos = [level1_demonstration(task) for task in train]
+        summary = warm_start(current, level1_demos, work / "level1-refresh", refresh)
+        print(f"level-1 refresh: train loss {summary['train_loss']:.4f}", flush=True)
+        current = work / "level1-refresh"
     before = served(args.model, args.conversations, work / "served-before")
     after = served(current, args.conversations, work / "served-after")
     print(json.dumps({"before": before, "after": after}, indent=1))
