@@ -172,6 +172,8 @@ def test_mistake_rates_are_validated():
         ScriptedAgent({"typo": 0.1})
     with pytest.raises(AgentConfigError):
         ScriptedAgent({"looping": 1.5})
+    with pytest.raises(AgentConfigError, match="refund_everything"):
+        ScriptedAgent(EXPERT_RATES, handles=("order_status", "refund_everything"))
 
 
 def test_simulated_files_pass_the_contract_and_ingest_with_zero_quarantine(tmp_path):

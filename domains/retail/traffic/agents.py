@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from domains.retail.tools_write import CANCEL_REASONS
-from domains.retail.traffic.scenarios import Scenario
+from domains.retail.traffic.scenarios import INTENTS, Scenario
 from training.sandbox.environment import call_tool
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
 
@@ -136,6 +136,9 @@ class ScriptedAgent:
         asks_reason: bool = False,
     ) -> None:
         self.rates = validate_mistake_rates(mistake_rates)
+        unknown = sorted(set(handles or ()) - set(INTENTS))
+        if unknown:
+            raise AgentConfigError(f"handles: unknown intent(s) {unknown}; known: {list(INTENTS)}")
         self.handles = None if handles is None else frozenset(handles)
         self.asks_reason = asks_reason
 
