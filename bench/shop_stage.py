@@ -50,10 +50,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from domains.retail.level1 import LEVEL1_TOOLS, level1_demonstration  # noqa: E402
-from domains.retail.tiny_agent import AgentRecipe, level1_tasks, shop_demonstrations  # noqa: E402
+from domains.retail.tiny_agent import (  # noqa: E402
+    AgentRecipe,
+    level1_tasks,
+    recipe_sft_settings,
+    shop_demonstrations,
+    shop_overrides,
+    with_level1,
+)
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
-from training.sft import SFTSettings, warm_start  # noqa: E402
+from training.sft import warm_start  # noqa: E402
 from training.tiny.manifest import SHIPPED_AGENT_DIR  # noqa: E402
 
 SERVED_SEED = 11
@@ -135,20 +142,10 @@ def main() -> None:
         demos = [{**demo, "compact": True} for demo in demos]
         serve_compact()
     if not args.shop_only:
-        demos += [{**level1_demonstration(task), "compact": True} for task in train]
+        demos = with_level1(demos, [level1_demonstration(task) for task in train])
     print(f"{len(demos)} demonstrations ({'whole shop only' if args.shop_only else 'with level 1'})", flush=True)
-    settings = SFTSettings(
-        batch_size=recipe.sft_batch,
-        learning_rate=recipe.shop_lr,
-        torch_threads=args.threads,
-        tools=LEVEL1_TOOLS,
-        lr_scheduler_type=recipe.sft_schedule,
-        relabel=True,
-        steps=args.steps,
-        verified_only=False,
-        compact=False,
-        tool_name_weight=recipe.tool_name_weight,
-        weighted_phrases=tuple(recipe.phrases),
+    settings = replace(
+        recipe_sft_settings(recipe, args.threads), steps=args.steps, verified_only=False, **shop_overrides(recipe)
     )
     current = args.model
     for stage in range(args.stages):

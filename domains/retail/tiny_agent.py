@@ -317,31 +317,15 @@ def build_agent(
         current = work / "copy"
         stages.append({"stage": "copy", "steps": recipe.copy_steps, **_losses(copy)})
         _say(progress, started, **stages[-1])
-    settings = SFTSettings(
-        batch_size=recipe.sft_batch,
-        learning_rate=recipe.sft_lr,
-        torch_threads=threads,
-        tools=level1_tools(),
-        lr_scheduler_type=recipe.sft_schedule,
-        relabel=True,
-    )
+    settings = recipe_sft_settings(recipe, threads)
     phases = [("expert", expert, recipe.expert_steps, True, {})] * recipe.expert_stages
     phases.append(("weakness", logged, recipe.weakness_steps, False, {}))
     decision = {"learning_rate": recipe.decision_lr, "tool_name_weight": recipe.tool_name_weight}
     phases.append(("decision", expert, recipe.decision_steps, True, decision))
-    phrased = {
-        "learning_rate": recipe.phrase_lr,
-        "tool_name_weight": recipe.tool_name_weight,
-        "weighted_phrases": tuple(recipe.phrases),
-    }
-    phases.append(("phrases", expert, recipe.phrase_steps if recipe.phrases else 0, True, phrased))
-    # Hand-overs never verify, so the stage imitates every conversation of the (mistake-free)
-    # expert; results in full, as the served shop shows them.
-    shop = {**phrased, "learning_rate": recipe.shop_lr, "compact": False}
+    phases.append(("phrases", expert, recipe.phrase_steps if recipe.phrases else 0, True, phrase_overrides(recipe)))
     shop_demos = shop_demonstrations(work, recipe) if recipe.shop_steps and recipe.shop_stages else []
-    # The level-1 demonstrations stay in the stage, in their own short form (see `shop_stages`).
-    level1_kept = [{**demo, "compact": True} for demo in expert]
-    phases += [("shop", shop_demos + level1_kept, recipe.shop_steps, False, shop)] * recipe.shop_stages
+    shop = ("shop", with_level1(shop_demos, expert), recipe.shop_steps, False, shop_overrides(recipe))
+    phases += [shop] * recipe.shop_stages
     for number, (name, demos, steps, verified_only, overrides) in enumerate(phases, start=1):
         if not steps:
             continue
@@ -377,6 +361,40 @@ def build_agent(
     }
     (work / BUILD_SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def recipe_sft_settings(recipe: AgentRecipe, threads: int | None = None) -> SFTSettings:
+    """The settings every SFT stage of the recipe starts from (a stage replaces some of them)."""
+    return SFTSettings(
+        batch_size=recipe.sft_batch,
+        learning_rate=recipe.sft_lr,
+        torch_threads=threads,
+        tools=level1_tools(),
+        lr_scheduler_type=recipe.sft_schedule,
+        relabel=True,
+    )
+
+
+def phrase_overrides(recipe: AgentRecipe) -> dict[str, Any]:
+    """The phrase stage's settings over `recipe_sft_settings`: the tool's name and the phrases weighted."""
+    return {
+        "learning_rate": recipe.phrase_lr,
+        "tool_name_weight": recipe.tool_name_weight,
+        "weighted_phrases": tuple(recipe.phrases),
+    }
+
+
+def shop_overrides(recipe: AgentRecipe) -> dict[str, Any]:
+    """A shop stage's settings over `recipe_sft_settings`: weighted as the phrase stage, results in
+    full as the served shop shows them. The stage imitates every conversation, verified or not
+    (hand-overs never verify; the expert makes no mistakes)."""
+    return {**phrase_overrides(recipe), "learning_rate": recipe.shop_lr, "compact": False}
+
+
+def with_level1(shop_demos: list[dict], expert: list[dict]) -> list[dict]:
+    """A shop stage's records: the whole shop's, then the level-1 demonstrations in their own short
+    form (see `AgentRecipe.shop_stages`)."""
+    return shop_demos + [{**demo, "compact": True} for demo in expert]
 
 
 def with_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe) -> Path:
