@@ -2,6 +2,7 @@
 
 # No `from __future__ import annotations`: Dagster reads config and resource types from live annotations.
 from contextlib import nullcontext
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -176,14 +177,18 @@ def _pair_run(
     config: EvalConfig,
     policy_base: PolicyBase,
     grpo_candidate: GRPOCandidate,
-    tools: tuple[str, ...] | None,
+    curriculum: Curriculum,
+    domain: str,
     traces: TrialTraces | None,
 ) -> PairRun:
     """Both policies with the run's settings and the candidate's reward weights (evaluation prices
-    rewards as training did); each policy's trials traced as they end when `traces` is on."""
+    rewards as training did), in the curriculum's form (its tools; its tool results' form unless
+    the config sets `compact`); each policy's trials traced as they end when `traces` is on."""
     settings = EvalSettings(**dataclass_kwargs(config, EvalSettings))
+    if settings.compact is None:
+        settings = replace(settings, compact=curriculum.compact_for(domain))
     weights = run_reward_weights(grpo_candidate)
-    return PairRun(grpo_candidate.path, policy_base.path, settings, weights, tools, traces)
+    return PairRun(grpo_candidate.path, policy_base.path, settings, weights, curriculum.tools_for(domain), traces)
 
 
 def _tasks_at_level(records: list[dict], curriculum: Curriculum, domain: str, what: str) -> list[dict]:
@@ -253,7 +258,7 @@ def calibration_report(
     uri = mlflow.uri(h)
     traces = _week_traces(config, "calibration", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)
     with _tracing(uri, traces):  # one call rolls both policies out on the same tasks of the one version
-        run = _pair_run(config, policy_base, grpo_candidate, curriculum.tools_for(domain), traces)
+        run = _pair_run(config, policy_base, grpo_candidate, curriculum, domain, traces)
         report, alignment = judge_calibration(run, chosen.version, len(records), tasks, labels)
     yield dg.MaterializeResult(
         value=report,
@@ -343,7 +348,7 @@ def shadow_report(
     uri = mlflow.uri(h)
     traces = _week_traces(config, "shadow", week, uri, mlflow.model_for(domain), policy_base, grpo_candidate)
     with _tracing(uri, traces):
-        run = _pair_run(config, policy_base, grpo_candidate, curriculum.tools_for(domain), traces)
+        run = _pair_run(config, policy_base, grpo_candidate, curriculum, domain, traces)
         report = judge_shadow(run, week, shadow.set_hash, records)
     yield dg.MaterializeResult(
         value=report,

@@ -18,7 +18,15 @@ from dataplane.home import Home
 from dataplane.store import open_store
 from domains.registry import DEFAULT_DOMAIN, agent_name
 from tracking.registry import DEFAULT_EXPERIMENT, DEFAULT_MODEL_NAME, mlflow_client
-from training.curriculum import CurriculumError, MixSettings, levels_for_domain, parse_mix, tools_for_levels
+from training.curriculum import (
+    CurriculumError,
+    MixSettings,
+    check_tool_list,
+    compact_at,
+    levels_for_domain,
+    parse_mix,
+    tools_for_levels,
+)
 from training.grpo_config import GRPORunConfig
 
 MLFLOW_UI_URL = "http://127.0.0.1:5000"  # `mlflow ui` on the embedded store
@@ -104,9 +112,11 @@ class MLflowTracking(dg.ConfigurableResource):
 class Curriculum(dg.ConfigurableResource):
     """The run's curriculum, set once per run: GRPO trains on `levels`; the SFT warm start, the
     tool-call probe and both evaluations use the form of the hardest level in it (level 1: the
-    rewritten short tasks and level 1's tool list; any other: the conversations as recorded)."""
+    rewritten short tasks; any other: the conversations as recorded; short tool results below
+    level 4) and the tools `tool_list` offers at it (`training.curriculum.tools_for_levels`)."""
 
     levels: dict[str, float] = setting_field(GRPORunConfig, "levels")
+    tool_list: str = setting_field(GRPORunConfig, "tool_list")
     # The week's shares of these levels, and of the intents, follow the champion's failures
     # (training.curriculum.week_mix); the knobs are declared on MixSettings.
     by_failures: bool = setting_field(MixSettings, "by_failures")
@@ -121,6 +131,14 @@ class Curriculum(dg.ConfigurableResource):
         except CurriculumError as err:
             raise ValueError(f"curriculum.levels {levels!r} is refused ({err.rule}): {err.detail}") from err
         return levels
+
+    @field_validator("tool_list")
+    @classmethod
+    def _known_tool_list(cls, tool_list: str) -> str:
+        try:
+            return check_tool_list(tool_list)
+        except CurriculumError as err:
+            raise ValueError(f"curriculum.tool_list is refused ({err.rule}): {err.detail}") from err
 
     @property
     def level(self) -> int:
@@ -142,4 +160,8 @@ class Curriculum(dg.ConfigurableResource):
     def tools_for(self, domain: str = DEFAULT_DOMAIN) -> tuple[str, ...] | None:
         """The tools offered at this curriculum in `domain` (None: all), the same for SFT, GRPO
         and evaluation."""
-        return tools_for_levels(self.levels_for(domain), domain)
+        return tools_for_levels(self.levels_for(domain), domain, self.tool_list)
+
+    def compact_for(self, domain: str = DEFAULT_DOMAIN) -> bool:
+        """Whether tool results are short at this curriculum in `domain`, as its GRPO rows show them."""
+        return compact_at(self.level_for(domain))

@@ -66,6 +66,7 @@ SUPPLIED_BY_ASSET = (
     "records_path",
     "records",
     "levels",  # the run's curriculum resource, weighted by the week's failures
+    "tool_list",  # the run's curriculum resource
     "intent_weights",  # the week's failures too (training.curriculum.week_mix)
     "persona_weights",
     "failed_tasks",
@@ -347,6 +348,7 @@ def _week_run_config(
     train: list[dict],
     domain: str,
     mix: WeekMix,
+    tool_list: str,
 ) -> GRPORunConfig:
     """The week's GRPO run: the run config's settings, on `train` (written beside the run) from
     `policy_base`, in the week's mix, checked before any compute: a bad setting fails the same way
@@ -357,6 +359,7 @@ def _week_run_config(
         records_path=write_records(out / "train_records.jsonl", train),
         domain=domain,
         levels=mix.levels,
+        tool_list=tool_list,
         intent_weights=mix.intents,
         persona_weights=mix.personas,
         failed_tasks=sorted(mix.failed_tasks) or None,
@@ -491,7 +494,7 @@ def grpo_candidate(
     train = train_records(h, store, window_splits)
     champion = f"{mlflow.model_for(domain)}/{policy_base.champion_version}" if policy_base.champion_version else None
     mix = _week_mix(h, week, train, champion, curriculum, domain, mlflow.model_for(domain))
-    run_config = _week_run_config(config, policy_base, out, train, domain, mix)
+    run_config = _week_run_config(config, policy_base, out, train, domain, mix, curriculum.tool_list)
     run_id = open_week_run(
         mlflow.uri(h),
         context.partition_key,

@@ -76,7 +76,8 @@ def served(model: Path, conversations: int, out: Path) -> dict:
         per_day=conversations,
         seed=SERVED_SEED,
         out_dir=out,
-        policy=serving_policy(str(model)),
+        # The whole shop, with the six tools the agent was built with (its tool list at every level).
+        policy=serving_policy(str(model), level=None, tool_list="level1"),
         n_users=SERVED_CUSTOMERS,
         policy_version="bench/1",
     )

@@ -50,7 +50,11 @@ class EvalSettings:
     seed: int = setting(0, "seeds the customers, the policies' sampling and the bootstrap")
     # Serving's cap: an unfinished conversation is cut at the same turn in production and here.
     max_turns: int = setting(SERVING_MAX_TURNS, "turns after which an unfinished conversation is cut")
-    compact: bool = setting(True, "short tool results, as the curriculum's first level trains with")
+    # None follows the run's curriculum (training.curriculum.compact_at): a policy is judged in the
+    # form its GRPO rows showed it; the week's evaluation assets resolve it.
+    compact: bool | None = setting(
+        None, "short tool results (None: as the run's curriculum level trains, short below level 4)"
+    )
     max_new_tokens: int = setting(128, "tokens a policy may generate per turn")
 
 
@@ -218,7 +222,7 @@ def evaluate_pair(
     k: int = 1,
     seed: int = EvalSettings.seed,
     max_turns: int = EvalSettings.max_turns,
-    compact: bool = EvalSettings.compact,
+    compact: bool = True,
     max_new_tokens: int = EvalSettings.max_new_tokens,
     batch_size: int | None = None,
     tools: tuple[str, ...] | None = None,
@@ -263,6 +267,10 @@ class PairRun:
     reward_weights: Mapping[str, float]
     tools: tuple[str, ...] | None = None
     on_trials: Callable[[str, list[Trial]], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings.compact is None:
+            raise ValueError("PairRun: settings.compact is None; resolve it from the curriculum (compact_at) first")
 
     def evaluate(self, records: Sequence[Mapping[str, Any]], k: int) -> PairReport:
         return evaluate_pair(

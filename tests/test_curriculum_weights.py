@@ -272,7 +272,8 @@ def test_the_weeks_grpo_run_gets_the_whole_mix(home, world, tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 4096}))
     base = PolicyBase(path=str(model), source="base_model")
-    run = _week_run_config(GRPOTrainingConfig(), base, tmp_path, train, "retail", mix)
+    run = _week_run_config(GRPOTrainingConfig(), base, tmp_path, train, "retail", mix, "level1")
+    assert run.tool_list == "level1"  # the curriculum's list, as the asset passes it
     assert set(run.failed_tasks) == mix.failed_tasks and run.failed_share == mix.failed_share
     assert run.persona_weights == mix.personas and run.intent_weights == mix.intents
     rows, report = select_rows(train, run.levels, seed=0, size=100, weights=mix.task_weights())

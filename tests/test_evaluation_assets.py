@@ -69,6 +69,32 @@ def test_evaluation_refuses_a_candidate_that_does_not_say_its_reward_weights():
         run_reward_weights(stored_before)
 
 
+@pytest.mark.parametrize(
+    "levels,config,compact",
+    [({"1": 1.0}, {}, True), ({"1": 0.5, "4": 0.5}, {}, False), ({"4": 1.0}, {"compact": True}, True)],
+)
+def test_evaluation_shows_tool_results_in_the_curriculums_form_unless_the_config_says(levels, config, compact):
+    """A policy trained on recorded conversations (level 4, full results) is judged in full, one
+    trained below level 4 in short results; an explicit `compact` wins. The tools are the curriculum's."""
+    from assets.evaluation import EvalConfig, _pair_run
+    from assets.handoffs import GRPOCandidate, PolicyBase
+    from assets.resources import Curriculum
+    from evaluation.reports import PairRun
+
+    curriculum = Curriculum(levels=levels, tool_list="level1")
+    run = _pair_run(
+        EvalConfig(**config),
+        PolicyBase(path="base", source="base_model"),
+        GRPOCandidate(path="candidate", mlflow_run_id="none", final_step=0),
+        curriculum,
+        "retail",
+        None,
+    )
+    assert (run.settings.compact, run.tools) == (compact, curriculum.tools_for("retail"))
+    with pytest.raises(ValueError, match="settings.compact is None"):
+        PairRun("candidate", "base", dataclasses.replace(run.settings, compact=None), {})
+
+
 def test_gate_settings_are_the_gate_config_declared_once():
     declared = {f.name: f for f in dataclasses.fields(GateConfig)}
     settings = GateSettings.model_fields

@@ -130,6 +130,30 @@ def test_curriculum_level_and_tools_follow_the_mix():
     assert (mixed.level, mixed.tools_for("retail")) == (4, None)
 
 
+def test_the_tool_list_picks_the_tools_at_every_level_and_the_form_follows_the_level():
+    """'level1' keeps level 1's six tools on the recorded whole shop (an agent built on them);
+    'all' offers every tool even at level 1; tool results are short below level 4 only."""
+    assert Curriculum().tool_list == _defaults(GRPORunConfig)["tool_list"] == "by_level"
+    whole_shop = Curriculum(levels={"4": 1.0}, tool_list="level1")
+    assert (whole_shop.tools_for("retail"), whole_shop.compact_for("retail")) == (LEVEL1_TOOLS, False)
+    everything = Curriculum(levels={"1": 1.0}, tool_list="all")
+    assert (everything.tools_for("retail"), everything.compact_for("retail")) == (None, True)
+    assert Curriculum(levels={"3": 1.0}).compact_for("retail") is True
+    # The airline has no level 1, so no short list to keep: every tool, whatever the list says.
+    assert Curriculum(levels={"4": 1.0}, tool_list="level1").tools_for("airline") is None
+
+
+def test_an_unknown_tool_list_is_refused_by_the_curriculum_and_the_run_config(tmp_path):
+    from training.grpo_config import ConfigError, validate
+
+    with pytest.raises(ValueError, match=r"curriculum\.tool_list is refused \(unknown_tool_list\).*'some'"):
+        Curriculum(tool_list="some")
+    config = GRPORunConfig(model_path=str(tmp_path), output_dir=str(tmp_path / "out"), records=[], tool_list="some")
+    with pytest.raises(ConfigError) as err:
+        validate(config, num_processes=1)
+    assert (err.value.rule, err.value.field) == ("unknown_tool_list", "tool_list")
+
+
 def test_a_domain_without_level_one_starts_at_its_short_recorded_tasks():
     """The airline has no level-1 form: level 1's share goes to level 2, with every tool offered."""
     curriculum = Curriculum(levels={"1": 1.0})

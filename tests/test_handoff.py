@@ -317,7 +317,24 @@ def test_retrain_simulate_takes_level_and_fault_rate_only_for_a_served_day(tmp_p
     args = ["simulate", "--days", "1", "--per-day", "2", "--out", str(tmp_path)]
     assert main([*args, "--level", "1"]) == 2
     assert main([*args, "--tool-fault-rate", "0.2"]) == 2
+    assert main([*args, "--tool-list", "level1"]) == 2
     assert "--served-by" in capsys.readouterr().err and not day_files(tmp_path)
+
+
+def test_retrain_simulate_serves_with_the_tool_list_asked_for(tmp_path, monkeypatch):
+    from orchestration.cli import commands, main
+
+    asked = []
+
+    def serving_policy(*args):
+        asked.append(args)
+        raise ValueError("stop before any model loads")
+
+    monkeypatch.setattr(commands, "serving_policy", serving_policy)
+    args = ["simulate", "--days", "1", "--per-day", "2", "--out", str(tmp_path), "--served-by", "m"]
+    assert main([*args, "--tool-list", "level1"]) == 2
+    assert main([*args, "--level", "1"]) == 2
+    assert asked == [("m", "retail", None, "level1"), ("m", "retail", 1, "by_level")]
 
 
 def test_the_published_schema_takes_a_handoff_and_refuses_a_malformed_one(handed_over):

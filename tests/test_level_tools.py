@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from domains.retail.level1 import LEVEL1_TOOLS
 from evaluation.rollout import run_rollouts
 from tests.helpers_eval import make_records
@@ -18,6 +20,33 @@ def test_level_one_alone_gets_its_short_list_any_other_mix_gets_every_tool():
     assert tools_for_levels({"1": 1.0}) == LEVEL1_TOOLS == tools_for_levels([1])
     assert tools_for_levels({"1": 0.5, "2": 0.5}) is None and tools_for_levels([4]) is None
     assert tools_for_levels({"1": 1.0, "3": 0.0}) == LEVEL1_TOOLS  # a zero share is no level
+
+
+def test_the_tool_list_setting_keeps_or_widens_the_list_and_refuses_an_unknown_one():
+    from training.curriculum import CurriculumError, tools_for_levels
+
+    assert (
+        tools_for_levels([4], tool_list="level1")
+        == LEVEL1_TOOLS
+        == tools_for_levels({"2": 0.5, "1": 0.5}, "retail", "level1")
+    )
+    assert tools_for_levels([1], tool_list="all") is None
+    with pytest.raises(CurriculumError, match=r"unknown_tool_list: tool_list 'level2' is not one of"):
+        tools_for_levels([1], tool_list="level2")
+
+
+def test_a_model_serves_with_the_list_a_curriculum_of_the_served_level_offers():
+    """The level-1 shop gets level 1's list; the whole shop (recorded, level 4) every tool unless
+    the list is 'level1', the one the shipped agent was built with."""
+    from orchestration.cli.demo import serving_policy
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+
+    def offered(**kwargs):
+        return serving_policy(str(SHIPPED_AGENT_DIR), **kwargs).policy.tools
+
+    assert offered() == LEVEL1_TOOLS == offered(level=1)
+    assert offered(level=None) is None
+    assert offered(level=None, tool_list="level1") == LEVEL1_TOOLS
 
 
 def test_rollouts_with_a_tool_list_refuse_the_tools_left_out():

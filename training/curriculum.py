@@ -187,12 +187,37 @@ def levels_for_domain(mix: Mapping[Any, float] | Iterable[int], domain: str = DE
     return {str(level): share for level, share in sorted(shares.items())}
 
 
-def tools_for_levels(mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN) -> tuple[str, ...] | None:
-    """The tools offered to a policy trained or evaluated on `mix`: level 1's own short list when
-    level 1 is all there is, else None (every tool). One answer for SFT, GRPO and evaluation, so a
-    policy is always judged with the tool list it was trained with."""
+# Which tools a policy is offered (`tools_for_levels`): "by_level" is level 1's short list when the
+# mix is level 1 alone, else every tool; "level1" is level 1's list at every level (an agent built on
+# it, served on the whole shop, keeps the list it knows and hands the rest over); "all" every tool.
+TOOL_LISTS = ("by_level", "level1", "all")
+
+
+def check_tool_list(tool_list: str) -> str:
+    """`tool_list` when it is one of TOOL_LISTS; CurriculumError (rule `unknown_tool_list`) otherwise."""
+    if tool_list not in TOOL_LISTS:
+        raise CurriculumError("unknown_tool_list", f"tool_list {tool_list!r} is not one of {list(TOOL_LISTS)}")
+    return tool_list
+
+
+def tools_for_levels(
+    mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN, tool_list: str = "by_level"
+) -> tuple[str, ...] | None:
+    """The tools offered to a policy trained, evaluated or served on `mix` under `tool_list`
+    (TOOL_LISTS), None meaning every tool. One answer for SFT, GRPO, evaluation and serving, so a
+    policy is always judged and served with the tool list it was trained with. A domain without a
+    level 1 offers every tool."""
+    check_tool_list(tool_list)
     level1 = load_domain(domain).level1
-    return level1.tools if level1 is not None and set(parse_mix(mix)) == {1} else None
+    if level1 is None or tool_list == "all":
+        return None
+    return level1.tools if tool_list == "level1" or set(parse_mix(mix)) == {1} else None
+
+
+def compact_at(level: int) -> bool:
+    """Whether tool results are shown in the environment's short form at curriculum `level`: below
+    level 4; level 4 is the conversations as recorded, as served traffic shows them in full."""
+    return level < 4
 
 
 @dataclass(frozen=True)
@@ -410,7 +435,7 @@ def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) 
         "user_scenario": dump(record.get("user_scenario") or {}),
         "gold": dump(record.get("gold")),
         "seed": row_seed,
-        "compact": level < 4,
+        "compact": compact_at(level),
         "inject_tool_errors": level == 3,
         "escalation_was_necessary": record.get("escalation_was_necessary"),
         "level": level,

@@ -37,6 +37,7 @@ from typing import Any
 from dataplane.settings import setting
 from dataplane.splits import DEFAULT_FRACTIONS, split_of
 from domains.registry import load_domain
+from training.curriculum import compact_at
 from training.fields import as_dict
 from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.episode import MESSAGE_TOOL
@@ -247,7 +248,7 @@ def step_settings(
         relabel=settings.relabel,
         torch_threads=torch_threads,
         # As the level's GRPO rows render tool results (training.curriculum.task_row).
-        compact=level < 4,
+        compact=compact_at(level),
         use_cpu=settings.use_cpu,
     )
 

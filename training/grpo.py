@@ -134,7 +134,9 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,  # explicit: never let TRL load a stock tokenizer in place of ours
-        environment_factory=training_environment_class(tools_for_levels(config.levels, config.domain), config.domain),
+        environment_factory=training_environment_class(
+            tools_for_levels(config.levels, config.domain, config.tool_list), config.domain
+        ),
         callbacks=[callback],
     )
     # The stock printer writes Python dicts to stdout, which would break the JSON-lines stream.

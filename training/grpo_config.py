@@ -15,7 +15,7 @@ from typing import Any
 
 from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
-from training.curriculum import CurriculumError, parse_mix
+from training.curriculum import CurriculumError, check_tool_list, parse_mix
 from training.profiles import PROFILES, profile_kwargs
 from training.rewards import REWARD_TERMS, RewardConfigError, RewardWeights
 
@@ -42,6 +42,11 @@ class GRPORunConfig:
     levels: dict[str, float] = setting(
         help="curriculum level mix {level: share}; 1 alone offers level 1's short tool list",
         factory=lambda: {"1": 1.0},
+    )
+    tool_list: str = setting(
+        "by_level",
+        "the tools offered (training.curriculum.TOOL_LISTS): 'by_level' (level 1's list when the mix is "
+        "level 1 alone, else all), 'level1' (level 1's list at every level) or 'all'",
     )
     intent_weights: dict[str, float] | None = setting(
         None, "share of each intent among a level's drawn prompts (None: as the records come)"
@@ -194,6 +199,10 @@ def validate(config: GRPORunConfig, num_processes: int | None = None) -> None:
         parse_mix(config.levels)
     except CurriculumError as err:
         raise ConfigError("bad_level_mix", "levels", str(err)) from err
+    try:
+        check_tool_list(config.tool_list)
+    except CurriculumError as err:
+        raise ConfigError(err.rule, "tool_list", err.detail) from err
     for name in ("intent_weights", "persona_weights"):
         weights = getattr(config, name) or {}
         if any(isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0 for w in weights.values()):

@@ -42,6 +42,8 @@ from orchestration.runner import (
 )
 from tracking.containment import ContainmentRecordError
 from tracking.registry import ModelDirError, RegistryError
+from training.curriculum import TOOL_LISTS
+from training.grpo_config import GRPORunConfig
 from training.sandbox.containment import CONTAINMENT_MODES, ContainmentError
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
@@ -112,7 +114,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         extra["seed"] = args.seed
     try:
         if args.served_by:
-            served = serving_policy(args.served_by, args.domain)
+            served = serving_policy(args.served_by, args.domain, args.level, args.tool_list or GRPORunConfig.tool_list)
             extra["policy"] = served
             if args.level is not None:
                 if load_domain(args.domain).level1 is None:
@@ -120,8 +122,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 extra["level"] = args.level
             if args.tool_fault_rate is not None:
                 extra["tool_fault_rate"] = args.tool_fault_rate
-        elif args.level is not None or args.tool_fault_rate is not None:
-            raise CliError("--level and --tool-fault-rate apply to traffic a model serves: pass --served-by")
+        elif args.level is not None or args.tool_fault_rate is not None or args.tool_list is not None:
+            raise CliError(
+                "--level, --tool-list and --tool-fault-rate apply to traffic a model serves: pass --served-by"
+            )
         summary = simulate(
             domain=args.domain,
             days=args.days,
@@ -285,6 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[1],
         help="with --served-by: serve the level-1 shop only (order status and cancellations, customers who state "
         "their request, no faults)",
+    )
+    p.add_argument(
+        "--tool-list",
+        choices=TOOL_LISTS,
+        help="with --served-by: the tools the model is offered, as a curriculum at the served level offers them "
+        f"(default {GRPORunConfig.tool_list!r}: level 1's list at level 1, every tool on the whole shop; 'level1': "
+        "level 1's list on the whole shop too, for an agent built on it)",
     )
     p.add_argument(
         "--tool-fault-rate",

@@ -25,7 +25,7 @@ from assets.partitions import week_key
 from dataplane.home import PII_KEY_ENV, Home
 from dataplane.ingest import ingest_paths
 from dataplane.settings import setting
-from domains.registry import DEFAULT_DOMAIN, load_domain
+from domains.registry import DEFAULT_DOMAIN
 from evaluation.gate_floors import INSTANCE_FLOORS_FILE, write_floors
 from evaluation.gates import ApprovalError
 from evaluation.reports import EvalSettings
@@ -38,6 +38,7 @@ from orchestration.cli.errors import CliError
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from tracking.containment import containment_of
 from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, local_champion
+from training.curriculum import LEVELS, tools_for_levels
 from training.policies import HFPolicy
 from training.sandbox.containment import contained
 from training.sandbox.pii_gateway import PseudonymisedPolicy
@@ -247,16 +248,19 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
     return str(local_champion(uri, home.models, champion, name)), f"{name}/{champion.version}"
 
 
-def serving_policy(path: str, domain: str = DEFAULT_DOMAIN) -> PseudonymisedPolicy:
-    """A model folder as it serves traffic of `domain`: greedy, with the domain's level-1 tools when
-    it has a level 1 (the level-1 shop), and the product's rollout length (the settings its
+def serving_policy(
+    path: str, domain: str = DEFAULT_DOMAIN, level: int | None = 1, tool_list: str = "by_level"
+) -> PseudonymisedPolicy:
+    """A model folder as it serves traffic of `domain` at `level` (1: the level-1 shop; None: the
+    whole shop, as recorded, i.e. curriculum level 4): greedy, with the tools a curriculum of that
+    level offers under `tool_list` (`training.curriculum.tools_for_levels`, so a model serves with
+    the list it was trained and judged with), the product's rollout length (the settings its
     calibration figures are measured with), behind the PII gateway, so it reads customers' data
     as it was trained and judged on it (`training.sandbox.pii_gateway`)."""
-    level1 = load_domain(domain).level1
     model = HFPolicy(
         path,
         max_new_tokens=EvalSettings.max_new_tokens,
-        tools=level1.tools if level1 is not None else None,
+        tools=tools_for_levels([1 if level == 1 else max(LEVELS)], domain, tool_list),
         domain=domain,
     )
     return PseudonymisedPolicy(model, domain)
