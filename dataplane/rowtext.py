@@ -75,6 +75,14 @@ def canonical_json(record: dict) -> str:
     return text
 
 
+def stored_form(value: Any) -> Any:
+    """`value` laid out as the store gives it back: decoded from its canonical JSON, so every
+    object's keys are sorted. A simulated world is held in this form, so that what a model serves
+    on and what the loop later replays from the store (a full tool result is the JSON of a record,
+    keys in the record's order) are the same text."""
+    return json.loads(canonical_json(value))
+
+
 def scrubbed_canonical(
     record: dict, leave_out_domain: bool = False, pii_free: frozenset[str] = frozenset(), json_native: bool = False
 ) -> tuple[dict, str]:

@@ -428,6 +428,8 @@ def task_row(record: Mapping[str, Any], level: int, seed: int, repeat: int = 0) 
     """One dataset row: the prompt plus everything the sandbox's `reset` needs."""
     # One seed function for training rows and evaluation trials: (seed, record, repeat) only.
     row_seed = trial_seed(seed, str(record.get("interaction_id", "")), repeat)
+    # Sorted keys, the store's layout (`dataplane.rowtext.stored_form`): a full tool result shows a
+    # record's keys in the state's order, and served traffic and evaluation read stored states.
     dump = lambda value: value if isinstance(value, str) else json.dumps(value, sort_keys=True)  # noqa: E731
     return {
         "prompt": initial_messages(dict(record), seed=row_seed),

@@ -14,6 +14,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from dataplane.rowtext import stored_form
 from domains.airline.environment import AirlineEnvironment
 from domains.airline.traffic_scenarios import BUILDERS
 from domains.airline.world import load_world, touched_subset
@@ -70,7 +71,9 @@ class AirlineTraffic:
             draft = builder(world, key, world["users"][owner], rng)
             if draft is None:
                 continue
-            state = touched_subset(world, draft.customer_id, draft.actions)
+            # In the store's layout (a full tool result shows a record's keys in the state's order,
+            # and every replay of the conversation reads the stored state).
+            state = stored_form(touched_subset(world, draft.customer_id, draft.actions))
             outputs = _replayed(state, draft.actions)
             if outputs is None:
                 continue

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.rowtext import stored_form
 from domains.retail.intents import INTENT_NAMES, WRITE_TOOLS
 from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.worldgen import random_address
@@ -319,7 +320,9 @@ def sample_scenario(
             }
         )
         actions = [auth_call] + writes if intent in ("order_status", "other") else writes
-        state = touched_subset(world, user_id, actions)
+        # In the store's layout: a full tool result shows a record's keys in the state's order,
+        # and every replay of this conversation (training, evaluation) reads the stored state.
+        state = stored_form(touched_subset(world, user_id, actions))
         final, errors = replay(state, actions)
         if errors or (intent not in ("order_status", "other") and final == state):
             continue
