@@ -379,7 +379,7 @@ def test_a_week_trains_from_the_canary_and_is_judged_against_the_champion(champi
 
     base = PolicyBase(path="/champion", source="champion", champion_version=1, start_path=path, canary_version=2)
     assert base.start == path and PolicyBase(path="/champion", source="champion").start == "/champion"
-    run = _week_run_config(GRPOTrainingConfig(), base, tmp_path, [], "retail", WeekMix({"1": 1.0}, None))
+    run = _week_run_config(GRPOTrainingConfig(), base, tmp_path, [], "retail", WeekMix({"1": 1.0}, None), "by_level")
     assert run.model_path == path  # GRPO (and the supervised step before it) start at the canary
 
 
