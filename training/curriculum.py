@@ -191,6 +191,7 @@ def levels_for_domain(mix: Mapping[Any, float] | Iterable[int], domain: str = DE
 # mix is level 1 alone, else every tool; "level1" is level 1's list at every level (an agent built on
 # it, served on the whole shop, keeps the list it knows and hands the rest over); "all" every tool.
 TOOL_LISTS = ("by_level", "level1", "all")
+DEFAULT_TOOL_LIST = "by_level"
 
 
 def check_tool_list(tool_list: str) -> str:
@@ -201,7 +202,7 @@ def check_tool_list(tool_list: str) -> str:
 
 
 def tools_for_levels(
-    mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN, tool_list: str = "by_level"
+    mix: Mapping[Any, float] | Iterable[int], domain: str = DEFAULT_DOMAIN, tool_list: str = DEFAULT_TOOL_LIST
 ) -> tuple[str, ...] | None:
     """The tools offered to a policy trained, evaluated or served on `mix` under `tool_list`
     (TOOL_LISTS), None meaning every tool. One answer for SFT, GRPO, evaluation and serving, so a

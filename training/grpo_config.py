@@ -15,7 +15,7 @@ from typing import Any
 
 from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
-from training.curriculum import CurriculumError, check_tool_list, parse_mix
+from training.curriculum import DEFAULT_TOOL_LIST, CurriculumError, check_tool_list, parse_mix
 from training.profiles import PROFILES, profile_kwargs
 from training.rewards import REWARD_TERMS, RewardConfigError, RewardWeights
 
@@ -44,7 +44,7 @@ class GRPORunConfig:
         factory=lambda: {"1": 1.0},
     )
     tool_list: str = setting(
-        "by_level",
+        DEFAULT_TOOL_LIST,
         "the tools offered (training.curriculum.TOOL_LISTS): 'by_level' (level 1's list when the mix is "
         "level 1 alone, else all), 'level1' (level 1's list at every level) or 'all'",
     )

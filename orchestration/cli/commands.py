@@ -42,8 +42,7 @@ from orchestration.runner import (
 )
 from tracking.containment import ContainmentRecordError
 from tracking.registry import ModelDirError, RegistryError
-from training.curriculum import TOOL_LISTS
-from training.grpo_config import GRPORunConfig
+from training.curriculum import DEFAULT_TOOL_LIST, TOOL_LISTS
 from training.sandbox.containment import CONTAINMENT_MODES, ContainmentError
 from training.traffic.simulate import simulate
 from training.traffic.tasks_import import import_tasks
@@ -114,7 +113,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         extra["seed"] = args.seed
     try:
         if args.served_by:
-            served = serving_policy(args.served_by, args.domain, args.level, args.tool_list or GRPORunConfig.tool_list)
+            served = serving_policy(args.served_by, args.domain, args.level, args.tool_list or DEFAULT_TOOL_LIST)
             extra["policy"] = served
             if args.level is not None:
                 if load_domain(args.domain).level1 is None:
@@ -294,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tool-list",
         choices=TOOL_LISTS,
         help="with --served-by: the tools the model is offered, as a curriculum at the served level offers them "
-        f"(default {GRPORunConfig.tool_list!r}: level 1's list at level 1, every tool on the whole shop; 'level1': "
+        f"(default {DEFAULT_TOOL_LIST!r}: level 1's list at level 1, every tool on the whole shop; 'level1': "
         "level 1's list on the whole shop too, for an agent built on it)",
     )
     p.add_argument(

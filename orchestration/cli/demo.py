@@ -38,7 +38,7 @@ from orchestration.cli.errors import CliError
 from orchestration.runner import WeekRun, approve_week, mlflow_target, run_week
 from tracking.containment import containment_of
 from tracking.registry import canary_info, champion_info, find_base_version, find_week_version, local_champion
-from training.curriculum import LEVELS, tools_for_levels
+from training.curriculum import DEFAULT_TOOL_LIST, LEVELS, tools_for_levels
 from training.policies import HFPolicy
 from training.sandbox.containment import contained
 from training.sandbox.pii_gateway import PseudonymisedPolicy
@@ -249,7 +249,7 @@ def _serving_model(home: Home, uri: str, name: str) -> tuple[str, str]:
 
 
 def serving_policy(
-    path: str, domain: str = DEFAULT_DOMAIN, level: int | None = 1, tool_list: str = "by_level"
+    path: str, domain: str = DEFAULT_DOMAIN, level: int | None = 1, tool_list: str = DEFAULT_TOOL_LIST
 ) -> PseudonymisedPolicy:
     """A model folder as it serves traffic of `domain` at `level` (1: the level-1 shop; None: the
     whole shop, as recorded, i.e. curriculum level 4): greedy, with the tools a curriculum of that
