@@ -219,18 +219,19 @@ def evaluate_pair(
     baseline_path: str,
     records: Sequence[Mapping[str, Any]],
     *,
+    compact: bool,
     k: int = 1,
     seed: int = EvalSettings.seed,
     max_turns: int = EvalSettings.max_turns,
-    compact: bool = True,
     max_new_tokens: int = EvalSettings.max_new_tokens,
     batch_size: int | None = None,
     tools: tuple[str, ...] | None = None,
     reward_weights: Mapping[str, float] | None = None,
     on_trials: Callable[[str, list[Trial]], None] | None = None,
 ) -> PairReport:
-    """Roll both policies out on `records` with the same customers (seeds) and the same tool list
-    (`tools`, None: all) and compare them; each trial's proxy reward is priced with
+    """Roll both policies out on `records` with the same customers (seeds), the same tool list
+    (`tools`, None: all) and the same tool-result form (`compact`, no default: the curriculum's,
+    `training.curriculum.compact_at`) and compare them; each trial's proxy reward is priced with
     `reward_weights` (the run's overrides of the playbook; None: the playbook).
 
     `on_trials(side, trials)` sees each policy's trials as soon as they are rolled out, before they

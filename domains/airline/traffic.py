@@ -71,16 +71,17 @@ class AirlineTraffic:
             draft = builder(world, key, world["users"][owner], rng)
             if draft is None:
                 continue
-            # In the store's layout (a full tool result shows a record's keys in the state's order,
-            # and every replay of the conversation reads the stored state).
-            state = stored_form(touched_subset(world, draft.customer_id, draft.actions))
+            state = touched_subset(world, draft.customer_id, draft.actions)
             outputs = _replayed(state, draft.actions)
             if outputs is None:
                 continue
             return {
                 "customer_id": draft.customer_id,
                 "intent": intent,
-                "initial_state": state,
+                # In the store's layout (a full tool result shows a record's keys in the state's
+                # order, and every replay of the conversation reads the stored state); laid out once
+                # the draft is kept, since `_replayed` reads no key order.
+                "initial_state": stored_form(state),
                 "user_scenario": {
                     "instruction": f"Your user id is {draft.customer_id}. {draft.instruction}",
                     "known_info": {"user_id": draft.customer_id, **draft.known},

@@ -320,9 +320,7 @@ def sample_scenario(
             }
         )
         actions = [auth_call] + writes if intent in ("order_status", "other") else writes
-        # In the store's layout: a full tool result shows a record's keys in the state's order,
-        # and every replay of this conversation (training, evaluation) reads the stored state.
-        state = stored_form(touched_subset(world, user_id, actions))
+        state = touched_subset(world, user_id, actions)
         final, errors = replay(state, actions)
         if errors or (intent not in ("order_status", "other") and final == state):
             continue
@@ -340,7 +338,10 @@ def sample_scenario(
             order_id,
             {"actions": actions, "outputs": outputs},
             scenario,
-            state,
+            # In the store's layout: a full tool result shows a record's keys in the state's order,
+            # and every replay of this conversation (training, evaluation) reads the stored state.
+            # Laid out once the draft is kept (the replay above reads no key order).
+            stored_form(state),
             True if intent == "other" else None,
             extra,
         )
