@@ -21,14 +21,18 @@ then measures the result and the model it started from, each:
 
 `--level1-steps N` then trains N steps on the level-1 demonstrations alone at a fine-tuning rate
 (lr 1e-4, verified only, short results), asking whether level 1 comes back and the whole shop stays.
+`--tool-list all` lists every tool in the stage's prompts and serves with them (the curriculum's
+`tool_list: all`), where the default lists level 1's six: the conversations are the same (the
+expert uses the six and hands the rest over), but only an agent whose prompt lists a tool can
+learn, from a person's resolution of a hand-over, to call it.
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
-        [--conversations 200] [--model DIR] [--work DIR]
+        [--tool-list level1|all] [--conversations 200] [--model DIR] [--work DIR]
 
-The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> served_before=<k>/<n>
+The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -60,6 +64,7 @@ from domains.retail.tiny_agent import (  # noqa: E402
 )
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
+from training.curriculum import tools_for_levels  # noqa: E402
 from training.sft import warm_start  # noqa: E402
 from training.tiny.manifest import SHIPPED_AGENT_DIR  # noqa: E402
 
@@ -69,15 +74,16 @@ SERVED_CUSTOMERS = 1500
 FIRST_SHOP_PHASE = 8
 
 
-def served(model: Path, conversations: int, out: Path) -> dict:
-    """One day of the whole shop served by `model`: completed per intent and persona, first acts."""
+def served(model: Path, conversations: int, out: Path, tool_list: str = "level1") -> dict:
+    """One day of the whole shop served by `model` with the tools of `tool_list` (the curriculum's
+    lists at level 4: the six the agent was built with by default): completed per intent and
+    persona, first acts."""
     summary = simulate(
         days=1,
         per_day=conversations,
         seed=SERVED_SEED,
         out_dir=out,
-        # The whole shop, with the six tools the agent was built with (its tool list at every level).
-        policy=serving_policy(str(model), level=None, tool_list="level1"),
+        policy=serving_policy(str(model), level=None, tool_list=tool_list),
         n_users=SERVED_CUSTOMERS,
         policy_version="bench/1",
     )
@@ -95,7 +101,17 @@ def served(model: Path, conversations: int, out: Path) -> dict:
         "outcomes": summary["outcomes"],
         "by": {key: dict(counts) for key, counts in sorted(table.items())},
         "first_acts": dict(first.most_common()),
+        # Per conversation (the same ids for every model served on the same day): its customer and
+        # whether it completed, for paired comparisons.
+        "conversations": {
+            record["interaction_id"]: [record["customer_id"], record["outcome"] == "completed"] for record in records
+        },
     }
+
+
+def without_conversations(figures: dict) -> dict:
+    """`served`'s figures without the per-conversation table, for printing."""
+    return {key: value for key, value in figures.items() if key != "conversations"}
 
 
 def serve_compact() -> None:
@@ -131,6 +147,12 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--tool-list",
+        choices=("level1", "all"),
+        default="level1",
+        help="the tools the stage's prompts list and the agent serves with (the curriculum's tool_list)",
+    )
     args = parser.parse_args()
     if args.stages < 1 or args.steps < 1 or args.conversations < 1:
         parser.error("--stages, --steps and --conversations must be at least 1")
@@ -146,7 +168,11 @@ def main() -> None:
         demos = with_level1(demos, [level1_demonstration(task) for task in train])
     print(f"{len(demos)} demonstrations ({'whole shop only' if args.shop_only else 'with level 1'})", flush=True)
     settings = replace(
-        recipe_sft_settings(recipe, args.threads), steps=args.steps, verified_only=False, **shop_overrides(recipe)
+        recipe_sft_settings(recipe, args.threads),
+        steps=args.steps,
+        verified_only=False,
+        tools=tools_for_levels({"4": 1.0}, "retail", args.tool_list),
+        **shop_overrides(recipe),
     )
     current = args.model
     for stage in range(args.stages):
@@ -168,11 +194,12 @@ def main() -> None:
         print(f"level-1 refresh: train loss {summary['train_loss']:.4f}", flush=True)
         current = work / "level1-refresh"
     before = served(args.model, args.conversations, work / "served-before")
-    after = served(current, args.conversations, work / "served-after")
-    print(json.dumps({"before": before, "after": after}, indent=1))
+    after = served(current, args.conversations, work / "served-after", args.tool_list)
+    print(json.dumps({name: without_conversations(f) for name, f in (("before", before), ("after", after))}, indent=1))
     l1_before, l1_after = level1(args.model, held), level1(current, held)
     print(
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
+        f"tool_list={args.tool_list} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )

@@ -1,28 +1,32 @@
-"""Whether the weekly update moves an agent that serves the whole shop in part: the supervised step
-on its own good episodes, then GRPO, both in the whole shop's form.
+"""Whether the weekly update moves an agent that serves the whole shop in part, week after week:
+the supervised step on its own good episodes, then GRPO, both in the whole shop's form.
 
 `--model` is an agent built with the recipe's shop stage (`bench/shop_stage.py --shop-only --work W`
 leaves it in `W/shop8`): it asks who the customer is, does order status and cancellations with
-level 1's six tools and hands everything else over. This bench runs one week of the loop's update
-on it, in the form the served shop has (curriculum level 4: conversations as recorded, full tool
-results; `tool_list: level1`, the six tools it was built with):
+level 1's six tools and hands everything else over. This bench runs `--weeks` weeks of the loop's
+update on it, each from the last week's output, in the form the served shop has (curriculum
+level 4: conversations as recorded, full tool results; `tool_list: level1`, the six tools it was
+built with). Each week:
 
-1. **Serve.** The model serves `--per-day` x 7 whole-shop conversations (seed 21, 1,500 customers,
-   the served traffic's defaults), which are ingested into a DuckDB store and read back, as the
-   weekly job reads its window.
+1. **Serve.** The week's model serves `--per-day` x 7 whole-shop conversations (a fresh draw each
+   week: seed 21, 22, ...; 1,500 customers, the served traffic's defaults), which are ingested into
+   a DuckDB store and read back, as the weekly job reads its window.
 2. **Supervised step.** `training.episode_update.episode_update` with its defaults on the stored
    week (its verified successes of the training split; hand-overs a person finished need tools
    outside the six and do not replay).
 3. **GRPO.** From the step's output, `--grpo-steps` steps of 4 training-split customers x 8
    rollouts at the product's learning rate, on the stored week's status and cancellation records,
    up to 10 tool calls and 1,536 tokens a rollout (a whole-shop conversation needs about seven calls).
-4. **Measure.** The model, the step's output and GRPO's output each serve the same 200 whole-shop
-   conversations (`bench/shop_stage.py`'s day: seed 11), greedy, behind the PII gateway.
+4. **Measure.** The step's output and GRPO's output each serve the same 200 whole-shop
+   conversations as the starting model did (`bench/shop_stage.py`'s day: seed 11), greedy, behind
+   the PII gateway; each is compared with the week's starting model and GRPO's with the first,
+   paired by conversation, with a 95% interval that resamples customers (the calibration gate's).
 
-    .venv/bin/python bench/shop_week.py --model DIR [--per-day 70] [--grpo-steps 20] [--work DIR]
+    .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20] [--work DIR]
 
-The last line printed is `episodes=<n> served_week=<k>/<n> base=<k>/200 stepped=<k>/200
-grpo=<k>/200 grpo_reward_first=<x> grpo_reward_last=<x> seconds=<t>`.
+The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
+served_week=<k>/<n> episodes=<n> stepped=<k>/200 grpo=<k>/200 grpo_reward_first=<x>
+grpo_reward_last=<x> step_vs_start=[...] week_vs_start=[...] vs_base=[...]`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from dataplane.splits import split_of  # noqa: E402
 from dataplane.store import load_records, open_store  # noqa: E402
 from domains.retail.tiny_agent import AgentRecipe  # noqa: E402
 from domains.retail.traffic.simulate import simulate  # noqa: E402
+from evaluation.stats import cluster_bootstrap_ci  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
 from training.episode_update import EpisodeUpdateSettings, episode_update  # noqa: E402
@@ -56,20 +61,21 @@ from training.grpo_config import GRPORunConfig  # noqa: E402
 WEEK_SEED = 21
 CUSTOMERS = 1500
 LEVELS = {"4": 1.0}  # the conversations as recorded: the served shop's form
-TOOL_LIST = "level1"  # the six tools the shop agent was built with, at every level
 MODEL_NAME = "bench"
 
 
-def stored_week(model: Path, per_day: int, work: Path) -> list[dict]:
-    """A week the model served on the whole shop, as the store gives it back."""
+def stored_week(model: Path, per_day: int, work: Path, week: int, tool_list: str) -> list[dict]:
+    """Week `week` (1, 2, ...) the model served on the whole shop, as the store gives it back. Each
+    week is a fresh draw of conversations (seed WEEK_SEED + week - 1) from the same shop, as the
+    demo's weeks are."""
     simulate(
         days=7,
         per_day=per_day,
-        seed=WEEK_SEED,
+        seed=WEEK_SEED + week - 1,
         out_dir=work / "landing",
-        policy=serving_policy(str(model), level=None, tool_list=TOOL_LIST),
+        policy=serving_policy(str(model), level=None, tool_list=tool_list),
         n_users=CUSTOMERS,
-        policy_version=f"{MODEL_NAME}/1",
+        policy_version=f"{MODEL_NAME}/{week}",
     )
     db = work / "store.duckdb"
     ingest_paths(db, [work / "landing"])
@@ -78,20 +84,21 @@ def stored_week(model: Path, per_day: int, work: Path) -> list[dict]:
         return load_records(con, ids)
 
 
-def grpo(base: str, records: list[dict], steps: int, work: Path) -> tuple[str, list[float]]:
+def grpo(base: str, records: list[dict], steps: int, work: Path, tool_list: str) -> tuple[str, list[float]]:
+    """GRPO from `base` on the stored week's training-split records with gold: status and
+    cancellations under level 1's six tools, every intent when every tool is offered."""
+    intents = ("order_status", "cancel_order") if tool_list == "level1" else None
     train = [
         r
         for r in records
-        if split_of(str(r["customer_id"])) == "train"
-        and r.get("gold")
-        and r["intent"] in ("order_status", "cancel_order")
+        if split_of(str(r["customer_id"])) == "train" and r.get("gold") and (intents is None or r["intent"] in intents)
     ]
     config = GRPORunConfig(
         model_path=base,
         output_dir=str(work / "grpo"),
         records=train,
         levels=LEVELS,
-        tool_list=TOOL_LIST,
+        tool_list=tool_list,
         max_steps=steps,
         save_steps=steps,
         dataset_size=4 * steps,
@@ -105,52 +112,89 @@ def grpo(base: str, records: list[dict], steps: int, work: Path) -> tuple[str, l
     return result.model_path, list(result.reward_curve)
 
 
+def paired(after: dict, before: dict) -> str:
+    """`after` against `before` on the same served conversations: won/lost and the difference of
+    completion rates with its 95% interval, resampling customers (the calibration gate's CI)."""
+    ids = sorted(after["conversations"])
+    if ids != sorted(before["conversations"]):
+        raise ValueError("the two figures were not served on the same conversations")
+    a = [after["conversations"][i][1] for i in ids]
+    b = [before["conversations"][i][1] for i in ids]
+    ci = cluster_bootstrap_ci(a, b, [after["conversations"][i][0] for i in ids])
+    won = sum(x and not y for x, y in zip(a, b))
+    lost = sum(y and not x for x, y in zip(a, b))
+    return f"{won} won, {lost} lost: {ci.difference:+.3f} (95% CI {ci.low:+.3f}..{ci.high:+.3f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model", type=Path, required=True, help="a shop-stage agent (bench/shop_stage.py --shop-only)"
     )
     parser.add_argument("--per-day", type=int, default=70, help="whole-shop conversations served a day, for 7 days")
-    parser.add_argument("--grpo-steps", type=int, default=20)
+    parser.add_argument("--grpo-steps", type=int, default=20, help="0: the supervised step alone")
+    parser.add_argument(
+        "--tool-list",
+        choices=("level1", "all"),
+        default="level1",
+        help="the tools the agent was built with and serves, trains and is measured with",
+    )
+    parser.add_argument("--weeks", type=int, default=1, help="weeks in a row, each served by the last week's output")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     args = parser.parse_args()
-    if args.per_day < 1 or args.grpo_steps < 1:
-        parser.error("--per-day and --grpo-steps must be at least 1")
+    if args.per_day < 1 or args.grpo_steps < 0 or args.weeks < 1:
+        parser.error("--per-day and --weeks must be at least 1, --grpo-steps at least 0")
     import torch
-    from shop_stage import served
+    from shop_stage import served, without_conversations
 
     torch.set_num_threads(2)
     work = args.work or Path(tempfile.mkdtemp(prefix="shop-week-"))
     started = time.monotonic()
+    lines = []
     # One key for the gateway that serves and the ingestion that stores, as in a deployment.
     with using_pii_key(AgentRecipe().pii_key):
-        records = stored_week(args.model, args.per_day, work / "week")
-        completed = sum(r["outcome"] == "completed" for r in records)
-        print(f"served week: {completed}/{len(records)} completed", flush=True)
-        step = episode_update(
-            args.model,
-            records,
-            work / "episodes",
-            EpisodeUpdateSettings(),
-            level=4,
-            tools=tools_for_levels(LEVELS, "retail", TOOL_LIST),
-            seed=1,
-            torch_threads=2,
-            model_name=MODEL_NAME,
-        )
-        print(f"supervised step: {step.to_dict()}", flush=True)
-        trained, curve = grpo(step.model_path, records, args.grpo_steps, work)
-        print(f"grpo rewards: {curve}", flush=True)
-        figures = {
-            name: served(Path(path), 200, work / f"served-{name}")
-            for name, path in (("base", args.model), ("stepped", step.model_path), ("grpo", trained))
-        }
-    print(json.dumps(figures, indent=1))
-    print(
-        f"episodes={step.episodes} served_week={completed}/{len(records)} "
-        + " ".join(f"{name}={f['completed']}/{f['n']}" for name, f in figures.items())
-        + f" grpo_reward_first={curve[0]:.3f} grpo_reward_last={curve[-1]:.3f} seconds={time.monotonic() - started:.0f}"
-    )
+        base = served(args.model, 200, work / "served-base", args.tool_list)
+        print(f"base: {base['completed']}/{base['n']} {json.dumps(without_conversations(base))}", flush=True)
+        current, last = args.model, base
+        for week in range(1, args.weeks + 1):
+            folder = work / f"week{week}"
+            records = stored_week(current, args.per_day, folder / "served", week, args.tool_list)
+            completed = sum(r["outcome"] == "completed" for r in records)
+            print(f"week {week}: served {completed}/{len(records)} completed", flush=True)
+            step = episode_update(
+                current,
+                records,
+                folder / "episodes",
+                EpisodeUpdateSettings(),
+                level=4,
+                tools=tools_for_levels(LEVELS, "retail", args.tool_list),
+                seed=week,
+                torch_threads=2,
+                model_name=MODEL_NAME,
+            )
+            print(f"week {week}: supervised step {step.to_dict()}", flush=True)
+            stepped = served(Path(step.model_path), 200, folder / "measured-stepped", args.tool_list)
+            print(f"week {week}: stepped {json.dumps(without_conversations(stepped))}", flush=True)
+            line = (
+                f"week={week} served_week={completed}/{len(records)} episodes={step.episodes} "
+                f"stepped={stepped['completed']}/200 step_vs_start=[{paired(stepped, last)}]"
+            )
+            trained, after = Path(step.model_path), stepped
+            if args.grpo_steps:
+                path, curve = grpo(step.model_path, records, args.grpo_steps, folder, args.tool_list)
+                print(f"week {week}: grpo rewards {[round(r, 3) for r in curve]}", flush=True)
+                trained, after = Path(path), served(Path(path), 200, folder / "measured", args.tool_list)
+                print(f"week {week}: {json.dumps(without_conversations(after))}", flush=True)
+                line += (
+                    f" grpo={after['completed']}/200 grpo_reward_first={curve[0]:.3f} "
+                    f"grpo_reward_last={curve[-1]:.3f} week_vs_start=[{paired(after, last)}]"
+                )
+            line += f" vs_base=[{paired(after, base)}]"
+            print(line, flush=True)
+            lines.append(line)
+            current, last = trained, after
+    print(f"base={base['completed']}/200 seconds={time.monotonic() - started:.0f}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

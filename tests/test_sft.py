@@ -242,3 +242,36 @@ def test_weighted_phrases_count_with_the_tool_names_weight(world):
             SFTSettings(weighted_phrases=bad, tool_name_weight=20.0)
     with pytest.raises(ValueError, match="tool_name_weight is 1"):
         SFTSettings(weighted_phrases=reasons)
+
+
+def test_rows_cut_counts_conversations_longer_than_max_length_and_refuses_a_prompt_that_fills_it():
+    from training.sft import ConversationLengthError, rows_cut
+
+    def row(prompt: int, said: int) -> dict[str, list[int]]:
+        return {"input_ids": [7] * (prompt + said), "assistant_masks": [0] * prompt + [1] * said}
+
+    assert rows_cut([row(10, 5), row(10, 21), row(25, 10)], 30) == 2  # two longer than 30, one fits
+    assert rows_cut([row(10, 5)], 15) == 0  # exactly max_length is whole
+    with pytest.raises(ConversationLengthError, match="max_length 30: none of 2 conversations .* token 30"):
+        rows_cut([row(30, 5), row(40, 5)], 30)
+
+
+def test_a_warm_start_whose_prompt_fills_max_length_is_refused_before_training(tmp_path, world):
+    """The shipped tiny agent offered every retail tool (about 460 tokens of policy and schemas)
+    with a max_length of 300: TRL would cut every conversation before the agent's first turn. The
+    step says so by name instead of training on nothing; with level 1's six tools (about 160
+    tokens) the same records start within it."""
+    from training.checkpoints import load_tokenizer
+    from training.curriculum import tools_for_levels
+    from training.sft import ConversationLengthError, SFTSettings, rows_cut, sft_rows, tokenized_rows, warm_start
+    from training.tiny.manifest import shipped_agent_path
+
+    records = level1_records(world, 2, seed=6)
+    every_tool = SFTSettings(steps=1, tools=None, max_length=300, torch_threads=1)
+    with pytest.raises(ConversationLengthError, match="max_length 300: none of 2 conversations .* offer fewer tools"):
+        warm_start(shipped_agent_path(), records, tmp_path / "sft", every_tool)
+    assert not (tmp_path / "sft").exists()  # refused before anything was trained or written
+    six = tools_for_levels({"1": 1.0})
+    tokenized = tokenized_rows(load_tokenizer(shipped_agent_path()), sft_rows(records, tools=six))
+    # Both conversations start within 300 tokens and run past them (cut), and fit SFT's default whole.
+    assert (rows_cut(tokenized, 300), rows_cut(tokenized, SFTSettings().max_length)) == (2, 0)

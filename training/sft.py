@@ -390,6 +390,26 @@ class NoTrajectoriesError(ValueError):
     """No record replayed into a verified trajectory: nothing to warm-start on."""
 
 
+class ConversationLengthError(ValueError):
+    """No rendered conversation has an assistant token within `max_length`: every one would be cut
+    before anything the policy says, so a step would learn nothing."""
+
+
+def rows_cut(tokenized: list[dict[str, list[int]]], max_length: int) -> int:
+    """How many of `tokenized_rows`' rows are longer than `max_length` (TRL keeps their first
+    `max_length` tokens and the turns after are never learnt). ConversationLengthError when no
+    row keeps an assistant token: the prompt alone (the policy and the offered tools' schemas) is
+    that long, which TRL would only report as an empty dataset."""
+    if not any(1 in row["assistant_masks"][:max_length] for row in tokenized):
+        first = min((row["assistant_masks"].index(1) for row in tokenized if 1 in row["assistant_masks"]), default=None)
+        raise ConversationLengthError(
+            f"max_length {max_length}: none of {len(tokenized)} conversations has an assistant token within it "
+            f"(the first one starts at token {first}: the policy and the offered tools' schemas come before it); "
+            "offer fewer tools (the curriculum's tool_list) or raise max_length"
+        )
+    return sum(len(row["input_ids"]) > max_length for row in tokenized)
+
+
 def warm_start(
     base_path: str | os.PathLike,
     records: Iterable[Mapping[str, Any]],
@@ -431,10 +451,12 @@ def warm_start(
         gradient_checkpointing=settings.gradient_checkpointing,
     )
     phrase_ids = phrase_token_ids(tokenizer, settings.weighted_phrases)
+    tokenized = tokenized_rows(tokenizer, rows)
+    cut = rows_cut(tokenized, settings.max_length)
     trainer = _trainer_class(settings.tool_name_weight, phrase_ids)(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+        train_dataset=Dataset.from_list(tokenized),
         processing_class=tokenizer,
     )
     output = trainer.train()
@@ -442,6 +464,8 @@ def warm_start(
     summary = {
         "trajectories": len(replayed),
         "examples": len(rows),
+        # Rows longer than max_length: their later turns were not learnt.
+        "cut": cut,
         "relabelled": settings.relabel,
         "tool_name_weight": settings.tool_name_weight,
         "weighted_phrases": list(settings.weighted_phrases),
