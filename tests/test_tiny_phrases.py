@@ -82,6 +82,19 @@ def test_other_text_is_cut_as_before_and_old_outputs_do_not_move(shipped):
     assert torch.allclose(after[:, :size], before, atol=1e-5)
 
 
+def test_a_phrase_inside_a_longer_name_leaves_the_name_cut_as_before():
+    """An order status as a token is cut out of a result and a message, never out of the tool names
+    that contain it (`cancel_pending_order`), which the shipped agent learnt cut as they were, and
+    the saved tokenizer keeps that."""
+    model, tokenizer = load_policy(SHIPPED_AGENT_DIR)
+    names = '{"name": "cancel_pending_order", "arguments": {}} modify_pending_order_items'
+    before = _ids(tokenizer, names)
+    (token,) = add_phrase_tokens(model, tokenizer, ["pending"]).values()
+    assert _ids(tokenizer, names) == before and token not in before
+    assert token in _ids(tokenizer, '"status": "pending", "user_id"')
+    assert token in _ids(tokenizer, "Order #W1234567 is currently pending.")
+
+
 def test_new_rows_are_distinct_draws_with_the_old_rows_spread(shipped):
     import torch
 

@@ -10,7 +10,9 @@ ln 2; bench/results/learning.md). With each phrase a token of its own, the openi
 hold the same token, and writing it is a copy, which the agent already does for order ids.
 
 Tokens are added to an existing tokenizer (`tokenizer.add_tokens`), so every other text is cut as
-before and a trained model keeps what it knows; only the new embedding rows are fresh.
+before and a trained model keeps what it knows; only the new embedding rows are fresh. They are
+added as single words: a phrase that is also part of a longer name (the order status "pending" in
+the tool name `cancel_pending_order`) leaves that name cut as the model learnt it.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ def add_phrase_tokens(model: Any, tokenizer: Any, phrases: Iterable[str], seed: 
     added = tokenizer.get_added_vocab()
     new = [phrase for phrase in wanted if phrase not in added]
     if new:
+        from tokenizers import AddedToken
+
         before = len(tokenizer)
-        tokenizer.add_tokens(new)
+        # single_word: a phrase is cut out of the text around it, never out of a longer name
+        # (an order status "pending" as a token must leave the tool name `cancel_pending_order`
+        # cut as the model learnt it).
+        tokenizer.add_tokens([AddedToken(phrase, single_word=True) for phrase in new])
         embeddings = model.get_input_embeddings().weight
         spread = float(embeddings.detach().float().std())
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
@@ -57,7 +64,7 @@ def add_phrase_tokens(model: Any, tokenizer: Any, phrases: Iterable[str], seed: 
                 output.weight[before:] = fresh.to(output.weight.dtype)
     ids = {phrase: tokenizer.convert_tokens_to_ids(phrase) for phrase in wanted}
     for phrase, token_id in ids.items():
-        in_text = tokenizer(f'x{phrase}"}}', add_special_tokens=False)["input_ids"]
+        in_text = tokenizer(f'"reason": "{phrase}"}}', add_special_tokens=False)["input_ids"]  # a call's argument
         if tokenizer(phrase, add_special_tokens=False)["input_ids"] != [token_id] or token_id not in in_text:
             raise PhraseTokenError(f"phrase {phrase!r} is not cut as one token (id {token_id}) after adding it")
     return ids
