@@ -22,11 +22,17 @@ built with). Each week:
    the PII gateway; each is compared with the week's starting model and GRPO's with the first,
    paired by conversation, with a 95% interval that resamples customers (the calibration gate's).
 
-    .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20] [--work DIR]
+`--tool-list all` serves, steps, trains and measures with every tool listed (for an agent built with
+`bench/shop_stage.py --tool-list all`): the supervised step then also imitates the hand-overs a
+person resolved with tools outside the six, and GRPO draws every intent's records. `--grpo-steps 0`
+stops each week after the supervised step.
+
+    .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
+        [--tool-list level1|all] [--work DIR]
 
 The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
-served_week=<k>/<n> episodes=<n> stepped=<k>/200 grpo=<k>/200 grpo_reward_first=<x>
-grpo_reward_last=<x> step_vs_start=[...] week_vs_start=[...] vs_base=[...]`.
+served_week=<k>/<n> episodes=<n> stepped=<k>/200 step_vs_start=[...] grpo=<k>/200 grpo_reward_first=<x>
+grpo_reward_last=<x> week_vs_start=[...] vs_base=[...]` (the GRPO figures only with GRPO steps).
 """
 
 from __future__ import annotations
