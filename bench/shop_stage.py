@@ -25,18 +25,17 @@ then measures the result and the model it started from, each:
 `tool_list: all`), where the default lists level 1's six: the conversations are the same (the
 expert uses the six and hands the rest over), but only an agent whose prompt lists a tool can
 learn, from a person's resolution of a hand-over, to call it.
-`--status-tokens` asks whether stating the status the order read holds becomes a copy once each
-order status (`status_rules.statuses`) is a token of its own (`training.tiny.phrases`, as the
-recipe does for the cancel reasons); `--weight-status` weights those tokens in the stage as the
-reasons are, too.
+The stage makes each order status a single-word token of its own first and weights it as the
+cancel reasons (`AgentRecipe.shop_phrases`), as the recipe's shop stage does; `--without-status-tokens`
+leaves that out (the stage as it was before 2026-12-06, 09:40 UTC).
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
-        [--tool-list level1|all] [--status-tokens] [--weight-status] [--conversations 200] [--model DIR] [--work DIR]
+        [--tool-list level1|all] [--without-status-tokens] [--conversations 200] [--model DIR] [--work DIR]
 
-The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> served_before=<k>/<n>
+The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -57,7 +56,6 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from domains.registry import load_domain  # noqa: E402
 from domains.retail.level1 import LEVEL1_TOOLS, level1_demonstration  # noqa: E402
 from domains.retail.tiny_agent import (  # noqa: E402
     AgentRecipe,
@@ -66,7 +64,7 @@ from domains.retail.tiny_agent import (  # noqa: E402
     shop_demonstrations,
     shop_overrides,
     with_level1,
-    with_phrase_tokens,
+    with_shop_phrase_tokens,
 )
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
@@ -153,9 +151,10 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--status-tokens", action="store_true", help="make each order status a token of its own")
     parser.add_argument(
-        "--weight-status", action="store_true", help="--status-tokens, and weight them as the cancel reasons"
+        "--without-status-tokens",
+        action="store_true",
+        help="the stage without the recipe's shop_phrases (order statuses as weighted tokens of their own)",
     )
     parser.add_argument(
         "--tool-list",
@@ -169,10 +168,8 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="shop-stage-"))
     started = time.monotonic()
     recipe = AgentRecipe()
-    # The recipe's phrases are both made tokens and weighted; the status tokens are weighted only
-    # with --weight-status.
-    with_statuses = replace(recipe, phrases=recipe.phrases + load_domain("retail").status_rules.statuses)
-    weighted = with_statuses if args.weight_status else recipe
+    if args.without_status_tokens:
+        recipe = replace(recipe, shop_phrases=())
     train, held = level1_tasks(work / "tasks", recipe)
     demos = shop_demonstrations(work / "shop", recipe)
     if args.compact_shop:
@@ -186,11 +183,10 @@ def main() -> None:
         steps=args.steps,
         verified_only=False,
         tools=tools_for_levels({"4": 1.0}, "retail", args.tool_list),
-        **shop_overrides(weighted),
+        **shop_overrides(recipe),
     )
     current = args.model
-    if args.status_tokens or args.weight_status:
-        current = with_phrase_tokens(args.model, work / "status-tokens", with_statuses)
+    current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe)
     for stage in range(args.stages):
         folder = work / f"shop{FIRST_SHOP_PHASE + stage}"
         summary = warm_start(current, demos, folder, replace(settings, seed=FIRST_SHOP_PHASE + stage))
@@ -215,7 +211,7 @@ def main() -> None:
     l1_before, l1_after = level1(args.model, held), level1(current, held)
     print(
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
-        f"tool_list={args.tool_list} status_tokens={args.status_tokens} weight_status={args.weight_status} "
+        f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from domains.retail.domain import ORDER_STATUSES
 from domains.retail.tiny_agent import BUILD_SUMMARY, STAGE_MARKER, AgentRecipe, build_agent
 from domains.retail.tools_write import CANCEL_REASONS
 from training.checkpoints import load_policy
@@ -61,7 +62,16 @@ def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
     # hand-overs too (they never verify).
     shop = json.loads((tmp_path / "work" / "shop6" / STAGE_MARKER).read_text())["key"]["settings"]
     assert shop["compact"] is False and shop["verified_only"] is False
-    assert shop["weighted_phrases"] == list(CANCEL_REASONS) and shop["learning_rate"] == TOY.shop_lr
+    assert shop["weighted_phrases"] == list(CANCEL_REASONS) + list(ORDER_STATUSES)
+    assert shop["learning_rate"] == TOY.shop_lr
+    # ... from the model that holds each order status as a single-word token: the tool names that
+    # contain one are cut as the earlier stages learnt them.
+    shop_base = load_policy(tmp_path / "work" / "shop-phrased")[1]
+    phrased_base = load_policy(tmp_path / "work" / "phrased")[1]
+    for status in ORDER_STATUSES:
+        assert tokenizer(status, add_special_tokens=False)["input_ids"] == [shop_base.get_added_vocab()[status]]
+    name = '{"name": "cancel_pending_order"}'
+    assert shop_base(name)["input_ids"] == phrased_base(name)["input_ids"]
     assert 0 < summary["shop_conversations"] <= TOY.shop_traffic
 
     again = build_agent(tmp_path / "out2", tmp_path / "work", TOY, threads=1)

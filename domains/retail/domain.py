@@ -14,6 +14,16 @@ from domains.retail.level1 import LEVEL1, as_level1, level1_demonstration
 from domains.retail.policy import POLICY
 from domains.retail.world import COLLECTIONS, touched_subset
 
+# The words an order's status takes (longer ones first: "pending (item modified)" holds "pending").
+ORDER_STATUSES = (
+    "pending (item modified)",
+    "return requested",
+    "exchange requested",
+    "pending",
+    "processed",
+    "delivered",
+    "cancelled",
+)
 _ORDER = RecordRef("order_id", "orders")
 _USER = RecordRef("user_id", "users")
 _RECORDS = {
@@ -58,15 +68,7 @@ class RetailDomain(Domain):
             "return_delivered_order_items": "return requested",
             "exchange_delivered_order_items": "exchange requested",
         },
-        statuses=(
-            "pending (item modified)",
-            "return requested",
-            "exchange requested",
-            "pending",
-            "processed",
-            "delivered",
-            "cancelled",
-        ),
+        statuses=ORDER_STATUSES,
     )
     level1: ClassVar[Level1 | None] = LEVEL1
     failure_hints: ClassVar[Mapping[str, str]] = {
