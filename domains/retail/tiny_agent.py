@@ -130,10 +130,10 @@ class AgentRecipe:
     # 1 is the form the weekly update trains and judges at by default, so none of them ships.
     shop_traffic: int = 1500
     # Each order status a token of its own (as single words, so `cancel_pending_order` stays cut
-    # as learnt) and weighted in the shop stage like the cancel reasons. Without it the shop
-    # stage's agent told the status it read at chance (8 of 16 right); with it every time (29 of
-    # 29) and served 47 of 200 against 35 (bench/results/shipped_agent.md, "Why the whole shop
-    # does not climb yet").
+    # as learnt) and weighted in the shop stage like the cancel reasons. Without it a shop stage's
+    # agent told the status it read at chance (8 of 16 right, every tool listed); with it every
+    # time (29 of 29, the whole shop only) and served 47 of 200 against 35 (bench/results/
+    # shipped_agent.md, "Why the whole shop does not climb yet").
     shop_phrases: tuple[str, ...] = ORDER_STATUSES
     shop_stages: int = 0
     shop_steps: int = 450
