@@ -11,8 +11,8 @@ hold the same token, and writing it is a copy, which the agent already does for 
 
 Tokens are added to an existing tokenizer (`tokenizer.add_tokens`), so every other text is cut as
 before and a trained model keeps what it knows; only the new embedding rows are fresh. They are
-added as single words: a phrase that is also part of a longer name (the order status "pending" in
-the tool name `cancel_pending_order`) leaves that name cut as the model learnt it.
+added as single words: a phrase that is also part of a longer name (a record status word inside
+a tool's snake_case name) leaves that name cut as the model learnt it.
 """
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ def add_phrase_tokens(model: Any, tokenizer: Any, phrases: Iterable[str], seed: 
 
         before = len(tokenizer)
         # single_word: a phrase is cut out of the text around it, never out of a longer name
-        # (an order status "pending" as a token must leave the tool name `cancel_pending_order`
-        # cut as the model learnt it).
+        # (a status word inside a tool's snake_case name must leave that name cut as learnt).
         tokenizer.add_tokens([AddedToken(phrase, single_word=True) for phrase in new])
         embeddings = model.get_input_embeddings().weight
         spread = float(embeddings.detach().float().std())
