@@ -32,7 +32,9 @@ stops each week after the supervised step.
 
 The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
 served_week=<k>/<n> episodes=<n> stepped=<k>/200 step_vs_start=[...] grpo=<k>/200 grpo_reward_first=<x>
-grpo_reward_last=<x> week_vs_start=[...] vs_base=[...]` (the GRPO figures only with GRPO steps).
+grpo_reward_last=<x> week_vs_start=[...] vs_base=[...]` (the GRPO figures only with GRPO steps). Before
+it, `grpo by intent` gives each intent's mean trained reward and success share over GRPO's first
+and last five steps (the trainer's per-intent tally).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from training.curriculum import tools_for_levels  # noqa: E402
 from training.episode_update import EpisodeUpdateSettings, episode_update  # noqa: E402
 from training.grpo import run as run_grpo  # noqa: E402
 from training.grpo_config import GRPORunConfig  # noqa: E402
+from training.reporting import JsonLinesReporter  # noqa: E402
 
 WEEK_SEED = 21
 CUSTOMERS = 1500
@@ -114,8 +117,38 @@ def grpo(base: str, records: list[dict], steps: int, work: Path, tool_list: str)
         max_completion_length=1536,
         torch_threads=2,
     )
-    result = run_grpo(config)
+    reporter = TallyingReporter()
+    result = run_grpo(config, reporter)
+    print(f"grpo by intent (first five steps -> last five): {reporter.by_intent()}", flush=True)
     return result.model_path, list(result.reward_curve)
+
+
+class TallyingReporter(JsonLinesReporter):
+    """GRPO's JSON lines on stdout, keeping each step's per-intent tally
+    (`training.rewards.tally`) to summarise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[dict[str, float]] = []
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        super().metrics(step, values)
+        self.steps.append({k: v for k, v in values.items() if k.startswith("by_intent/")})
+
+    def by_intent(self) -> str:
+        """Per intent, the mean reward and success share over the first and the last five steps."""
+
+        def mean(steps: list[dict[str, float]], key: str) -> str:
+            values = [s[key] for s in steps if key in s]
+            return f"{sum(values) / len(values):+.2f}" if values else "-"
+
+        intents = sorted({k.split("/")[1] for s in self.steps for k in s})
+        first, last = self.steps[:5], self.steps[-5:]
+        return "; ".join(
+            f"{i} reward {mean(first, f'by_intent/{i}/reward')} -> {mean(last, f'by_intent/{i}/reward')}, "
+            f"success {mean(first, f'by_intent/{i}/success')} -> {mean(last, f'by_intent/{i}/success')}"
+            for i in intents
+        )
 
 
 def paired(after: dict, before: dict) -> str:

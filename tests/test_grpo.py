@@ -269,6 +269,19 @@ def test_grpo_steps_change_every_parameter_and_log_to_mlflow(tmp_path, tiny_base
         "step_time",
     ):
         assert key in logged, key
+    # The tally logs the trained reward per intent; weighted by rollouts it is the step's reward.
+    by_intent = {key.split("/")[1] for key in logged if key.startswith("by_intent/")}
+    assert by_intent and by_intent <= {r["intent"] for r in records}
+
+    def at_step(key: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run_id, key)}
+
+    tallied = [(at_step(f"by_intent/{i}/reward"), at_step(f"by_intent/{i}/rollouts")) for i in by_intent]
+    for logged_reward in rewards:
+        step = logged_reward.step
+        parts = [(reward[step], rollouts[step]) for reward, rollouts in tallied if step in reward]
+        weighted = sum(r * n for r, n in parts) / sum(n for _, n in parts)
+        assert weighted == pytest.approx(logged_reward.value, abs=1e-4)
     assert client.get_run(run_id).data.metrics["grpo/tasks"] == sum(summary.level_mix["rows_per_level"].values())
     assert summary.final_step == 3 and summary.resumed_from is None
     result = json.loads((tmp_path / "out" / "result.json").read_text())

@@ -359,6 +359,44 @@ def test_trl_functions_refuse_missing_or_misaligned_environments(world, cancel_t
         function(["x"], environments=_envs(world, cancel_task, [[], []]))
 
 
+def test_tally_logs_the_summed_reward_and_success_per_intent_and_persona_and_scores_nothing(world, cancel_task):
+    from training.rewards.tally import RewardTally
+
+    solved, idle = solving_calls(world, cancel_task), []
+    envs = _envs(world, cancel_task, [solved, idle, solved, idle])
+    functions = trl_reward_functions()
+    logged: dict[str, list[float]] = {}
+    tally = RewardTally(functions)
+    out = tally(
+        ["a", "b", "c", "d"],
+        environments=envs,
+        intent=["cancel_order", "cancel_order", "order_status", "cancel_order"],
+        persona=["polite", "angry", "angry", "angry"],
+        log_metric=lambda name, value: logged.setdefault(name, []).append(value),
+    )
+    assert out == [None] * 4  # TRL leaves None out of the trained sum
+    totals = [sum(f(["x"], environments=[env])[0] for f in functions) for env in envs]
+    assert totals[0] > 0 > totals[1]
+    assert logged["by_intent/cancel_order/reward"] == [pytest.approx((totals[0] + 2 * totals[1]) / 3)]
+    assert logged["by_intent/cancel_order/success"] == [pytest.approx(1 / 3)]
+    assert logged["by_intent/cancel_order/rollouts"] == [3.0]
+    assert logged["by_intent/order_status/reward"] == [pytest.approx(totals[2])]
+    assert logged["by_intent/order_status/success"] == [1.0]
+    assert logged["by_persona/angry/reward"] == [pytest.approx((totals[1] + totals[2] + totals[3]) / 3)]
+    assert logged["by_persona/polite/success"] == [1.0]
+    # Only the terms trained on are summed: a tally over one term logs that term alone.
+    only = RewardTally(trl_reward_functions(["completed"]))
+    logged.clear()
+    only(
+        ["a", "b"], environments=envs[:2], intent=["x", "x"], log_metric=lambda n, v: logged.setdefault(n, []).append(v)
+    )
+    assert logged["by_intent/x/reward"] == [5.0]
+    with pytest.raises(ValueError, match="log_metric"):
+        tally(["a"], environments=envs[:1], intent=["x"])
+    with pytest.raises(ValueError, match="2 environments for 1 completions"):
+        tally(["a"], environments=envs[:2], log_metric=lambda n, v: None)
+
+
 def test_trl_functions_pickle_and_keep_their_weight():
     function = trl_reward_functions(["looping"], {"looping": -3})[0]
     clone = pickle.loads(pickle.dumps(function))

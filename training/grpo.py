@@ -26,6 +26,7 @@ from training.grpo_config import ConfigError, GRPORunConfig, to_grpo_config, val
 from training.grpo_result import GRPOResult
 from training.reporting import Reporter, make_reporter
 from training.rewards import trl_reward_functions
+from training.rewards.tally import RewardTally
 from training.sandbox.environment import environment_class
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -128,9 +129,12 @@ def build_trainer(config: GRPORunConfig, reporter: Reporter):
     model, tokenizer = load_policy(config.model_path, dtype=dtype)
     args = to_grpo_config(config)
     callback = make_callback(reporter, config)
+    rewards = trl_reward_functions(config.reward_names, config.reward_weights)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=trl_reward_functions(config.reward_names, config.reward_weights),
+        # The tally scores nothing (None, which TRL leaves out of the sum): it logs the trained
+        # reward per intent and persona beside TRL's means.
+        reward_funcs=[*rewards, RewardTally(rewards)],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,  # explicit: never let TRL load a stock tokenizer in place of ours
