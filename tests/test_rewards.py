@@ -391,6 +391,19 @@ def test_tally_logs_the_summed_reward_and_success_per_intent_and_persona_and_sco
         ["a", "b"], environments=envs[:2], intent=["x", "x"], log_metric=lambda n, v: logged.setdefault(n, []).append(v)
     )
     assert logged["by_intent/x/reward"] == [5.0]
+    # Labels from an imported log may be any text; each is a name part MLflow accepts.
+    logged.clear()
+    tally(
+        ["a", "b"],
+        environments=envs[:2],
+        persona=["", "angry?/x"],
+        log_metric=lambda n, v: logged.setdefault(n, []).append(v),
+    )
+    assert {"by_persona/none/reward", "by_persona/angry__x/reward"} <= set(logged)
+    from mlflow.utils.validation import _validate_metric_name
+
+    for name in logged:
+        _validate_metric_name(name)
     with pytest.raises(ValueError, match="log_metric"):
         tally(["a"], environments=envs[:1], intent=["x"])
     with pytest.raises(ValueError, match="2 environments for 1 completions"):

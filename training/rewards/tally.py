@@ -15,6 +15,7 @@ the trainer's own metrics (`by_intent/<intent>/reward`, `by_intent/<intent>/succ
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -26,13 +27,25 @@ from training.rewards.terms import TrlRewardFunction
 GROUPS = (("intent", "by_intent"), ("persona", "by_persona"))
 
 
+# An intent or persona comes from the records (an imported log's may be any text), and MLflow
+# refuses a metric name with other characters, an empty path part or a dot-only one.
+_UNSAFE = re.compile(r"[^\w\-. :]")
+
+
+def metric_label(label: Any) -> str:
+    """`label` as one part of a metric name MLflow takes: other characters become "_", and an empty
+    or dot-only label is "none"."""
+    text = _UNSAFE.sub("_", str(label)).strip()
+    return text if text.strip(".") else "none"
+
+
 def group_means(
     totals: Sequence[float], successes: Sequence[bool], labels: Sequence[Any]
 ) -> dict[str, tuple[float, float, int]]:
-    """Per label: (mean total reward, verified-success share, rollouts)."""
+    """Per label (as `metric_label` writes it): (mean total reward, verified-success share, rollouts)."""
     grouped: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     for total, success, label in zip(totals, successes, labels, strict=True):
-        grouped[str(label)].append((total, success))
+        grouped[metric_label(label)].append((total, success))
     return {
         label: (sum(t for t, _ in rows) / len(rows), sum(s for _, s in rows) / len(rows), len(rows))
         for label, rows in sorted(grouped.items())
