@@ -28,7 +28,7 @@ person resolved with tools outside the six, and GRPO draws every intent's record
 stops each week after the supervised step.
 
     .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
-        [--tool-list level1|all] [--work DIR]
+        [--tool-list level1|all] [--beta 0.0] [--work DIR]
 
 The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
 served_week=<k>/<n> episodes=<n> stepped=<k>/200 step_vs_start=[...] grpo=<k>/200 grpo_reward_first=<x>
@@ -93,7 +93,9 @@ def stored_week(model: Path, per_day: int, work: Path, week: int, tool_list: str
         return load_records(con, ids)
 
 
-def grpo(base: str, records: list[dict], steps: int, work: Path, tool_list: str) -> tuple[str, list[float]]:
+def grpo(
+    base: str, records: list[dict], steps: int, work: Path, tool_list: str, beta: float = 0.0
+) -> tuple[str, list[float]]:
     """GRPO from `base` on the stored week's training-split records with gold: status and
     cancellations under level 1's six tools, every intent when every tool is offered."""
     intents = ("order_status", "cancel_order") if tool_list == "level1" else None
@@ -116,6 +118,7 @@ def grpo(base: str, records: list[dict], steps: int, work: Path, tool_list: str)
         max_tool_calling_iterations=10,
         max_completion_length=1536,
         torch_threads=2,
+        beta=beta,
     )
     reporter = TallyingReporter()
     result = run_grpo(config, reporter)
@@ -178,6 +181,7 @@ def main() -> None:
         default="level1",
         help="the tools the agent was built with and serves, trains and is measured with",
     )
+    parser.add_argument("--beta", type=float, default=0.0, help="GRPO's KL coefficient (the product's default 0)")
     parser.add_argument("--weeks", type=int, default=1, help="weeks in a row, each served by the last week's output")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     args = parser.parse_args()
@@ -220,7 +224,7 @@ def main() -> None:
             )
             trained, after = Path(step.model_path), stepped
             if args.grpo_steps:
-                path, curve = grpo(step.model_path, records, args.grpo_steps, folder, args.tool_list)
+                path, curve = grpo(step.model_path, records, args.grpo_steps, folder, args.tool_list, args.beta)
                 print(f"week {week}: grpo rewards {[round(r, 3) for r in curve]}", flush=True)
                 trained, after = Path(path), served(Path(path), 200, folder / "measured", args.tool_list)
                 print(f"week {week}: {json.dumps(without_conversations(after))}", flush=True)
