@@ -27,15 +27,20 @@ expert uses the six and hands the rest over), but only an agent whose prompt lis
 learn, from a person's resolution of a hand-over, to call it.
 The stage makes each order status a single-word token of its own first and weights it as the
 cancel reasons (`AgentRecipe.shop_phrases`), as the recipe's shop stage does; `--without-status-tokens`
-leaves that out (the stage as it was before 2026-12-06, 09:40 UTC).
+leaves that out (the stage as it was before 2026-12-06, 09:40 UTC). It also weighs each message's
+first word as a tool's name (`SFTSettings.weighted_message_opening`: after a read, what the message
+says is the choice between the two intents); `--without-message-opening` leaves that out (the stage
+as it was before 2026-12-06, 12:30 UTC).
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
-        [--tool-list level1|all] [--without-status-tokens] [--conversations 200] [--model DIR] [--work DIR]
+        [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
+        [--model DIR] [--work DIR]
 
-The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool> served_before=<k>/<n>
+The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
+message_opening=<bool> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -157,6 +162,11 @@ def main() -> None:
         help="the stage without the recipe's shop_phrases (order statuses as weighted tokens of their own)",
     )
     parser.add_argument(
+        "--without-message-opening",
+        action="store_true",
+        help="the stage without a message's first word weighted as a tool's name (weighted_message_opening)",
+    )
+    parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
         default="level1",
@@ -185,6 +195,8 @@ def main() -> None:
         tools=tools_for_levels({"4": 1.0}, "retail", args.tool_list),
         **shop_overrides(recipe),
     )
+    if args.without_message_opening:
+        settings = replace(settings, weighted_message_opening=False)
     current = args.model
     current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe)
     for stage in range(args.stages):
@@ -212,6 +224,7 @@ def main() -> None:
     print(
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
+        f"message_opening={not args.without_message_opening} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )

@@ -185,6 +185,78 @@ def test_the_tool_name_weight_counts_each_token_naming_a_tool_that_many_times(wo
             SFTSettings(tool_name_weight=bad)
 
 
+def test_message_opening_marks_a_messages_first_word_beside_the_tool_name(world):
+    """With `message_opening`, a call of the message tool is marked through its message's first
+    word (what the agent says first is a decision where two intents reach the same call); other
+    calls keep the name's span. The setting is refused where nothing would weigh it."""
+    import torch
+
+    from training.checkpoints import load_policy
+    from training.sandbox.episode import MESSAGE_TOOL
+    from training.sft import SFTSettings, sft_rows, tokenized_rows, tool_name_positions
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+
+    records = level1_records(world, 4, seed=2)
+    _, tokenizer = load_policy(SHIPPED_AGENT_DIR)
+    rows = sft_rows(records)
+    for row, tokenized in zip(rows, tokenized_rows(tokenizer, rows)):
+        ids = torch.tensor([tokenized["input_ids"]])
+        names = tool_name_positions(ids, tokenizer)[0]
+        opened = tool_name_positions(ids, tokenizer, message_opening=True)[0]
+        assert bool((opened | names).eq(opened).all()) and int(opened.sum()) > int(names.sum())
+        extra = (opened & ~names).nonzero().flatten().tolist()
+        said = [
+            m["tool_calls"][0]["function"]["arguments"]["message"]
+            for m in row["messages"]
+            if m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == MESSAGE_TOOL
+        ]
+        # Each message's marked tokens run from the name's end into its first word, and no further
+        # than a few tokens; the marked text reads as the opening of the message.
+        runs = [run for run in _runs(extra)]
+        assert len(runs) == len(said)
+        for run, message in zip(runs, said):
+            text = tokenizer.decode(ids[0, run[0] : run[-1] + 1])
+            first = message.split()[0]
+            assert first[:2] in text and len(run) <= 8, (text, message)
+    # The trainer's loss counts the marked tokens K times.
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from training.sft import _trainer_class
+
+    model, _ = load_policy(SHIPPED_AGENT_DIR)
+    args = SFTConfig(
+        output_dir="unused-sft", per_device_train_batch_size=4, use_cpu=True, report_to="none", max_steps=1
+    )
+    trainer = _trainer_class(20.0, (), message_opening=True)(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+        processing_class=tokenizer,
+    )
+    batch = trainer._prepare_inputs(trainer.data_collator([trainer.train_dataset[i] for i in range(4)]))
+    with torch.no_grad():
+        ce, keep = _labelled_token_losses(model, batch)
+        marked = tool_name_positions(batch["input_ids"][:, 1:], tokenizer, message_opening=True)[keep]
+        weights = 1.0 + 19.0 * marked.float()
+        loss = trainer.compute_loss(model, dict(batch)).item()
+    assert loss == pytest.approx(((ce * weights).sum() / weights.sum()).item(), rel=1e-4)
+    with pytest.raises(ValueError, match="weighted_message_opening"):
+        SFTSettings(weighted_message_opening=True)
+    assert SFTSettings(weighted_message_opening=True, tool_name_weight=20.0).weighted_message_opening
+
+
+def _runs(positions: list[int]) -> list[list[int]]:
+    """Consecutive positions grouped into runs."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][-1] + 1:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
+
+
 def test_weighted_phrases_count_with_the_tool_names_weight(world):
     """A phrase made a token of its own (a cancel reason) counts `tool_name_weight` times wherever
     a labelled token is it, beside the tokens naming the tool; a phrase the tokenizer cuts into

@@ -26,6 +26,7 @@ from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict
 from training.rewards import verified_success
 from training.sandbox.environment import call_tool
+from training.sandbox.episode import MESSAGE_TOOL
 from training.sandbox.prompting import domain_of, tool_schemas
 from training.sandbox.rollout import start_conversation
 from training.tiny.relabel import customer_names, name_pool, relabel_messages
@@ -88,6 +89,11 @@ class SFTSettings:
     weighted_phrases: tuple[str, ...] = setting(
         (), "phrases, each one token of the tokenizer, whose labelled tokens count tool_name_weight times too"
     )
+    # What a message to the customer says first is a decision too where two intents reach the same
+    # call (after a read: propose the cancellation, or tell the status); `tool_name_positions`.
+    weighted_message_opening: bool = setting(
+        False, "count a message's tokens through its first word tool_name_weight times too, as the tool's name"
+    )
 
     def __post_init__(self) -> None:
         weight = self.tool_name_weight
@@ -98,6 +104,8 @@ class SFTSettings:
             raise ValueError(f"weighted_phrases={phrases!r} must be a tuple of non-empty strings")
         if phrases and weight == 1.0:
             raise ValueError(f"weighted_phrases={phrases!r} count tool_name_weight times, and tool_name_weight is 1")
+        if self.weighted_message_opening and weight == 1.0:
+            raise ValueError("weighted_message_opening counts tool_name_weight times, and tool_name_weight is 1")
 
 
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -286,13 +294,21 @@ def tokenized_rows(tokenizer, rows: list[dict[str, Any]]) -> list[dict[str, list
 TOOL_CALL_OPEN = "<tool_call>"
 _NAMED = re.compile(r'"name"\s*:\s*"[^"]*"')
 _NAME_TOKENS_AT_MOST = 16  # a tool name cut finer than this is not a name a model could call
+# A message's first word: through the first run of word characters after `"message": "`.
+_MESSAGE_OPENED = re.compile(r'"message"\s*:\s*"\W*\w+')
+_OPENING_TOKENS_AT_MOST = 24
 
 
-def tool_name_positions(token_ids, tokenizer):
+def tool_name_positions(token_ids, tokenizer, message_opening: bool = False):
     """A boolean tensor like `token_ids` (batch x length): True on each `<tool_call>` marker and on
     the tokens after it up to the one that closes the call's `"name": "..."`. A tokenizer cuts
     that text as it likes (the tiny one merges the name with the arguments' first key into one
-    token), so the span is found by decoding, not by matching token ids."""
+    token), so the span is found by decoding, not by matching token ids.
+
+    `message_opening`: in a call of the message tool (`MESSAGE_TOOL`), also the tokens after the
+    name through the message's first word. After reading an order a whole-shop agent's next call
+    is a message for two intents alike (a cancellation proposed, a status told), so what it says
+    first is that decision, as the tool's name is elsewhere."""
     import torch
 
     marked = torch.zeros_like(token_ids, dtype=torch.bool)
@@ -303,10 +319,22 @@ def tool_name_positions(token_ids, tokenizer):
         ids = token_ids[row].tolist()
         end = min(len(ids), column + 1 + _NAME_TOKENS_AT_MOST)
         for stop in range(column + 1, end):
-            if _NAMED.search(tokenizer.decode(ids[column + 1 : stop + 1])):
+            named = _NAMED.search(tokenizer.decode(ids[column + 1 : stop + 1]))
+            if named:
                 marked[row, column : stop + 1] = True
+                if message_opening and named.group(0).endswith(f'"{MESSAGE_TOOL}"'):
+                    marked[row, stop + 1 : _opening_end(ids, column, stop, tokenizer)] = True
                 break
     return marked
+
+
+def _opening_end(ids: list[int], column: int, stop: int, tokenizer) -> int:
+    """The position after the first word of the message whose call opens at `column` and whose
+    name ends at `stop`; `stop + 1` (nothing more) when no first word is found close by."""
+    for end in range(stop + 1, min(len(ids), stop + 1 + _OPENING_TOKENS_AT_MOST)):
+        if _MESSAGE_OPENED.search(tokenizer.decode(ids[column + 1 : end + 1])):
+            return end + 1
+    return stop + 1
 
 
 def phrase_token_ids(tokenizer, phrases: Iterable[str]) -> tuple[int, ...]:
@@ -326,15 +354,15 @@ def phrase_token_ids(tokenizer, phrases: Iterable[str]) -> tuple[int, ...]:
     return tuple(added[phrase] for phrase in phrases)
 
 
-def weighted_positions(token_ids, tokenizer, phrase_ids: tuple[int, ...] = ()):
-    """`tool_name_positions`, and True on every token of `phrase_ids` too."""
-    marked = tool_name_positions(token_ids, tokenizer)
+def weighted_positions(token_ids, tokenizer, phrase_ids: tuple[int, ...] = (), message_opening: bool = False):
+    """`tool_name_positions` (with `message_opening`), and True on every token of `phrase_ids` too."""
+    marked = tool_name_positions(token_ids, tokenizer, message_opening)
     for token in phrase_ids:
         marked |= token_ids == token
     return marked
 
 
-def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = ()):
+def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = (), message_opening: bool = False):
     """TRL's SFTTrainer, with a loss that sends only the trained positions through the LM head.
 
     TRL computes log-probabilities, entropy and top-1 for every position of the batch in fp32
@@ -347,8 +375,8 @@ def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = 
     processes, or when outputs are asked for, TRL's own path runs (its distributed bookkeeping).
 
     With `tool_name_weight` != 1 the loss is the weighted mean: each labelled token that opens a
-    tool call or names its tool (`tool_name_positions`), or is one of `phrase_ids`, counts that
-    many times. TRL's own path has no weights, so it is refused then.
+    tool call or names its tool (`tool_name_positions`; with `message_opening`, through a message's
+    first word), or is one of `phrase_ids`, counts that many times. TRL's own path has no weights, so it is refused then.
     """
     import torch
     import torch.nn.functional as F
@@ -370,7 +398,9 @@ def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = 
             if tool_name_weight == 1.0:
                 loss = F.cross_entropy(logits, wanted, reduction="sum") / count
             else:
-                named = weighted_positions(inputs["input_ids"][:, 1:], self.processing_class, phrase_ids)[keep]
+                named = weighted_positions(
+                    inputs["input_ids"][:, 1:], self.processing_class, phrase_ids, message_opening
+                )[keep]
                 weights = 1.0 + (tool_name_weight - 1.0) * named.float()
                 loss = (F.cross_entropy(logits, wanted, reduction="none") * weights).sum() / weights.sum()
             mode = "train" if model.training else "eval"
@@ -453,7 +483,7 @@ def warm_start(
     phrase_ids = phrase_token_ids(tokenizer, settings.weighted_phrases)
     tokenized = tokenized_rows(tokenizer, rows)
     cut = rows_cut(tokenized, settings.max_length)
-    trainer = _trainer_class(settings.tool_name_weight, phrase_ids)(
+    trainer = _trainer_class(settings.tool_name_weight, phrase_ids, settings.weighted_message_opening)(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(tokenized),
@@ -469,6 +499,7 @@ def warm_start(
         "relabelled": settings.relabel,
         "tool_name_weight": settings.tool_name_weight,
         "weighted_phrases": list(settings.weighted_phrases),
+        "weighted_message_opening": settings.weighted_message_opening,
         "steps": settings.steps,
         "train_loss": float(output.training_loss),
         "model_path": str(out),

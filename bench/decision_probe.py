@@ -1,0 +1,148 @@
+"""Where a whole-shop agent's choice of tool follows the customer's request, and where it does not.
+
+Served greedily, an agent takes a tool when every token of its call up to the tool's name is the
+most likely one. This bench asks that question without sampling: it takes the scripted expert's
+whole-shop conversations (the form the recipe's shop stage imitates: the expert serves order
+status and cancellations itself and hands every other request to a person; `--conversations` of
+the served day, seed 11, 1,500 customers, as `bench/shop_stage.py` serves them), reads each through
+the PII gateway as the served agent reads it, and at each of the expert's tool calls measures,
+teacher-forced, for each `--model`:
+
+- the probability the model gives the expert's call, from `<tool_call>` through the tool's name
+  and, for a message to the customer, through the message's first word
+  (`training.sft.tool_name_positions` with `message_opening`: after a read both intents' next
+  call is a message, a cancellation proposed or the status told), and
+- whether greedy decoding would make it (every one of those tokens the model's most likely).
+
+Calls are grouped by the customer's intent and the call's place in the conversation (the tool the
+expert called before it, then the tool): for order status and cancellations, the calls after
+identification and after reading the order are where the two intents part.
+
+    .venv/bin/python bench/decision_probe.py --model DIR [--model DIR ...] [--conversations 200] [--work DIR]
+
+One line per model and group: `model=<name> intent=<i> place=<before>-><tool> calls=<n>
+greedy=<share> p=<mean probability>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from domains.retail.level1 import LEVEL1_INTENTS  # noqa: E402
+from domains.retail.tiny_agent import AgentRecipe  # noqa: E402
+from domains.retail.traffic.agents import EXPERT_RATES, ScriptedAgent  # noqa: E402
+from domains.retail.traffic.simulate import simulate  # noqa: E402
+from training.checkpoints import load_policy  # noqa: E402
+from training.curriculum import tools_for_levels  # noqa: E402
+from training.sandbox.pii_gateway import PseudonymisedPolicy  # noqa: E402
+from training.sandbox.prompting import tool_schemas  # noqa: E402
+from training.sft import tool_name_positions  # noqa: E402
+
+SERVED_SEED = 11  # bench/shop_stage.py's served day
+SERVED_CUSTOMERS = 1500
+
+
+def expert_day(conversations: int, out: Path) -> list[dict]:
+    """The served day held by the shop stage's expert (the level-1 intents served, the rest handed over)."""
+    summary = simulate(
+        days=1,
+        per_day=conversations,
+        seed=SERVED_SEED,
+        out_dir=out,
+        n_users=SERVED_CUSTOMERS,
+        agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True),
+    )
+    return [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+
+
+def decisions(record: dict) -> list[tuple[int, str]]:
+    """(index of the assistant message, its place `<tool before>-><tool>`) for each expert tool call."""
+    out, before = [], "start"
+    for index, message in enumerate(record["messages"]):
+        calls = message.get("tool_calls") or []
+        if message.get("role") == "assistant" and calls:
+            out.append((index, f"{before}->{calls[0]['name']}"))
+            before = calls[0]["name"]
+    return out
+
+
+def probe(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[tuple[str, str], list[tuple]]:
+    """Per (intent, place): (greedy would make the call, probability of its name tokens) per call."""
+    import torch
+
+    model, tokenizer = load_policy(model_dir)
+    model.eval()
+    schemas = list(tool_schemas(tools, "retail"))
+    gateway = PseudonymisedPolicy(None, "retail")  # only its view of a conversation is used
+    table: dict[tuple[str, str], list[tuple]] = defaultdict(list)
+    skipped = 0
+    for record in records:
+        for index, place in decisions(record):
+            seen = gateway.view_of(record["messages"][: index + 1])
+            prefix = tokenizer.apply_chat_template(seen[:-1], tools=schemas, add_generation_prompt=True, tokenize=False)
+            full = tokenizer.apply_chat_template(seen, tools=schemas, tokenize=False)
+            head = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+            ids = tokenizer(full, add_special_tokens=False)["input_ids"]
+            if not full.startswith(prefix) or ids[: len(head)] != head:
+                skipped += 1
+                continue
+            tensor = torch.tensor([ids])
+            marked = tool_name_positions(tensor, tokenizer, message_opening=True)[0].tolist()
+            positions = [p for p in range(len(head), len(ids)) if marked[p]]
+            if not positions:
+                skipped += 1
+                continue
+            with torch.no_grad():
+                logits = model(tensor[:, : positions[-1]]).logits[0]
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            chosen = [log_probs[p - 1, ids[p]].item() for p in positions]
+            greedy = all(int(log_probs[p - 1].argmax()) == ids[p] for p in positions)
+            table[(record["intent"], place)].append((greedy, float(torch.tensor(chosen).sum().exp())))
+    if skipped:
+        print(f"{model_dir}: {skipped} calls skipped (the prompt and the call did not tokenize apart)", flush=True)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, action="append", required=True)
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--tool-list", choices=("level1", "all"), default="level1")
+    parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+
+    from dataplane.scrub import using_pii_key
+
+    torch.set_num_threads(args.threads)
+    work = args.work or Path(tempfile.mkdtemp(prefix="decision-probe-"))
+    tools = tools_for_levels({"4": 1.0}, "retail", args.tool_list)
+    with using_pii_key(AgentRecipe().pii_key):
+        records = [r for r in expert_day(args.conversations, work / "expert") if r["intent"] in LEVEL1_INTENTS]
+        print(f"{len(records)} expert conversations of {list(LEVEL1_INTENTS)}", flush=True)
+        for model_dir in args.model:
+            table = probe(model_dir, records, tools)
+            for (intent, place), rows in sorted(table.items()):
+                greedy = sum(g for g, _ in rows) / len(rows)
+                mean_p = sum(p for _, p in rows) / len(rows)
+                print(
+                    f"model={model_dir} intent={intent} place={place} calls={len(rows)} "
+                    f"greedy={greedy:.2f} p={mean_p:.2f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
