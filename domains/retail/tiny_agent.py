@@ -406,8 +406,9 @@ def shop_overrides(recipe: AgentRecipe) -> dict[str, Any]:
         # After the read both level-1 intents' next call is a message (the cancellation proposed,
         # the status told): its first word is the decision, weighted as a tool's name. Teacher-
         # forced on the expert's conversations, a stage without it made that choice greedily in 13
-        # of 36 cancellations and 44 of 45 status questions, every other call at 1.00
-        # (bench/decision_probe.py; bench/results/shipped_agent.md).
+        # of 36 cancellations and 44 of 45 status questions, every other call at 1.00; with it 36
+        # of 36 and 45 of 45, served 37 of 200 against 34 (bench/decision_probe.py;
+        # bench/results/shipped_agent.md).
         "weighted_message_opening": True,
         "learning_rate": recipe.shop_lr,
         "compact": False,
