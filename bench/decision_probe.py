@@ -27,7 +27,6 @@ greedy=<share> p=<mean probability>`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -36,8 +35,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # appended: bench/ must not shadow the product's packages
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from shop_stage import SERVED_CUSTOMERS, SERVED_SEED, day_records  # noqa: E402  (the served day)
 
 from domains.retail.level1 import LEVEL1_INTENTS  # noqa: E402
 from domains.retail.tiny_agent import AgentRecipe  # noqa: E402
@@ -48,9 +50,6 @@ from training.curriculum import tools_for_levels  # noqa: E402
 from training.sandbox.pii_gateway import PseudonymisedPolicy  # noqa: E402
 from training.sandbox.prompting import tool_schemas  # noqa: E402
 from training.sft import tool_name_positions  # noqa: E402
-
-SERVED_SEED = 11  # bench/shop_stage.py's served day
-SERVED_CUSTOMERS = 1500
 
 
 def expert_day(conversations: int, out: Path) -> list[dict]:
@@ -63,7 +62,7 @@ def expert_day(conversations: int, out: Path) -> list[dict]:
         n_users=SERVED_CUSTOMERS,
         agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True),
     )
-    return [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+    return day_records(summary)
 
 
 def decisions(record: dict) -> list[tuple[int, str]]:

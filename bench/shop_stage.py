@@ -83,6 +83,11 @@ SERVED_CUSTOMERS = 1500
 FIRST_SHOP_PHASE = 8
 
 
+def day_records(summary: dict) -> list[dict]:
+    """The records a `simulate` run wrote (its summary's `files`), in order."""
+    return [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+
+
 def served(model: Path, conversations: int, out: Path, tool_list: str = "level1") -> dict:
     """One day of the whole shop served by `model` with the tools of `tool_list` (the curriculum's
     lists at level 4: the six the agent was built with by default): completed per intent and
@@ -96,7 +101,7 @@ def served(model: Path, conversations: int, out: Path, tool_list: str = "level1"
         n_users=SERVED_CUSTOMERS,
         policy_version="bench/1",
     )
-    records = [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+    records = day_records(summary)
     table: dict[str, Counter] = defaultdict(Counter)
     first: Counter = Counter()
     for record in records:

@@ -19,7 +19,6 @@ conversation_p90=<n> fit_level1=<k>/<n> fit_all=<k>/<n>` for retail.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -28,8 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # appended: bench/ must not shadow the product's packages
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from shop_stage import SERVED_CUSTOMERS, SERVED_SEED, day_records  # noqa: E402  (the served day)
 
 from domains.registry import domain_names, load_domain  # noqa: E402
 from domains.retail.traffic.simulate import simulate  # noqa: E402
@@ -37,9 +39,6 @@ from training.checkpoints import load_tokenizer  # noqa: E402
 from training.sandbox.prompting import tool_schemas  # noqa: E402
 from training.sft import SFTSettings, sft_rows, tokenized_rows  # noqa: E402
 from training.tiny.manifest import SHIPPED_AGENT_DIR  # noqa: E402
-
-SEED = 11  # bench/shop_stage.py's served day
-CUSTOMERS = 1500
 
 
 def prompt_tokens(tokenizer, domain: str, tools: tuple[str, ...] | None) -> int:
@@ -52,8 +51,8 @@ def prompt_tokens(tokenizer, domain: str, tools: tuple[str, ...] | None) -> int:
 def conversation_tokens(tokenizer, conversations: int, work: Path) -> dict[str, list[int]]:
     """Tokens of each replayable whole-shop conversation after the prompt (every tool listed), by
     intent, sorted."""
-    summary = simulate(days=1, per_day=conversations, seed=SEED, out_dir=work, n_users=CUSTOMERS)
-    records = [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+    summary = simulate(days=1, per_day=conversations, seed=SERVED_SEED, out_dir=work, n_users=SERVED_CUSTOMERS)
+    records = day_records(summary)
     prompt = prompt_tokens(tokenizer, "retail", None)
     by_intent: dict[str, list[int]] = defaultdict(list)
     for record in records:

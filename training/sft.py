@@ -376,7 +376,8 @@ def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = 
 
     With `tool_name_weight` != 1 the loss is the weighted mean: each labelled token that opens a
     tool call or names its tool (`tool_name_positions`; with `message_opening`, through a message's
-    first word), or is one of `phrase_ids`, counts that many times. TRL's own path has no weights, so it is refused then.
+    first word), or is one of `phrase_ids`, counts that many times. TRL's own path has no weights,
+    so it is refused then.
     """
     import torch
     import torch.nn.functional as F
