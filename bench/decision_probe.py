@@ -14,23 +14,34 @@ teacher-forced, for each `--model`:
   call is a message, a cancellation proposed or the status told), and
 - whether greedy decoding would make it (every one of those tokens the model's most likely).
 
+With `--arguments` it measures instead each string argument of the expert's calls: whether greedy
+decoding, teacher-forced, writes the value's every token (an order id, an e-mail, a reason), and
+how far back in the conversation the model last saw the value (tokens from its nearest earlier
+occurrence to the call; none when the value appears nowhere before, as a reason the customer gave
+in other words). A copy that fails only from far back is a reach the model lacks, one that fails
+near too is not.
+
 Calls are grouped by the customer's intent and the call's place in the conversation (the tool the
 expert called before it, then the tool): for order status and cancellations, the calls after
 identification and after reading the order are where the two intents part.
 
     .venv/bin/python bench/decision_probe.py --model DIR [--model DIR ...] [--conversations 200] [--work DIR]
+        [--arguments]
 
 One line per model and group: `model=<name> intent=<i> place=<before>-><tool> calls=<n>
-greedy=<share> p=<mean probability>`.
+greedy=<share> p=<mean probability>`; with `--arguments`, `model=<name> argument=<tool>.<name>
+distance=<bucket> values=<n> greedy=<share>`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +58,7 @@ from domains.retail.traffic.agents import EXPERT_RATES, ScriptedAgent  # noqa: E
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from training.checkpoints import load_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
+from training.sandbox.episode import MESSAGE_TOOL  # noqa: E402
 from training.sandbox.pii_gateway import PseudonymisedPolicy  # noqa: E402
 from training.sandbox.prompting import tool_schemas  # noqa: E402
 from training.sft import tool_name_positions  # noqa: E402
@@ -76,6 +88,28 @@ def decisions(record: dict) -> list[tuple[int, str]]:
     return out
 
 
+DISTANCES = (50, 100, 200, 400)  # bucket bounds, in tokens, for `--arguments`
+
+
+def _calls_in_context(
+    record: dict, tokenizer, schemas: list, skipped: Counter
+) -> Iterator[tuple[str, list, str, list[int], int]]:
+    """For each expert tool call, in the served view: (place, the view's messages through it, the
+    chat text through it, its token ids, tokens of the prompt before it); calls whose prompt and
+    call do not tokenize apart are left out and counted in `skipped["calls"]`."""
+    gateway = PseudonymisedPolicy(None, "retail")  # only its view of a conversation is used
+    for index, place in decisions(record):
+        seen = gateway.view_of(record["messages"][: index + 1])
+        prefix = tokenizer.apply_chat_template(seen[:-1], tools=schemas, add_generation_prompt=True, tokenize=False)
+        full = tokenizer.apply_chat_template(seen, tools=schemas, tokenize=False)
+        head = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(full, add_special_tokens=False)["input_ids"]
+        if not full.startswith(prefix) or ids[: len(head)] != head:
+            skipped["calls"] += 1
+            continue
+        yield place, seen, full, ids, len(head)
+
+
 def probe(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[tuple[str, str], list[tuple]]:
     """Per (intent, place): (greedy would make the call, probability of its name tokens) per call."""
     import torch
@@ -83,24 +117,15 @@ def probe(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[
     model, tokenizer = load_policy(model_dir)
     model.eval()
     schemas = list(tool_schemas(tools, "retail"))
-    gateway = PseudonymisedPolicy(None, "retail")  # only its view of a conversation is used
     table: dict[tuple[str, str], list[tuple]] = defaultdict(list)
-    skipped = 0
+    skipped: Counter = Counter()
     for record in records:
-        for index, place in decisions(record):
-            seen = gateway.view_of(record["messages"][: index + 1])
-            prefix = tokenizer.apply_chat_template(seen[:-1], tools=schemas, add_generation_prompt=True, tokenize=False)
-            full = tokenizer.apply_chat_template(seen, tools=schemas, tokenize=False)
-            head = tokenizer(prefix, add_special_tokens=False)["input_ids"]
-            ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-            if not full.startswith(prefix) or ids[: len(head)] != head:
-                skipped += 1
-                continue
+        for place, _, _, ids, head in _calls_in_context(record, tokenizer, schemas, skipped):
             tensor = torch.tensor([ids])
             marked = tool_name_positions(tensor, tokenizer, message_opening=True)[0].tolist()
-            positions = [p for p in range(len(head), len(ids)) if marked[p]]
+            positions = [p for p in range(head, len(ids)) if marked[p]]
             if not positions:
-                skipped += 1
+                skipped["calls"] += 1
                 continue
             with torch.no_grad():
                 logits = model(tensor[:, : positions[-1]]).logits[0]
@@ -109,7 +134,57 @@ def probe(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[
             greedy = all(int(log_probs[p - 1].argmax()) == ids[p] for p in positions)
             table[(record["intent"], place)].append((greedy, float(torch.tensor(chosen).sum().exp())))
     if skipped:
-        print(f"{model_dir}: {skipped} calls skipped (the prompt and the call did not tokenize apart)", flush=True)
+        print(
+            f"{model_dir}: {skipped['calls']} calls skipped (the prompt and the call did not tokenize apart)",
+            flush=True,
+        )
+    return table
+
+
+def _bucket(distance: int | None) -> str:
+    if distance is None:
+        return "unseen"
+    for bound in DISTANCES:
+        if distance <= bound:
+            return f"<={bound}"
+    return f">{DISTANCES[-1]}"
+
+
+def copies(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[tuple[str, str], list[bool]]:
+    """Per (`<tool>.<argument>`, distance bucket): whether greedy decoding writes each string
+    argument's value, teacher-forced. The value's tokens are found by character offsets in the
+    call's rendered text; the distance runs from the last token of its nearest earlier occurrence
+    to the value's first token."""
+    import torch
+
+    model, tokenizer = load_policy(model_dir)
+    model.eval()
+    schemas = list(tool_schemas(tools, "retail"))
+    table: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for record in records:
+        for _, seen, full, ids, head in _calls_in_context(record, tokenizer, schemas, Counter()):
+            call = (seen[-1].get("tool_calls") or [{}])[0]
+            arguments = call.get("arguments") or {}
+            if isinstance(arguments, str):
+                arguments = json.loads(arguments)
+            offsets = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            call_start = offsets[head][0]
+            with torch.no_grad():
+                predicted = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+            for name, value in arguments.items():
+                if call.get("name") == MESSAGE_TOOL or not isinstance(value, str) or not value:
+                    continue  # a message is written, not copied
+                at = full.find(value, call_start)
+                if at < 0:
+                    continue
+                tokens = [i for i, (a, b) in enumerate(offsets) if a < at + len(value) and b > at and i >= head]
+                greedy = all(predicted[p - 1] == ids[p] for p in tokens)
+                earlier = full.rfind(value, 0, call_start)
+                distance = None
+                if earlier >= 0:
+                    last = max(i for i, (a, b) in enumerate(offsets) if a < earlier + len(value) and b > earlier)
+                    distance = tokens[0] - last
+                table[(f"{call.get('name')}.{name}", _bucket(distance))].append(greedy)
     return table
 
 
@@ -120,6 +195,7 @@ def main() -> None:
     parser.add_argument("--tool-list", choices=("level1", "all"), default="level1")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--arguments", action="store_true", help="measure the calls' argument copies instead")
     args = parser.parse_args()
     import torch
 
@@ -132,6 +208,14 @@ def main() -> None:
         records = [r for r in expert_day(args.conversations, work / "expert") if r["intent"] in LEVEL1_INTENTS]
         print(f"{len(records)} expert conversations of {list(LEVEL1_INTENTS)}", flush=True)
         for model_dir in args.model:
+            if args.arguments:
+                for (argument, bucket), rows in sorted(copies(model_dir, records, tools).items()):
+                    print(
+                        f"model={model_dir} argument={argument} distance={bucket} values={len(rows)} "
+                        f"greedy={sum(rows) / len(rows):.2f}",
+                        flush=True,
+                    )
+                continue
             table = probe(model_dir, records, tools)
             for (intent, place), rows in sorted(table.items()):
                 greedy = sum(g for g, _ in rows) / len(rows)

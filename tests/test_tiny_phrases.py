@@ -95,6 +95,30 @@ def test_a_phrase_inside_a_longer_name_leaves_the_name_cut_as_before():
     assert token in _ids(tokenizer, "Order #W1234567 is currently pending.")
 
 
+def test_a_marker_is_cut_out_of_every_identifier_it_opens():
+    """`within_words`: the order id's `#W`, merged by the shipped tokenizer with the words before it
+    (differently in the customer's words and in a call), becomes the one token every mention of an
+    order id starts with, then the id's digits cut as before."""
+    model, tokenizer = load_policy(SHIPPED_AGENT_DIR)
+    said = "Know the status of order #W8791360."
+    called = '{"name": "get_order_details", "arguments": {"order_id": "#W8791360"}}'
+    digits = _ids(tokenizer, "8791360")
+    before_said, before_called = _ids(tokenizer, said), _ids(tokenizer, called)
+    assert not set(before_said) & set(before_called) - set(digits)  # no token but the digits' in common
+    (token,) = add_phrase_tokens(model, tokenizer, ["#W"], within_words=True).values()
+    for text in (said, called, "Could you tell me the reason for cancelling order #W1234567?"):
+        ids = _ids(tokenizer, text)
+        assert token in ids, text
+        number = text.split("#W")[1][:7]
+        assert ids[ids.index(token) + 1 : ids.index(token) + 1 + len(_ids(tokenizer, number))] == _ids(
+            tokenizer, number
+        )
+    # As a single word (the default, for phrases) it would stay inside the identifier.
+    other, other_tokenizer = load_policy(SHIPPED_AGENT_DIR)
+    (single,) = add_phrase_tokens(other, other_tokenizer, ["#W"]).values()
+    assert single not in _ids(other_tokenizer, said) and single not in _ids(other_tokenizer, called)
+
+
 def test_new_rows_are_distinct_draws_with_the_old_rows_spread(shipped):
     import torch
 

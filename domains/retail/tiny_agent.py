@@ -135,6 +135,11 @@ class AgentRecipe:
     # time (29 of 29, the whole shop only) and served 47 of 200 against 35 (bench/results/
     # shipped_agent.md, "Why the whole shop does not climb yet").
     shop_phrases: tuple[str, ...] = ORDER_STATUSES
+    # Markers cut out as tokens of their own wherever they appear, before a shop stage: `#W`, the
+    # order id's opening. The recipe's tokenizer merged it with the words before it (" the status
+    # of order #W", " order #W", `order_id": "#W` in a call), so the id's first digits were found
+    # through a learnt likeness of different tokens, not a repeat of one.
+    shop_markers: tuple[str, ...] = ()
     shop_stages: int = 0
     shop_steps: int = 450
     shop_lr: float = 1e-3
@@ -183,6 +188,7 @@ class AgentRecipe:
         out["mistake_rates"] = dict(self.mistake_rates)
         out["phrases"] = list(self.phrases)  # as a manifest (JSON) holds it, so the two compare equal
         out["shop_phrases"] = list(self.shop_phrases)
+        out["shop_markers"] = list(self.shop_markers)
         return out
 
 
@@ -421,28 +427,35 @@ def with_level1(shop_demos: list[dict], expert: list[dict]) -> list[dict]:
     return shop_demos + [{**demo, "compact": True} for demo in expert]
 
 
-def with_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe) -> Path:
-    """`folder`: the model at `source` with each of `recipe.phrases` a token of its own (resumable)."""
+def with_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe, markers: tuple[str, ...] = ()) -> Path:
+    """`folder`: the model at `source` with each of `recipe.phrases` a token of its own, and each of
+    `markers` one cut out of longer words too (resumable)."""
 
     def add() -> dict[str, Any]:
         model, tokenizer = load_policy(source)
         ids = add_phrase_tokens(model, tokenizer, recipe.phrases, seed=recipe.seed)
+        if markers:
+            ids |= add_phrase_tokens(model, tokenizer, markers, seed=recipe.seed + 1, within_words=True)
         save_final_model(model, tokenizer, folder)
         return {"phrase_tokens": ids}
 
-    resumable_stage(
-        source, folder, {"stage": "phrase_tokens", "phrases": list(recipe.phrases), "seed": recipe.seed}, add
-    )
+    key = {"stage": "phrase_tokens", "phrases": list(recipe.phrases), "seed": recipe.seed}
+    if markers:
+        key["markers"] = list(markers)
+    resumable_stage(source, folder, key, add)
     return folder
 
 
 def with_shop_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe) -> Path:
-    """`folder`: the model at `source` with `recipe.shop_phrases` tokens of their own too, before a
-    shop stage; `source` itself when the recipe has none."""
-    if not recipe.shop_phrases:
+    """`folder`: the model at `source` with `recipe.shop_phrases` and `recipe.shop_markers` tokens of
+    their own too, before a shop stage; `source` itself when the recipe has neither."""
+    if not recipe.shop_phrases and not recipe.shop_markers:
         return source
     return with_phrase_tokens(
-        source, folder, replace(recipe, phrases=tuple(recipe.phrases) + tuple(recipe.shop_phrases))
+        source,
+        folder,
+        replace(recipe, phrases=tuple(recipe.phrases) + tuple(recipe.shop_phrases)),
+        markers=tuple(recipe.shop_markers),
     )
 
 

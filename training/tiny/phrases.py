@@ -12,7 +12,9 @@ hold the same token, and writing it is a copy, which the agent already does for 
 Tokens are added to an existing tokenizer (`tokenizer.add_tokens`), so every other text is cut as
 before and a trained model keeps what it knows; only the new embedding rows are fresh. They are
 added as single words: a phrase that is also part of a longer name (a record status word inside
-a tool's snake_case name) leaves that name cut as the model learnt it.
+a tool's snake_case name) leaves that name cut as the model learnt it. A marker that opens an
+identifier (`within_words`: retail's `#W` before an order id's digits) is cut out wherever it
+appears instead, so every mention of an order id starts with the same token.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ class PhraseTokenError(ValueError):
     """A phrase that cannot become a token of its own."""
 
 
-def add_phrase_tokens(model: Any, tokenizer: Any, phrases: Iterable[str], seed: int = 0) -> dict[str, int]:
+def add_phrase_tokens(
+    model: Any, tokenizer: Any, phrases: Iterable[str], seed: int = 0, within_words: bool = False
+) -> dict[str, int]:
     """Add each phrase of `phrases` to `tokenizer` as a token of its own and give `model` an
     embedding row for it; `{phrase: token id}`. A phrase already added keeps its id and row.
+    `within_words`: cut each phrase out of a longer word too (an identifier's marker, glued to the
+    digits that follow it).
 
     New rows are drawn at random with the spread of the existing ones rather than at their mean
     (transformers' default when resizing): rows that start equal would leave the phrases
@@ -49,7 +55,7 @@ def add_phrase_tokens(model: Any, tokenizer: Any, phrases: Iterable[str], seed: 
         before = len(tokenizer)
         # single_word: a phrase is cut out of the text around it, never out of a longer name
         # (a status word inside a tool's snake_case name must leave that name cut as learnt).
-        tokenizer.add_tokens([AddedToken(phrase, single_word=True) for phrase in new])
+        tokenizer.add_tokens([AddedToken(phrase, single_word=not within_words) for phrase in new])
         embeddings = model.get_input_embeddings().weight
         spread = float(embeddings.detach().float().std())
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
@@ -63,7 +69,9 @@ def add_phrase_tokens(model: Any, tokenizer: Any, phrases: Iterable[str], seed: 
                 output.weight[before:] = fresh.to(output.weight.dtype)
     ids = {phrase: tokenizer.convert_tokens_to_ids(phrase) for phrase in wanted}
     for phrase, token_id in ids.items():
-        in_text = tokenizer(f'"reason": "{phrase}"}}', add_special_tokens=False)["input_ids"]  # a call's argument
+        # Where the phrase must be cut out: a call's argument, or glued to an identifier's digits.
+        context = f'"order_id": "{phrase}1234567"' if within_words else f'"reason": "{phrase}"}}'
+        in_text = tokenizer(context, add_special_tokens=False)["input_ids"]
         if tokenizer(phrase, add_special_tokens=False)["input_ids"] != [token_id] or token_id not in in_text:
             raise PhraseTokenError(f"phrase {phrase!r} is not cut as one token (id {token_id}) after adding it")
     return ids
