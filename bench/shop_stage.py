@@ -31,9 +31,10 @@ leaves that out (the stage as it was before 2026-12-06, 09:40 UTC). It also weig
 first word as a tool's name (`SFTSettings.weighted_message_opening`: after a read, what the message
 says is the choice between the two intents); `--without-message-opening` leaves that out (the stage
 as it was before 2026-12-06, 12:30 UTC).
-`--id-marker` cuts the order id's `#W` out as a token of its own before the stage
-(`AgentRecipe.shop_markers`): the recipe's tokenizer merged it with the words before it, so the id
-in a call and the id in the customer's words begin with different tokens.
+The stage cuts the order id's `#W` out as a token of its own first (`AgentRecipe.shop_markers`):
+the recipe's tokenizer merged it with the words before it, so the id in a call and the id in the
+customer's words began with different tokens; `--without-id-marker` leaves that out (the stage as
+it was before 2026-12-06, 17:30 UTC).
 `--long-copy N` first trains N steps of the copy task (`training.tiny.pretrain`) with up to
 `--copy-gap` random tokens on each side of the span, asking whether the order id copied wrong from
 the customer's opening, several turns back, is a reach the model lacks (`bench/decision_probe.py
@@ -44,7 +45,7 @@ traffic has full results, so this bench patches the serving module's conversatio
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
-        [--long-copy N [--copy-gap 200]] [--id-marker]
+        [--long-copy N [--copy-gap 200]] [--without-id-marker]
         [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
@@ -181,7 +182,9 @@ def main() -> None:
         help="the stage without a message's first word weighted as a tool's name (weighted_message_opening)",
     )
     parser.add_argument(
-        "--id-marker", action="store_true", help="cut `#W` out as a token of its own (AgentRecipe.shop_markers)"
+        "--without-id-marker",
+        action="store_true",
+        help="the stage without `#W` cut out as a token of its own (AgentRecipe.shop_markers)",
     )
     parser.add_argument("--long-copy", type=int, default=0, help="copy-task steps before the stage (0: none)")
     parser.add_argument("--copy-gap", type=int, default=200, help="most random tokens each side of a copied span")
@@ -199,8 +202,8 @@ def main() -> None:
     recipe = AgentRecipe()
     if args.without_status_tokens:
         recipe = replace(recipe, shop_phrases=())
-    if args.id_marker:
-        recipe = replace(recipe, shop_markers=("#W",))
+    if args.without_id_marker:
+        recipe = replace(recipe, shop_markers=())
     train, held = level1_tasks(work / "tasks", recipe)
     demos = shop_demonstrations(work / "shop", recipe)
     if args.compact_shop:

@@ -72,6 +72,11 @@ def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
         assert tokenizer(status, add_special_tokens=False)["input_ids"] == [shop_base.get_added_vocab()[status]]
     name = '{"name": "cancel_pending_order"}'
     assert shop_base(name)["input_ids"] == phrased_base(name)["input_ids"]
+    # ... and the order id's marker as a token of its own, cut out of the words around it.
+    marker = shop_base.get_added_vocab()["#W"]
+    for text in ("Know the status of order #W1234567.", '{"order_id": "#W1234567"}'):
+        assert marker in shop_base(text, add_special_tokens=False)["input_ids"]
+    assert "#W" not in phrased_base.get_added_vocab()
     assert 0 < summary["shop_conversations"] <= TOY.shop_traffic
 
     again = build_agent(tmp_path / "out2", tmp_path / "work", TOY, threads=1)
