@@ -34,7 +34,9 @@ as it was before 2026-12-06, 12:30 UTC).
 The stage cuts the order id's `#W` out as a token of its own first (`AgentRecipe.shop_markers`):
 the recipe's tokenizer merged it with the words before it, so the id in a call and the id in the
 customer's words began with different tokens; `--without-id-marker` leaves that out (the stage as
-it was before 2026-12-06, 17:30 UTC).
+it was before 2026-12-06, 16:25 UTC). Its conversations meet back-end faults at the served rate and
+the expert retries each (`AgentRecipe.shop_fault_rate`); `--without-faults` leaves them out (the
+stage as it was before 2026-12-06, 16:40 UTC).
 `--long-copy N` first trains N steps of the copy task (`training.tiny.pretrain`) with up to
 `--copy-gap` random tokens on each side of the span, asking whether the order id copied wrong from
 the customer's opening, several turns back, is a reach the model lacks (`bench/decision_probe.py
@@ -45,11 +47,11 @@ traffic has full results, so this bench patches the serving module's conversatio
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
-        [--long-copy N [--copy-gap 200]] [--without-id-marker]
+        [--long-copy N [--copy-gap 200]] [--without-id-marker] [--without-faults]
         [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> long_copy=<n> markers=<list> served_before=<k>/<n>
+message_opening=<bool> long_copy=<n> markers=<list> fault_rate=<x> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -182,6 +184,11 @@ def main() -> None:
         help="the stage without a message's first word weighted as a tool's name (weighted_message_opening)",
     )
     parser.add_argument(
+        "--without-faults",
+        action="store_true",
+        help="the stage's conversations without back-end faults (AgentRecipe.shop_fault_rate 0)",
+    )
+    parser.add_argument(
         "--without-id-marker",
         action="store_true",
         help="the stage without `#W` cut out as a token of its own (AgentRecipe.shop_markers)",
@@ -204,6 +211,8 @@ def main() -> None:
         recipe = replace(recipe, shop_phrases=())
     if args.without_id_marker:
         recipe = replace(recipe, shop_markers=())
+    if args.without_faults:
+        recipe = replace(recipe, shop_fault_rate=0.0)
     train, held = level1_tasks(work / "tasks", recipe)
     demos = shop_demonstrations(work / "shop", recipe)
     if args.compact_shop:
@@ -259,7 +268,7 @@ def main() -> None:
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"message_opening={not args.without_message_opening} long_copy={args.long_copy} "
-        f"markers={list(recipe.shop_markers)} "
+        f"markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )

@@ -167,6 +167,36 @@ def test_an_agent_that_asks_the_reason_cancels_with_the_reason_it_heard():
         assert cancel.arguments["reason"] == reason and verified_success(conversation.episode)
 
 
+def test_an_expert_meeting_back_end_faults_retries_each_and_still_succeeds():
+    from training.sandbox.core import INJECTED_ERROR
+
+    agent = ScriptedAgent(EXPERT_RATES, tool_fault_rate=0.3)
+    faults = unfinished = 0
+    for index, scenario in enumerate(sample_scenarios(generated_world(), 120, seed=7)):
+        conversation = agent.run(scenario, seed=index)
+        messages = conversation.messages
+        in_a_row = longest = 0
+        for at, message in enumerate(messages):
+            if message.get("role") != "tool":
+                continue
+            if message["content"] != INJECTED_ERROR:
+                in_a_row = 0
+                continue
+            faults += 1
+            in_a_row += 1
+            longest = max(longest, in_a_row)
+            if at + 1 < len(messages) and in_a_row <= 3:  # the same call again, as the error asks
+                assert messages[at + 1]["tool_calls"] == messages[at - 1]["tool_calls"]
+        if longest > 3:  # four faults in a row: the expert gives that call up
+            unfinished += 1
+            continue
+        assert verified_success(conversation.episode), (scenario.intent, index)
+    assert faults >= 50 and unfinished <= 6
+    # At rate 0 (the default) nothing changes: no fault is ever drawn.
+    plain = ScriptedAgent(EXPERT_RATES).run(sample_scenarios(generated_world(), 1, seed=7)[0], seed=0)
+    assert not any(m.get("content") == INJECTED_ERROR for m in plain.messages)
+
+
 def test_mistake_rates_are_validated():
     with pytest.raises(AgentConfigError):
         ScriptedAgent({"typo": 0.1})
@@ -174,6 +204,9 @@ def test_mistake_rates_are_validated():
         ScriptedAgent({"looping": 1.5})
     with pytest.raises(AgentConfigError, match="refund_everything"):
         ScriptedAgent(EXPERT_RATES, handles=("order_status", "refund_everything"))
+    for rate in (-0.1, 1.5, True, "0.1"):
+        with pytest.raises(AgentConfigError, match="tool_fault_rate"):
+            ScriptedAgent(EXPERT_RATES, tool_fault_rate=rate)
 
 
 def test_simulated_files_pass_the_contract_and_ingest_with_zero_quarantine(tmp_path):

@@ -47,6 +47,7 @@ from typing import Any
 from dataplane.hashing import model_digest
 from dataplane.pii_records import scrub_record
 from dataplane.scrub import using_pii_key
+from dataplane.settings import default_of
 from dataplane.splits import split_of
 from domains.retail.domain import ORDER_STATUSES
 from domains.retail.level1 import LEVEL1_INTENTS, as_level1, level1_demonstration
@@ -60,6 +61,7 @@ from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
 from training.tiny.manifest import SHIPPED_FILES, WEIGHTS_FILE
 from training.tiny.phrases import add_phrase_tokens
 from training.tiny.pretrain import CopySettings, copy_pretrain
+from training.traffic.simulate import ServedTraffic
 
 # The mistakes a level-1 production log can show (names from domains.retail.traffic.agents.MISTAKES).
 LEVEL1_MISTAKES = ("unnecessary_escalation", "skipped_authentication")
@@ -139,11 +141,15 @@ class AgentRecipe:
     # order id's opening. The recipe's tokenizer merged it with the words before it (" the status
     # of order #W", " order #W", `order_id": "#W` in a call), and the shop stage's agent read the
     # right order after "I need to know the status of order #W..." and a wrong one after "Know the
-    # status of order #W..." (teacher-forced, 0 of 8 terse customers' status reads). With `#W` a
-    # token of its own every read copied the id (81 of 81) and no served status question read a
+    # status of order #W..." (teacher-forced, 0 of 12 such reads). With `#W` a token of its own
+    # every read but one copied the id (80 of 81; 66 before) and no served status question read a
     # wrong order (11 of 45 before); served 40 of 200 against 36 (bench/results/shipped_agent.md,
-    # "The order id's copy").
+    # "The order id's copy, and back-end faults").
     shop_markers: tuple[str, ...] = ("#W",)
+    # The shop stage's conversations meet back-end faults as served ones do, and the expert retries
+    # each (`ScriptedAgent(tool_fault_rate=...)`): a stage without them never showed a fault, and
+    # its agent served after one wrote malformed calls or invented identities.
+    shop_fault_rate: float = default_of(ServedTraffic, "tool_fault_rate")
     shop_stages: int = 0
     shop_steps: int = 450
     shop_lr: float = 1e-3
@@ -248,15 +254,17 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
 
 
 def shop_demonstrations(work: Path, recipe: AgentRecipe) -> list[dict]:
-    """Whole-shop conversations (every intent at the production mix, the persona mix, no tool
-    faults) held by the scripted expert that serves only the level-1 intents and hands the rest to
+    """Whole-shop conversations (every intent at the production mix, the persona mix, back-end
+    faults at `recipe.shop_fault_rate`, each retried) held by the scripted expert that serves only the level-1 intents and hands the rest to
     a person, on the recipe's world; the training-split customers' only, scrubbed as ingestion
     stores them (see `level1_tasks`)."""
     records = _stored_traffic(
         recipe,
         per_day=recipe.shop_traffic,
         out_dir=work / "shop-landing",
-        agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True),
+        agent=ScriptedAgent(
+            EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True, tool_fault_rate=recipe.shop_fault_rate
+        ),
     )
     kept = [record for record in records if split_of(record["customer_id"]) == "train"]
     if not kept:

@@ -20,6 +20,7 @@ from typing import Any
 
 from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.scenarios import INTENTS, Scenario
+from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.environment import call_tool
 from training.sandbox.rollout import DEFAULT_MAX_TURNS, Conversation, Policy, roll_out, start_conversation
 
@@ -44,6 +45,8 @@ EXPERT_RATES: dict[str, float] = {name: 0.0 for name in MISTAKES}
 _PRECEDENCE = ("unnecessary_escalation", "looping", "cancel_non_pending", "wrong_order", "wrong_item")
 _LOOP_REPEATS = 8
 _MAX_ID_ASKS = 3
+# A call the back end refused with a retryable fault is made again, at most this many times more.
+_FAULT_RETRIES = 3
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _NAME_ZIP = re.compile(r"name is ([A-Z][\w'-]*) ([A-Z][\w' -]*?) and my zip code is (\d{5})")
 _ASK_ID = (
@@ -95,17 +98,22 @@ def scenario_conversation(scenario: Scenario, seed: int, tool_fault_rate: float 
 
 
 class _Turns:
-    """Appends each tool call and its result to the transcript in contract form."""
+    """Appends each tool call and its result to the transcript in contract form; a call the back
+    end refused with a retryable fault (`INJECTED_ERROR`) is made again, up to `_FAULT_RETRIES`
+    times, as the error text asks."""
 
     def __init__(self, conversation: Conversation) -> None:
         self.env, self.messages = conversation.env, conversation
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
-        self.messages.append(
-            {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
-        )
-        result = call_tool(self.env, name, arguments)
-        self.messages.append({"role": "tool", "name": name, "content": result})
+        for _ in range(1 + _FAULT_RETRIES):
+            self.messages.append(
+                {"role": "assistant", "content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
+            )
+            result = call_tool(self.env, name, arguments)
+            self.messages.append({"role": "tool", "name": name, "content": result})
+            if result != INJECTED_ERROR:
+                break
         return result
 
     def say(self, text: str) -> str:
@@ -127,20 +135,28 @@ class ScriptedAgent:
     once the customer is identified, as an agent that knows only part of the shop should.
     `asks_reason`: it asks the customer why before cancelling and cancels with the reason it heard,
     rather than knowing the reason from the scenario: the conversation then holds every fact the
-    call needs, so a model imitating it can copy the reason from the customer's words."""
+    call needs, so a model imitating it can copy the reason from the customer's words.
+    `tool_fault_rate`: its conversations meet back-end faults at this rate (as served traffic does,
+    `ServedTraffic.tool_fault_rate`), and it retries each (`_Turns`), so a model imitating it sees
+    what to do after one."""
 
     def __init__(
         self,
         mistake_rates: Mapping[str, float] | None = None,
         handles: tuple[str, ...] | None = None,
         asks_reason: bool = False,
+        tool_fault_rate: float = 0.0,
     ) -> None:
         self.rates = validate_mistake_rates(mistake_rates)
         unknown = sorted(set(handles or ()) - set(INTENTS))
         if unknown:
             raise AgentConfigError(f"handles: unknown intent(s) {unknown}; known: {list(INTENTS)}")
+        number = isinstance(tool_fault_rate, (int, float)) and not isinstance(tool_fault_rate, bool)
+        if not number or not 0.0 <= tool_fault_rate <= 1.0:
+            raise AgentConfigError(f"tool_fault_rate={tool_fault_rate!r} must be a number in [0, 1]")
         self.handles = None if handles is None else frozenset(handles)
         self.asks_reason = asks_reason
+        self.tool_fault_rate = float(tool_fault_rate)
 
     def draw_mistakes(self, scenario: Scenario, rng: random.Random) -> list[str]:
         """The mistakes this conversation will make: drawn per rate, kept if applicable, one derailer at most."""
@@ -153,7 +169,7 @@ class ScriptedAgent:
         """Play one conversation to its end; deterministic for (scenario, seed)."""
         rng = random.Random(f"agent:{seed}")
         mistakes = self.draw_mistakes(scenario, rng)
-        conversation = scenario_conversation(scenario, seed)
+        conversation = scenario_conversation(scenario, seed, tool_fault_rate=self.tool_fault_rate)
         _Script(scenario, _Turns(conversation), mistakes, rng, self.handles, self.asks_reason).play()
         conversation.mistakes = mistakes
         return conversation
