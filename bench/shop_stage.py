@@ -37,21 +37,17 @@ customer's words began with different tokens; `--without-id-marker` leaves that 
 it was before 2026-12-06, 16:25 UTC). Its conversations meet back-end faults at the served rate and
 the expert retries each (`AgentRecipe.shop_fault_rate`); `--without-faults` leaves them out (the
 stage as it was before 2026-12-06, 16:40 UTC).
-`--long-copy N` first trains N steps of the copy task (`training.tiny.pretrain`) with up to
-`--copy-gap` random tokens on each side of the span, asking whether the order id copied wrong from
-the customer's opening, several turns back, is a reach the model lacks (`bench/decision_probe.py
---arguments` measures the copies by distance).
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
-        [--long-copy N [--copy-gap 200]] [--without-id-marker] [--without-faults]
+        [--without-id-marker] [--without-faults]
         [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> long_copy=<n> markers=<list> fault_rate=<x> served_before=<k>/<n>
+message_opening=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -87,7 +83,6 @@ from orchestration.cli.demo import serving_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
 from training.sft import warm_start  # noqa: E402
 from training.tiny.manifest import SHIPPED_AGENT_DIR  # noqa: E402
-from training.tiny.pretrain import CopySettings, copy_pretrain  # noqa: E402
 
 SERVED_SEED = 11
 SERVED_CUSTOMERS = 1500
@@ -193,8 +188,6 @@ def main() -> None:
         action="store_true",
         help="the stage without `#W` cut out as a token of its own (AgentRecipe.shop_markers)",
     )
-    parser.add_argument("--long-copy", type=int, default=0, help="copy-task steps before the stage (0: none)")
-    parser.add_argument("--copy-gap", type=int, default=200, help="most random tokens each side of a copied span")
     parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
@@ -231,17 +224,6 @@ def main() -> None:
     if args.without_message_opening:
         settings = replace(settings, weighted_message_opening=False)
     current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe)
-    if args.long_copy:
-        copy_settings = CopySettings(
-            steps=args.long_copy,
-            learning_rate=recipe.copy_lr,
-            max_gap=args.copy_gap,
-            seed=FIRST_SHOP_PHASE,
-            torch_threads=args.threads,
-        )
-        copied = copy_pretrain(current, work / "long-copy", copy_settings, report=lambda d: print(d, flush=True))
-        print(f"long copy: {args.long_copy} steps, gap up to {args.copy_gap}, loss {copied['final_loss']:.3f}")
-        current = work / "long-copy"
     for stage in range(args.stages):
         folder = work / f"shop{FIRST_SHOP_PHASE + stage}"
         summary = warm_start(current, demos, folder, replace(settings, seed=FIRST_SHOP_PHASE + stage))
@@ -267,7 +249,7 @@ def main() -> None:
     print(
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
-        f"message_opening={not args.without_message_opening} long_copy={args.long_copy} "
+        f"message_opening={not args.without_message_opening} "
         f"markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"

@@ -120,21 +120,3 @@ def test_copy_pretraining_refuses_a_tokenizer_without_the_markers(tiny_base, tmp
     (older / "tokenizer_config.json").write_text(config)
     with pytest.raises(ValueError, match="no copy markers"):
         copy_pretrain(older, tmp_path / "copy", CopySettings(steps=1, batch_size=2, torch_threads=1))
-
-
-def test_max_gap_puts_the_repeat_further_from_the_span():
-    from training.tiny.pretrain import CopySettings, copy_batch
-
-    words = list(range(100, 140))
-
-    def longest_gap(settings):
-        ids, labels, attention = copy_batch(random.Random(2), words, settings, mark=1, sep=2, pad=0)
-        gaps = []
-        for row, lab, mask in zip(ids.tolist(), labels.tolist(), attention.tolist()):
-            trained = [t for t in lab[: sum(mask)] if t != -100]
-            gaps.append(row.index(2) - (row.index(1) + 1 + len(trained)))  # tokens between span and separator
-        return max(gaps)
-
-    assert longest_gap(CopySettings(batch_size=64, max_span=6)) <= 6  # the default: max_span
-    far = longest_gap(CopySettings(batch_size=64, max_span=6, max_gap=200))
-    assert 100 < far <= 200

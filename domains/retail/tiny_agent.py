@@ -255,9 +255,9 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
 
 def shop_demonstrations(work: Path, recipe: AgentRecipe) -> list[dict]:
     """Whole-shop conversations (every intent at the production mix, the persona mix, back-end
-    faults at `recipe.shop_fault_rate`, each retried) held by the scripted expert that serves only the level-1 intents and hands the rest to
-    a person, on the recipe's world; the training-split customers' only, scrubbed as ingestion
-    stores them (see `level1_tasks`)."""
+    faults at `recipe.shop_fault_rate`, each retried) held by the scripted expert that serves only
+    the level-1 intents and hands the rest to a person, on the recipe's world; the training-split
+    customers' only, scrubbed as ingestion stores them (see `level1_tasks`)."""
     records = _stored_traffic(
         recipe,
         per_day=recipe.shop_traffic,

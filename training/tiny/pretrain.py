@@ -37,11 +37,6 @@ class CopySettings:
     batch_size: int = setting(32, "sequences per optimizer step")
     min_span: int = setting(4, "fewest tokens in a span to copy")
     max_span: int = setting(16, "most tokens in a span to copy")
-    # A whole-shop conversation asks for the order id several turns after the customer's opening
-    # named it, 100-400 tokens back, where level 1 copies from a few dozen tokens back.
-    max_gap: int | None = setting(
-        None, "most random tokens before and after a span, so its repeat comes up to twice that later (None: max_span)"
-    )
     # 3e-3 left the copy loss flat for 1,000 steps; 1e-3 learns (bench/results/learning.md).
     learning_rate: float = setting(1e-3, "learning rate")
     # Ten symbols repeat within and across digit runs, so copying one needs more than "the token
@@ -110,9 +105,8 @@ def copy_batch(
             span = [rng.choice(digits) for _ in range(rng.randint(5, 10))]
         else:
             span = [rng.choice(vocab) for _ in range(rng.randint(settings.min_span, settings.max_span))]
-        gap = settings.max_gap if settings.max_gap is not None else settings.max_span
-        before = _filler(rng, vocab, digits if numeric else None, gap)
-        after = _filler(rng, vocab, digits if numeric else None, gap)
+        before = _filler(rng, vocab, digits if numeric else None, settings.max_span)
+        after = _filler(rng, vocab, digits if numeric else None, settings.max_span)
         prefix = before + [mark] + span + after + [sep]
         rows.append(prefix + span)
         labels.append([-100] * len(prefix) + span)
