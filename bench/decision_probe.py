@@ -43,6 +43,7 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -93,21 +94,21 @@ DISTANCES = (50, 100, 200, 400)  # bucket bounds, in tokens, for `--arguments`
 
 def _calls_in_context(
     record: dict, tokenizer, schemas: list, skipped: Counter
-) -> Iterator[tuple[str, list, str, list[int], int]]:
+) -> Iterator[tuple[str, list, str, Any, int]]:
     """For each expert tool call, in the served view: (place, the view's messages through it, the
-    chat text through it, its token ids, tokens of the prompt before it); calls whose prompt and
-    call do not tokenize apart are left out and counted in `skipped["calls"]`."""
+    chat text through it, its tokenization with character offsets, tokens of the prompt before it);
+    calls whose prompt and call do not tokenize apart are left out and counted in `skipped["calls"]`."""
     gateway = PseudonymisedPolicy(None, "retail")  # only its view of a conversation is used
     for index, place in decisions(record):
         seen = gateway.view_of(record["messages"][: index + 1])
         prefix = tokenizer.apply_chat_template(seen[:-1], tools=schemas, add_generation_prompt=True, tokenize=False)
         full = tokenizer.apply_chat_template(seen, tools=schemas, tokenize=False)
         head = tokenizer(prefix, add_special_tokens=False)["input_ids"]
-        ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-        if not full.startswith(prefix) or ids[: len(head)] != head:
+        encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+        if not full.startswith(prefix) or encoded["input_ids"][: len(head)] != head:
             skipped["calls"] += 1
             continue
-        yield place, seen, full, ids, len(head)
+        yield place, seen, full, encoded, len(head)
 
 
 def probe(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[tuple[str, str], list[tuple]]:
@@ -120,7 +121,8 @@ def probe(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict[
     table: dict[tuple[str, str], list[tuple]] = defaultdict(list)
     skipped: Counter = Counter()
     for record in records:
-        for place, _, _, ids, head in _calls_in_context(record, tokenizer, schemas, skipped):
+        for place, _, _, encoded, head in _calls_in_context(record, tokenizer, schemas, skipped):
+            ids = encoded["input_ids"]
             tensor = torch.tensor([ids])
             marked = tool_name_positions(tensor, tokenizer, message_opening=True)[0].tolist()
             positions = [p for p in range(head, len(ids)) if marked[p]]
@@ -162,12 +164,12 @@ def copies(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict
     schemas = list(tool_schemas(tools, "retail"))
     table: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for record in records:
-        for _, seen, full, ids, head in _calls_in_context(record, tokenizer, schemas, Counter()):
+        for _, seen, full, encoded, head in _calls_in_context(record, tokenizer, schemas, Counter()):
             call = (seen[-1].get("tool_calls") or [{}])[0]
             arguments = call.get("arguments") or {}
             if isinstance(arguments, str):
                 arguments = json.loads(arguments)
-            offsets = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
             call_start = offsets[head][0]
             with torch.no_grad():
                 predicted = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()

@@ -73,9 +73,15 @@ def validate_mistake_rates(rates: Mapping[str, float] | None) -> dict[str, float
     if unknown:
         raise AgentConfigError(f"unknown mistake(s) {unknown}; known: {list(MISTAKES)}")
     for name, rate in rates.items():
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
-            raise AgentConfigError(f"mistake rate {name}={rate!r} must be a number in [0, 1]")
+        _checked_rate(rate, f"mistake rate {name}")
     return {name: float(rates.get(name, DEFAULT_MISTAKE_RATES[name])) for name in MISTAKES}
+
+
+def _checked_rate(rate: Any, label: str) -> float:
+    """`rate` as a float; AgentConfigError naming `label` unless it is a number in [0, 1]."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+        raise AgentConfigError(f"{label}={rate!r} must be a number in [0, 1]")
+    return float(rate)
 
 
 def scenario_row(scenario: Scenario) -> dict[str, Any]:
@@ -151,12 +157,9 @@ class ScriptedAgent:
         unknown = sorted(set(handles or ()) - set(INTENTS))
         if unknown:
             raise AgentConfigError(f"handles: unknown intent(s) {unknown}; known: {list(INTENTS)}")
-        number = isinstance(tool_fault_rate, (int, float)) and not isinstance(tool_fault_rate, bool)
-        if not number or not 0.0 <= tool_fault_rate <= 1.0:
-            raise AgentConfigError(f"tool_fault_rate={tool_fault_rate!r} must be a number in [0, 1]")
         self.handles = None if handles is None else frozenset(handles)
         self.asks_reason = asks_reason
-        self.tool_fault_rate = float(tool_fault_rate)
+        self.tool_fault_rate = _checked_rate(tool_fault_rate, "tool_fault_rate")
 
     def draw_mistakes(self, scenario: Scenario, rng: random.Random) -> list[str]:
         """The mistakes this conversation will make: drawn per rate, kept if applicable, one derailer at most."""
