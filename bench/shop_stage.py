@@ -37,17 +37,21 @@ customer's words began with different tokens; `--without-id-marker` leaves that 
 it was before 2026-12-06, 16:25 UTC). Its conversations meet back-end faults at the served rate and
 the expert retries each (`AgentRecipe.shop_fault_rate`); `--without-faults` leaves them out (the
 stage as it was before 2026-12-06, 16:40 UTC).
+It weighs the token where each argument of a call ends (the next begins or the call closes) as a
+tool's name (`SFTSettings.weighted_argument_ends`: served, cancellations closed the call after the
+order id and left out the reason); `--without-argument-ends` leaves that out (the stage as it was
+before 2026-12-06, 19:30 UTC).
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
-        [--without-id-marker] [--without-faults]
+        [--without-id-marker] [--without-faults] [--without-argument-ends]
         [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
+message_opening=<bool> argument_ends=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -179,6 +183,11 @@ def main() -> None:
         help="the stage without a message's first word weighted as a tool's name (weighted_message_opening)",
     )
     parser.add_argument(
+        "--without-argument-ends",
+        action="store_true",
+        help="the stage without the tokens that end a call's argument weighted (weighted_argument_ends)",
+    )
+    parser.add_argument(
         "--without-faults",
         action="store_true",
         help="the stage's conversations without back-end faults (AgentRecipe.shop_fault_rate 0)",
@@ -223,6 +232,8 @@ def main() -> None:
     )
     if args.without_message_opening:
         settings = replace(settings, weighted_message_opening=False)
+    if args.without_argument_ends:
+        settings = replace(settings, weighted_argument_ends=False)
     current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe)
     for stage in range(args.stages):
         folder = work / f"shop{FIRST_SHOP_PHASE + stage}"
@@ -249,7 +260,7 @@ def main() -> None:
     print(
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
-        f"message_opening={not args.without_message_opening} "
+        f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
         f"markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"

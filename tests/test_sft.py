@@ -219,22 +219,8 @@ def test_message_opening_marks_a_messages_first_word_beside_the_tool_name(world)
             first = message.split()[0]
             assert first[:2] in text and len(run) <= 8, (text, message)
     # The trainer's loss counts the marked tokens K times.
-    from datasets import Dataset
-    from trl import SFTConfig
-
-    from training.sft import _trainer_class
-
     model, _ = load_policy(SHIPPED_AGENT_DIR)
-    args = SFTConfig(
-        output_dir="unused-sft", per_device_train_batch_size=4, use_cpu=True, report_to="none", max_steps=1
-    )
-    trainer = _trainer_class(20.0, (), message_opening=True)(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
-        processing_class=tokenizer,
-    )
-    batch = trainer._prepare_inputs(trainer.data_collator([trainer.train_dataset[i] for i in range(4)]))
+    trainer, batch = _weighted_trainer_batch(model, tokenizer, rows, message_opening=True)
     with torch.no_grad():
         ce, keep = _labelled_token_losses(model, batch)
         marked = tool_name_positions(batch["input_ids"][:, 1:], tokenizer, message_opening=True)[keep]
@@ -244,6 +230,27 @@ def test_message_opening_marks_a_messages_first_word_beside_the_tool_name(world)
     with pytest.raises(ValueError, match="weighted_message_opening"):
         SFTSettings(weighted_message_opening=True)
     assert SFTSettings(weighted_message_opening=True, tool_name_weight=20.0).weighted_message_opening
+
+
+def _weighted_trainer_batch(model, tokenizer, rows: list[dict], **weighted):
+    """(a trainer whose loss counts the tokens `weighted` marks 20 times, its first batch of all
+    `rows`), for comparing its loss with the weighted mean computed here."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from training.sft import _trainer_class, tokenized_rows
+
+    args = SFTConfig(
+        output_dir="unused-sft", per_device_train_batch_size=len(rows), use_cpu=True, report_to="none", max_steps=1
+    )
+    trainer = _trainer_class(20.0, (), **weighted)(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(tokenized_rows(tokenizer, rows)),
+        processing_class=tokenizer,
+    )
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
+    return trainer, trainer._prepare_inputs(batch)
 
 
 def _runs(positions: list[int]) -> list[list[int]]:
@@ -347,3 +354,71 @@ def test_a_warm_start_whose_prompt_fills_max_length_is_refused_before_training(t
     tokenized = tokenized_rows(load_tokenizer(shipped_agent_path()), sft_rows(records, tools=six))
     # Both conversations start within 300 tokens and run past them (cut), and fit SFT's default whole.
     assert (rows_cut(tokenized, 300), rows_cut(tokenized, SFTSettings().max_length)) == (2, 0)
+
+
+def test_argument_ends_are_the_commas_and_brace_between_a_calls_arguments():
+    """An argument ends at a `,` between two arguments or at the `}` closing them; commas, braces
+    and escaped quotes inside a value are not ends, nor anything before the arguments."""
+    import json
+
+    from training.sft import argument_ends
+
+    call = json.dumps(
+        {
+            "name": "exchange_delivered_order_items",
+            "arguments": {"order_id": '#W1, "}', "item_ids": ["1", "2"], "details": {"a": 1, "b": 2}, "n": 3},
+        }
+    )
+    ends = argument_ends(call)
+    assert [call[at] for at in ends] == [",", ",", ",", "}"]
+    # Each end closes one argument: what follows it is the next key, or the call's last brace.
+    assert [call[at + 1 :][:12] for at in ends] == [' "item_ids":', ' "details": ', ' "n": 3}}', "}"]
+    assert argument_ends(json.dumps({"name": "think", "arguments": {}})) == [len('{"name": "think", "arguments": {')]
+    assert argument_ends('{"name": "get_order_details", "arguments": {"order_id": "#W12') == []  # cut off
+    assert argument_ends('{"name": "respond"}') == []
+
+
+def test_argument_end_positions_mark_the_token_that_goes_on_or_closes_the_call(world):
+    """In rendered demonstrations, each call's marked tokens are one per argument, and each holds
+    that argument's end: a cancellation's order id is followed by a marked token that goes on to
+    the reason; the trainer counts them `tool_name_weight` times with `argument_end`."""
+    import torch
+
+    from training.checkpoints import load_policy
+    from training.sft import (
+        SFTSettings,
+        argument_end_positions,
+        sft_rows,
+        tokenized_rows,
+        tool_name_positions,
+    )
+    from training.tiny.manifest import SHIPPED_AGENT_DIR
+
+    records = level1_records(world, 8, seed=2)
+    model, tokenizer = load_policy(SHIPPED_AGENT_DIR)
+    rows = sft_rows(records)
+    cancellations = 0
+    for row, tokenized in zip(rows, tokenized_rows(tokenizer, rows)):
+        ids = torch.tensor([tokenized["input_ids"]])
+        marked = argument_end_positions(ids, tokenizer)[0].nonzero().flatten().tolist()
+        calls = [m["tool_calls"][0]["function"] for m in row["messages"] if m.get("tool_calls")]
+        assert len(marked) == sum(max(1, len(call["arguments"])) for call in calls)
+        texts = [tokenizer.decode(ids[0, at]) for at in marked]
+        assert all("," in text or "}" in text for text in texts), texts
+        cancels = sum(call["name"] == "cancel_pending_order" for call in calls)
+        assert sum('"reason"' in text for text in texts) == cancels  # the id's end opens the reason
+        cancellations += cancels
+    assert cancellations >= 1  # the records hold a cancellation, so its reason's token was checked
+    trainer, batch = _weighted_trainer_batch(model, tokenizer, rows, argument_end=True)
+    with torch.no_grad():
+        ce, keep = _labelled_token_losses(model, batch)
+        shifted = batch["input_ids"][:, 1:]
+        names = tool_name_positions(shifted, tokenizer)[keep]
+        ends = argument_end_positions(shifted, tokenizer)[keep]
+        assert int(ends.sum()) >= 8 and not (names & ends).any()
+        weights = 1.0 + 19.0 * (names | ends).float()
+        loss = trainer.compute_loss(model, dict(batch)).item()
+    assert loss == pytest.approx(((ce * weights).sum() / weights.sum()).item(), rel=1e-4)
+    with pytest.raises(ValueError, match="weighted_argument_ends"):
+        SFTSettings(weighted_argument_ends=True)
+    assert SFTSettings(weighted_argument_ends=True, tool_name_weight=20.0).weighted_argument_ends

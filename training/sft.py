@@ -10,6 +10,8 @@ and never a trajectory that fails the verifier. A real instruct model skips this
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import random
@@ -94,6 +96,14 @@ class SFTSettings:
     weighted_message_opening: bool = setting(
         False, "count a message's tokens through its first word tool_name_weight times too, as the tool's name"
     )
+    # Whether a call goes on to another argument or closes is one token after a value (the tiny
+    # tokenizer writes `", "reason": "` or `"}}` after an order id), as small in the mean as the
+    # tool's name; `argument_end_positions`.
+    weighted_argument_ends: bool = setting(
+        False,
+        "count the tokens where a tool call's argument ends (the next begins or the call closes) "
+        "tool_name_weight times too",
+    )
 
     def __post_init__(self) -> None:
         weight = self.tool_name_weight
@@ -104,8 +114,9 @@ class SFTSettings:
             raise ValueError(f"weighted_phrases={phrases!r} must be a tuple of non-empty strings")
         if phrases and weight == 1.0:
             raise ValueError(f"weighted_phrases={phrases!r} count tool_name_weight times, and tool_name_weight is 1")
-        if self.weighted_message_opening and weight == 1.0:
-            raise ValueError("weighted_message_opening counts tool_name_weight times, and tool_name_weight is 1")
+        for name in ("weighted_message_opening", "weighted_argument_ends"):
+            if getattr(self, name) and weight == 1.0:
+                raise ValueError(f"{name} counts tool_name_weight times, and tool_name_weight is 1")
 
 
 def chat_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -354,15 +365,96 @@ def phrase_token_ids(tokenizer, phrases: Iterable[str]) -> tuple[int, ...]:
     return tuple(added[phrase] for phrase in phrases)
 
 
-def weighted_positions(token_ids, tokenizer, phrase_ids: tuple[int, ...] = (), message_opening: bool = False):
-    """`tool_name_positions` (with `message_opening`), and True on every token of `phrase_ids` too."""
-    marked = tool_name_positions(token_ids, tokenizer, message_opening)
-    for token in phrase_ids:
-        marked |= token_ids == token
+TOOL_CALL_CLOSE = "</tool_call>"
+_ARGUMENTS_OPENED = re.compile(r'"arguments"\s*:\s*\{')
+
+
+def argument_ends(call: str) -> list[int]:
+    """The character offsets in a tool call's text (`{"name": ..., "arguments": {...}}`) where an
+    argument ends: each `,` between two arguments and the `}` that closes the arguments. Commas
+    and braces inside a value (a string, a list of item ids) are not ends; a call cut off before
+    its arguments close has the ends written so far."""
+    opened = _ARGUMENTS_OPENED.search(call)
+    if opened is None:
+        return []
+    ends: list[int] = []
+    depth, in_string, escaped = 1, False, False
+    for at in range(opened.end(), len(call)):
+        char = call[at]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                ends.append(at)
+                break
+        elif char == "," and depth == 1:
+            ends.append(at)
+    return ends
+
+
+def _token_ends(ids: list[int], tokenizer) -> list[int]:
+    """The end offset of each token's text in the decoded text of `ids`. Decoded one token at a
+    time where that spells the same text (an ASCII call); else prefix by prefix, where a character
+    spans two tokens."""
+    pieces = tokenizer.batch_decode([[token] for token in ids])
+    if "".join(pieces) == tokenizer.decode(ids):
+        return list(itertools.accumulate(len(piece) for piece in pieces))
+    return [len(tokenizer.decode(ids[: k + 1])) for k in range(len(ids))]
+
+
+def argument_end_positions(token_ids, tokenizer):
+    """A boolean tensor like `token_ids` (batch x length): True on each token, between a
+    `<tool_call>` marker and its `</tool_call>`, whose text holds an argument's end
+    (`argument_ends`). Whether a call goes on to another argument or closes is decided there: the
+    tiny tokenizer writes a cancellation's order id and then one token, `", "reason": "` or
+    `"}}`."""
+    import torch
+
+    marked = torch.zeros_like(token_ids, dtype=torch.bool)
+    opener, closer = (tokenizer.convert_tokens_to_ids(token) for token in (TOOL_CALL_OPEN, TOOL_CALL_CLOSE))
+    for row, column in (token_ids == opener).nonzero().tolist():
+        ids = token_ids[row].tolist()
+        stop = next((at for at in range(column + 1, len(ids)) if ids[at] in (closer, opener)), len(ids))
+        span = ids[column + 1 : stop]
+        ends = _token_ends(span, tokenizer)
+        for offset in argument_ends(tokenizer.decode(span)):
+            marked[row, column + 1 + bisect.bisect_right(ends, offset)] = True
     return marked
 
 
-def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = (), message_opening: bool = False):
+def weighted_positions(
+    token_ids,
+    tokenizer,
+    phrase_ids: tuple[int, ...] = (),
+    message_opening: bool = False,
+    argument_end: bool = False,
+):
+    """`tool_name_positions` (with `message_opening`), and True on every token of `phrase_ids`,
+    and with `argument_end` on `argument_end_positions`, too."""
+    marked = tool_name_positions(token_ids, tokenizer, message_opening)
+    for token in phrase_ids:
+        marked |= token_ids == token
+    if argument_end:
+        marked |= argument_end_positions(token_ids, tokenizer)
+    return marked
+
+
+def _trainer_class(
+    tool_name_weight: float = 1.0,
+    phrase_ids: tuple[int, ...] = (),
+    message_opening: bool = False,
+    argument_end: bool = False,
+):
     """TRL's SFTTrainer, with a loss that sends only the trained positions through the LM head.
 
     TRL computes log-probabilities, entropy and top-1 for every position of the batch in fp32
@@ -376,7 +468,8 @@ def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = 
 
     With `tool_name_weight` != 1 the loss is the weighted mean: each labelled token that opens a
     tool call or names its tool (`tool_name_positions`; with `message_opening`, through a message's
-    first word), or is one of `phrase_ids`, counts that many times. TRL's own path has no weights,
+    first word), or is one of `phrase_ids`, or (with `argument_end`) ends an argument of a call,
+    counts that many times. TRL's own path has no weights,
     so it is refused then.
     """
     import torch
@@ -400,7 +493,7 @@ def _trainer_class(tool_name_weight: float = 1.0, phrase_ids: tuple[int, ...] = 
                 loss = F.cross_entropy(logits, wanted, reduction="sum") / count
             else:
                 named = weighted_positions(
-                    inputs["input_ids"][:, 1:], self.processing_class, phrase_ids, message_opening
+                    inputs["input_ids"][:, 1:], self.processing_class, phrase_ids, message_opening, argument_end
                 )[keep]
                 weights = 1.0 + (tool_name_weight - 1.0) * named.float()
                 loss = (F.cross_entropy(logits, wanted, reduction="none") * weights).sum() / weights.sum()
@@ -484,7 +577,9 @@ def warm_start(
     phrase_ids = phrase_token_ids(tokenizer, settings.weighted_phrases)
     tokenized = tokenized_rows(tokenizer, rows)
     cut = rows_cut(tokenized, settings.max_length)
-    trainer = _trainer_class(settings.tool_name_weight, phrase_ids, settings.weighted_message_opening)(
+    trainer = _trainer_class(
+        settings.tool_name_weight, phrase_ids, settings.weighted_message_opening, settings.weighted_argument_ends
+    )(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(tokenized),
@@ -501,6 +596,7 @@ def warm_start(
         "tool_name_weight": settings.tool_name_weight,
         "weighted_phrases": list(settings.weighted_phrases),
         "weighted_message_opening": settings.weighted_message_opening,
+        "weighted_argument_ends": settings.weighted_argument_ends,
         "steps": settings.steps,
         "train_loss": float(output.training_loss),
         "model_path": str(out),

@@ -428,6 +428,9 @@ def shop_overrides(recipe: AgentRecipe) -> dict[str, Any]:
         # of 36 and 45 of 45, served 37 of 200 against 34 (bench/decision_probe.py;
         # bench/results/shipped_agent.md).
         "weighted_message_opening": True,
+        # Served, 9 of the 10 failed cancellations that made the call closed it after the order id,
+        # without the reason: that choice is the one token after the id (`argument_end_positions`).
+        "weighted_argument_ends": True,
         "learning_rate": recipe.shop_lr,
         "compact": False,
     }
