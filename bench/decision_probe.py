@@ -19,18 +19,21 @@ decoding, teacher-forced, writes the value's every token (an order id, an e-mail
 how far back in the conversation the model last saw the value (tokens from its nearest earlier
 occurrence to the call; none when the value appears nowhere before, as a reason the customer gave
 in other words). A copy that fails only from far back is a reach the model lacks, one that fails
-near too is not.
+near too is not. It measures too the token where each argument of a call ends (the call goes on to
+the next argument or closes: a cancellation that closes after the order id leaves out its reason).
+`--fault-rate` has the expert's calls refused at that rate and retried (as the recipe's shop stage
+simulates them), and measures the calls made again apart (`<tool> (retry)`).
 
 Calls are grouped by the customer's intent and the call's place in the conversation (the tool the
 expert called before it, then the tool): for order status and cancellations, the calls after
 identification and after reading the order are where the two intents part.
 
     .venv/bin/python bench/decision_probe.py --model DIR [--model DIR ...] [--conversations 200] [--work DIR]
-        [--arguments]
+        [--arguments] [--fault-rate 0.08]
 
 One line per model and group: `model=<name> intent=<i> place=<before>-><tool> calls=<n>
 greedy=<share> p=<mean probability>`; with `--arguments`, `model=<name> argument=<tool>.<name>
-distance=<bucket> values=<n> greedy=<share>`.
+distance=<bucket> values=<n> greedy=<share>` (an argument's end: `argument=<tool>.end<k> distance=-`).
 """
 
 from __future__ import annotations
@@ -59,21 +62,23 @@ from domains.retail.traffic.agents import EXPERT_RATES, ScriptedAgent  # noqa: E
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from training.checkpoints import load_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
+from training.sandbox.core import INJECTED_ERROR  # noqa: E402
 from training.sandbox.episode import MESSAGE_TOOL  # noqa: E402
 from training.sandbox.pii_gateway import PseudonymisedPolicy  # noqa: E402
 from training.sandbox.prompting import tool_schemas  # noqa: E402
-from training.sft import tool_name_positions  # noqa: E402
+from training.sft import argument_end_positions, tool_name_positions  # noqa: E402
 
 
-def expert_day(conversations: int, out: Path) -> list[dict]:
-    """The served day held by the shop stage's expert (the level-1 intents served, the rest handed over)."""
+def expert_day(conversations: int, out: Path, fault_rate: float = 0.0) -> list[dict]:
+    """The served day held by the shop stage's expert (the level-1 intents served, the rest handed
+    over), its back-end calls refused at `fault_rate` and each refusal retried."""
     summary = simulate(
         days=1,
         per_day=conversations,
         seed=SERVED_SEED,
         out_dir=out,
         n_users=SERVED_CUSTOMERS,
-        agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True),
+        agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True, tool_fault_rate=fault_rate),
     )
     return day_records(summary)
 
@@ -156,7 +161,10 @@ def copies(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict
     """Per (`<tool>.<argument>`, distance bucket): whether greedy decoding writes each string
     argument's value, teacher-forced. The value's tokens are found by character offsets in the
     call's rendered text; the distance runs from the last token of its nearest earlier occurrence
-    to the value's first token."""
+    to the value's first token. Per (`<tool>.end<k>`, "-"): whether greedy decoding writes the
+    token where the call's k-th argument ends (`training.sft.argument_end_positions`: the call
+    goes on to the next argument, or closes). A call made again after a back-end fault is keyed
+    `<tool> (retry)`."""
     import torch
 
     model, tokenizer = load_policy(model_dir)
@@ -171,8 +179,15 @@ def copies(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict
                 arguments = json.loads(arguments)
             ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
             call_start = offsets[head][0]
+            tensor = torch.tensor([ids])
             with torch.no_grad():
-                predicted = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+                predicted = model(tensor).logits[0].argmax(-1).tolist()
+            tool = call.get("name")
+            if len(seen) > 1 and seen[-2].get("role") == "tool" and seen[-2].get("content") == INJECTED_ERROR:
+                tool = f"{tool} (retry)"
+            ends = [p for p in argument_end_positions(tensor, tokenizer)[0].nonzero().flatten().tolist() if p >= head]
+            for number, p in enumerate(ends, start=1):
+                table[(f"{tool}.end{number}", "-")].append(predicted[p - 1] == ids[p])
             for name, value in arguments.items():
                 if call.get("name") == MESSAGE_TOOL or not isinstance(value, str) or not value:
                     continue  # a message is written, not copied
@@ -186,7 +201,7 @@ def copies(model_dir: Path, records: list[dict], tools: tuple[str, ...]) -> dict
                 if earlier >= 0:
                     last = max(i for i, (a, b) in enumerate(offsets) if a < earlier + len(value) and b > earlier)
                     distance = tokens[0] - last
-                table[(f"{call.get('name')}.{name}", _bucket(distance))].append(greedy)
+                table[(f"{tool}.{name}", _bucket(distance))].append(greedy)
     return table
 
 
@@ -198,6 +213,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--arguments", action="store_true", help="measure the calls' argument copies instead")
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.0,
+        help="the expert's back-end calls refused at this rate, each retried (the shop stage's: 0.08)",
+    )
     args = parser.parse_args()
     import torch
 
@@ -207,7 +228,9 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="decision-probe-"))
     tools = tools_for_levels({"4": 1.0}, "retail", args.tool_list)
     with using_pii_key(AgentRecipe().pii_key):
-        records = [r for r in expert_day(args.conversations, work / "expert") if r["intent"] in LEVEL1_INTENTS]
+        records = [
+            r for r in expert_day(args.conversations, work / "expert", args.fault_rate) if r["intent"] in LEVEL1_INTENTS
+        ]
         print(f"{len(records)} expert conversations of {list(LEVEL1_INTENTS)}", flush=True)
         for model_dir in args.model:
             if args.arguments:

@@ -422,3 +422,44 @@ def test_argument_end_positions_mark_the_token_that_goes_on_or_closes_the_call(w
     with pytest.raises(ValueError, match="weighted_argument_ends"):
         SFTSettings(weighted_argument_ends=True)
     assert SFTSettings(weighted_argument_ends=True, tool_name_weight=20.0).weighted_argument_ends
+
+
+def test_a_call_the_back_end_refused_is_refused_again_in_the_replay(tmp_path):
+    """A logged conversation that met a back-end fault is replayed with that call refused as it was,
+    so the retry after it reads as the answer to a fault, and the replay verifies as the log did. (A replay
+    that answered the refused call would show the same call made twice after a success.)"""
+    import json
+    from pathlib import Path
+
+    from domains.retail.traffic.agents import EXPERT_RATES, ScriptedAgent
+    from domains.retail.traffic.simulate import simulate
+    from tests.helpers_traffic import generated_world
+    from training.sandbox.core import INJECTED_ERROR
+    from training.sft import replay_trajectory
+
+    summary = simulate(
+        days=1,
+        per_day=40,
+        seed=5,
+        out_dir=tmp_path,
+        world=generated_world(),
+        verified_share=1.0,
+        agent=ScriptedAgent(EXPERT_RATES, tool_fault_rate=0.3),
+    )
+    records = [json.loads(line) for path in summary["files"] for line in Path(path).read_text().splitlines() if line]
+    faulted = 0
+    for record in records:
+        logged = [m["content"] for m in record["messages"] if m["role"] == "tool"]
+        if INJECTED_ERROR not in logged:
+            continue
+        replayed = replay_trajectory(record, compact=False, verified_only=False)
+        # A conversation the expert finished verifies on replay (four faults in a row, where it
+        # gives the call up, fail both times).
+        verified = replay_trajectory(record, compact=False) is not None
+        assert verified == (record["outcome"] == "completed"), record["interaction_id"]
+        results = [m["content"] for m in replayed if m["role"] == "tool"]
+        # The same results in the same places: the refusals where the log has them, and the
+        # answers after (a message's result is the customer's reply, simulated again).
+        assert [r == INJECTED_ERROR for r in results] == [r == INJECTED_ERROR for r in logged]
+        faulted += 1
+    assert faulted >= 5

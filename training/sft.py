@@ -2,9 +2,10 @@
 
 A tiny random model never emits a parseable `<tool_call>`, so GRPO would have nothing to compare.
 Each recorded conversation whose outcome was verified (it carries gold) is replayed through the
-retail environment: the recorded tool calls are re-executed, the environment's own results (compact
-when the curriculum level uses compact results) replace the recorded ones, and the trajectory is
-kept only when the replay is a verified success. So SFT sees exactly the format GRPO will produce,
+retail environment: the recorded tool calls are re-executed (a call the back end refused with its
+retryable fault refused again), the environment's own results (compact when the curriculum level
+uses compact results) replace the recorded ones, and the trajectory is kept only when the replay is
+a verified success. So SFT sees exactly the format GRPO will produce,
 and never a trajectory that fails the verifier. A real instruct model skips this step.
 """
 
@@ -27,6 +28,7 @@ from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict
 from training.rewards import verified_success
+from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.environment import call_tool
 from training.sandbox.episode import MESSAGE_TOOL
 from training.sandbox.prompting import domain_of, tool_schemas
@@ -158,7 +160,8 @@ def _replayed_turns(
     conversation = _started(record, compact, seed, tools)
     env, messages = conversation.env, conversation.messages
     opened = False
-    for message in record.get("messages") or ():
+    recorded = list(record.get("messages") or ())
+    for index, message in enumerate(recorded):
         role = message.get("role")
         if role == "user" and not opened:
             opened = True  # the opening message is already in the prompt
@@ -177,12 +180,27 @@ def _replayed_turns(
                 "tool_calls": [chat_tool_call(c) for c in calls],
             }
         )
-        for call in calls:
-            result = call_tool(env, call["name"], as_dict(call.get("arguments")) or {})
+        faulted = _faulted_calls(recorded, index, len(calls))
+        for call, fault in zip(calls, faulted):
+            # A call the back end refused in production is refused again, so the retry after it
+            # is learnt as the answer to a fault (a replay that answered it would teach making
+            # every call twice).
+            result = call_tool(env, call["name"], as_dict(call.get("arguments")) or {}, fault=fault)
             messages.append({"role": "tool", "name": call["name"], "content": result})
         yield env, messages
         if env.done:
             return
+
+
+def _faulted_calls(messages: list[Mapping[str, Any]], index: int, calls: int) -> list[bool]:
+    """For each of the `calls` tool calls of the assistant message at `index`: whether its recorded
+    result (the tool messages right after it, in order) is the back end's retryable fault."""
+    results = []
+    for message in messages[index + 1 : index + 1 + calls]:
+        if not isinstance(message, Mapping) or message.get("role") != "tool":
+            break
+        results.append(message.get("content") == INJECTED_ERROR)
+    return results + [False] * (calls - len(results))
 
 
 def replay_trajectory(
