@@ -100,7 +100,8 @@ class SFTSettings:
     )
     # Whether a call goes on to another argument or closes is one token after a value (the tiny
     # tokenizer writes `", "reason": "` or `"}}` after an order id), as small in the mean as the
-    # tool's name; `argument_end_positions`.
+    # tool's name; `argument_end_positions`. In the recipe's shop stage a cancellation's call went
+    # on to the reason in 27 of 36 teacher-forced calls without it, 36 of 36 with it.
     weighted_argument_ends: bool = setting(
         False,
         "count the tokens where a tool call's argument ends (the next begins or the call closes) "
