@@ -35,6 +35,7 @@ from typing import Any
 from domains.registry import DomainNotFoundError
 from evaluation.rollout import Trial
 from evaluation.stats import agreement_rate, roc_auc
+from training.fields import tool_results_after
 from training.rewards import GoldError, RewardWeights, score_episode, total_reward, verified_success
 from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.environment import call_tool, environment_class
@@ -173,11 +174,7 @@ def _calls(messages: list[Any], interaction_id: Any) -> list[_Call]:
         requested = message.get("tool_calls") or []
         if not isinstance(requested, list):
             raise ReplayError(interaction_id, "bad_tool_calls", f"messages[{index}].tool_calls is not a list")
-        results = []
-        for follower in messages[index + 1 :]:
-            if not isinstance(follower, Mapping) or follower.get("role") != "tool" or len(results) == len(requested):
-                break
-            results.append(follower)
+        results = tool_results_after(messages, index, len(requested))
         for number, call in enumerate(requested):
             if not isinstance(call, Mapping):
                 raise ReplayError(

@@ -26,7 +26,7 @@ from typing import Any
 from dataplane.settings import setting
 from domains.registry import DEFAULT_DOMAIN
 from training.checkpoints import load_policy, save_final_model
-from training.fields import as_dict
+from training.fields import as_dict, tool_results_after
 from training.rewards import verified_success
 from training.sandbox.core import INJECTED_ERROR
 from training.sandbox.environment import call_tool
@@ -196,11 +196,7 @@ def _replayed_turns(
 def _faulted_calls(messages: list[Mapping[str, Any]], index: int, calls: int) -> list[bool]:
     """For each of the `calls` tool calls of the assistant message at `index`: whether its recorded
     result (the tool messages right after it, in order) is the back end's retryable fault."""
-    results = []
-    for message in messages[index + 1 : index + 1 + calls]:
-        if not isinstance(message, Mapping) or message.get("role") != "tool":
-            break
-        results.append(message.get("content") == INJECTED_ERROR)
+    results = [result.get("content") == INJECTED_ERROR for result in tool_results_after(messages, index, calls)]
     return results + [False] * (calls - len(results))
 
 
