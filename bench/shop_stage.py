@@ -41,17 +41,21 @@ It weighs the token where each argument of a call ends (the next begins or the c
 tool's name (`SFTSettings.weighted_argument_ends`: served, cancellations closed the call after the
 order id and left out the reason); `--without-argument-ends` leaves that out (the stage as it was
 before 2026-12-06, 19:30 UTC).
+It makes each customer name of its conversations a token of its own and weights it as the statuses
+(`AgentRecipe.shop_names`: the recipe's tokenizer spelt a name a few letters a token, and names were
+copied cut short or garbled, most of all when a call was made again after a fault);
+`--without-name-tokens` leaves that out (the stage as it was before 2026-12-07, 03:30 UTC).
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
 
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
-        [--without-id-marker] [--without-faults] [--without-argument-ends]
+        [--without-id-marker] [--without-faults] [--without-argument-ends] [--without-name-tokens]
         [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> argument_ends=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
+message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -79,6 +83,7 @@ from domains.retail.tiny_agent import (  # noqa: E402
     recipe_sft_settings,
     shop_demonstrations,
     shop_overrides,
+    shop_words,
     with_level1,
     with_shop_phrase_tokens,
 )
@@ -198,6 +203,11 @@ def main() -> None:
         help="the stage without `#W` cut out as a token of its own (AgentRecipe.shop_markers)",
     )
     parser.add_argument(
+        "--without-name-tokens",
+        action="store_true",
+        help="the stage without customer names as weighted tokens of their own (AgentRecipe.shop_names)",
+    )
+    parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
         default="level1",
@@ -217,6 +227,10 @@ def main() -> None:
         recipe = replace(recipe, shop_fault_rate=0.0)
     train, held = level1_tasks(work / "tasks", recipe)
     demos = shop_demonstrations(work / "shop", recipe)
+    if args.without_name_tokens:
+        recipe = replace(recipe, shop_names=False)
+    words = shop_words(recipe, demos)
+    print(f"{len(words)} words as tokens of their own: {', '.join(words)}", flush=True)
     if args.compact_shop:
         demos = [{**demo, "compact": True} for demo in demos]
         serve_compact()
@@ -228,13 +242,13 @@ def main() -> None:
         steps=args.steps,
         verified_only=False,
         tools=tools_for_levels({"4": 1.0}, "retail", args.tool_list),
-        **shop_overrides(recipe),
+        **shop_overrides(recipe, words),
     )
     if args.without_message_opening:
         settings = replace(settings, weighted_message_opening=False)
     if args.without_argument_ends:
         settings = replace(settings, weighted_argument_ends=False)
-    current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe)
+    current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe, words)
     for stage in range(args.stages):
         folder = work / f"shop{FIRST_SHOP_PHASE + stage}"
         summary = warm_start(current, demos, folder, replace(settings, seed=FIRST_SHOP_PHASE + stage))
@@ -261,7 +275,7 @@ def main() -> None:
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
-        f"markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
+        f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
         f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )

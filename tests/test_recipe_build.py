@@ -1,7 +1,7 @@
 """The shipped agent's recipe end to end at a toy size (`domains.retail.tiny_agent.build_agent`).
 
 Every stage runs a few steps on a small generated shop, in the recipe's order (the optional shop
-stages switched on); what ships is the model after the last stage, with the cancel reasons tokens
+stages switched on, with the order statuses, `#W` and the customers' names tokens of their own); what ships is the model after the last stage, with the cancel reasons tokens
 of their own, loadable through the product's `from_pretrained` path. A second build in the same work folder resumes every finished
 stage instead of training it again.
 """
@@ -16,6 +16,7 @@ import pytest
 from domains.retail.domain import ORDER_STATUSES
 from domains.retail.tiny_agent import BUILD_SUMMARY, STAGE_MARKER, AgentRecipe, build_agent
 from domains.retail.tools_write import CANCEL_REASONS
+from domains.retail.traffic.worldgen import FIRST_NAMES, LAST_NAMES
 from training.checkpoints import load_policy
 from training.tiny.manifest import SHIPPED_FILES
 
@@ -62,7 +63,11 @@ def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
     # hand-overs too (they never verify).
     shop = json.loads((tmp_path / "work" / "shop6" / STAGE_MARKER).read_text())["key"]["settings"]
     assert shop["compact"] is False and shop["verified_only"] is False
-    assert shop["weighted_phrases"] == list(CANCEL_REASONS) + list(ORDER_STATUSES)
+    weighted = shop["weighted_phrases"]
+    assert weighted[: len(CANCEL_REASONS) + len(ORDER_STATUSES)] == list(CANCEL_REASONS) + list(ORDER_STATUSES)
+    # ... and after them every customer name the stage's conversations know (AgentRecipe.shop_names).
+    names = weighted[len(CANCEL_REASONS) + len(ORDER_STATUSES) :]
+    assert names and set(names) <= set(FIRST_NAMES) | set(LAST_NAMES)
     assert shop["learning_rate"] == TOY.shop_lr
     # ... from the model that holds each order status as a single-word token: the tool names that
     # contain one are cut as the earlier stages learnt them.
@@ -77,6 +82,14 @@ def test_a_toy_build_runs_every_stage_and_ships_the_reasons_as_tokens(tmp_path):
     for text in ("Know the status of order #W1234567.", '{"order_id": "#W1234567"}'):
         assert marker in shop_base(text, add_special_tokens=False)["input_ids"]
     assert "#W" not in phrased_base.get_added_vocab()
+    # Each name a single-word token: one token in the customer's words and in the call alike, while a
+    # user id that spells it in lower case is cut as the earlier stages learnt it.
+    first = names[0]
+    token = shop_base.get_added_vocab()[first]
+    for text in (f"Hi, I am {first}.", f'{{"first_name": "{first}"}}'):
+        assert token in shop_base(text, add_special_tokens=False)["input_ids"]
+    user_id = f'{{"user_id": "{first.lower()}_smith_1234"}}'
+    assert shop_base(user_id)["input_ids"] == phrased_base(user_id)["input_ids"]
     assert 0 < summary["shop_conversations"] <= TOY.shop_traffic
 
     again = build_agent(tmp_path / "out2", tmp_path / "work", TOY, threads=1)

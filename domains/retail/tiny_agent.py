@@ -21,7 +21,8 @@ footing from this recipe, on a generated world (level 1 tasks):
    (`ScriptedAgent(handles=..., asks_reason=True)`): it asks who the customer is (again when a
    customer will not say at first), asks why before cancelling, serves order status and
    cancellations, and hands every other request to a person; with level 1's tool list, in the
-   served shop's form (full tool results), beside the level-1 demonstrations in theirs.
+   served shop's form (full tool results), beside the level-1 demonstrations in theirs; the order
+   statuses, the order id's `#W` and the customers' names become tokens of their own first.
 
 Every number of the recipe is a field of `AgentRecipe`; the manifest records it
 (`training.tiny.manifest`). Training must not import the evaluator, so the greedy figures in the
@@ -39,7 +40,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ from training.tiny.bootstrap import TinyModelSpec, build_tiny_policy
 from training.tiny.manifest import SHIPPED_FILES, WEIGHTS_FILE
 from training.tiny.phrases import add_phrase_tokens
 from training.tiny.pretrain import CopySettings, copy_pretrain
+from training.tiny.relabel import customer_names, name_pool
 from training.traffic.simulate import ServedTraffic
 
 # The mistakes a level-1 production log can show (names from domains.retail.traffic.agents.MISTAKES).
@@ -146,6 +148,17 @@ class AgentRecipe:
     # wrong order (11 of 45 before); served 40 of 200 against 36 (bench/results/shipped_agent.md,
     # "The order id's copy, and back-end faults").
     shop_markers: tuple[str, ...] = ("#W",)
+    # Each customer name in the shop stage's conversations a token of its own too (as single words,
+    # so a user id's lower-case `mohamed_wilson_1234` is cut as learnt), weighted like the statuses.
+    # The recipe's tokenizer spells a name a few letters a token ("M", "o", "hame", "d"), and the
+    # agent copied names cut short or garbled ("Moha Wils"), most of all in a call made again after
+    # a back-end fault: 16 of the best agent's 17 failed status and cancellation conversations met
+    # "user not found". With each name one token, the name in the customer's words and the name in
+    # the call are the same token, a copy as the statuses are: one 900-step stage served 78 of 200
+    # whole-shop conversations (35 of 36 cancellations, 43 of 45 status questions) against 16 for
+    # the same stage without, and copied every name and zip teacher-forced, retries too (44 of 44,
+    # 8 of 8; bench/results/shipped_agent.md, "Names as tokens").
+    shop_names: bool = True
     # The shop stage's conversations meet back-end faults as served ones do, and the expert retries
     # each (`ScriptedAgent(tool_fault_rate=...)`): a stage without them never showed a fault, and
     # its agent served after one wrote malformed calls or invented identities.
@@ -355,7 +368,8 @@ def build_agent(
     phases.append(("decision", expert, recipe.decision_steps, True, decision))
     phases.append(("phrases", expert, recipe.phrase_steps if recipe.phrases else 0, True, phrase_overrides(recipe)))
     shop_demos = shop_demonstrations(work, recipe) if recipe.shop_steps and recipe.shop_stages else []
-    shop = ("shop", with_level1(shop_demos, expert), recipe.shop_steps, False, shop_overrides(recipe))
+    words = shop_words(recipe, shop_demos)
+    shop = ("shop", with_level1(shop_demos, expert), recipe.shop_steps, False, shop_overrides(recipe, words))
     phases += [shop] * recipe.shop_stages
     for number, (name, demos, steps, verified_only, overrides) in enumerate(phases, start=1):
         if not steps:
@@ -363,7 +377,7 @@ def build_agent(
         if name == "phrases":
             current = with_phrase_tokens(current, work / "phrased", recipe)
         if name == "shop" and number == len(phases) - recipe.shop_stages + 1:  # before the first
-            current = with_shop_phrase_tokens(current, work / "shop-phrased", recipe)
+            current = with_shop_phrase_tokens(current, work / "shop-phrased", recipe, words)
         folder = work / f"{name}{number}"
         stage_settings = replace(
             settings, steps=steps, verified_only=verified_only, seed=number + 1000 * recipe.seed, **overrides
@@ -417,12 +431,19 @@ def phrase_overrides(recipe: AgentRecipe) -> dict[str, Any]:
     }
 
 
-def shop_overrides(recipe: AgentRecipe) -> dict[str, Any]:
+def shop_words(recipe: AgentRecipe, shop_demos: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The words a shop stage makes tokens of their own and weights: `recipe.shop_phrases`, then
+    with `recipe.shop_names` every customer name the stage's conversations know (`shop_demos`)."""
+    names = name_pool(customer_names(demo) for demo in shop_demos) if recipe.shop_names else ()
+    return tuple(dict.fromkeys((*recipe.shop_phrases, *names)))
+
+
+def shop_overrides(recipe: AgentRecipe, words: tuple[str, ...]) -> dict[str, Any]:
     """A shop stage's settings over `recipe_sft_settings`: weighted as the phrase stage, and the
-    shop's own phrases (`shop_phrases`, tokens of their own by `with_shop_phrase_tokens`) too;
+    shop's own `words` (`shop_words`, tokens of their own by `with_shop_phrase_tokens`) too;
     results in full as the served shop shows them. The stage imitates every conversation, verified
     or not (hand-overs never verify; the expert makes no mistakes)."""
-    weighted = tuple(recipe.phrases) + tuple(recipe.shop_phrases)
+    weighted = tuple(dict.fromkeys((*recipe.phrases, *words)))
     return {
         **phrase_overrides(recipe),
         "weighted_phrases": weighted,
@@ -468,15 +489,15 @@ def with_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe, markers:
     return folder
 
 
-def with_shop_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe) -> Path:
-    """`folder`: the model at `source` with `recipe.shop_phrases` and `recipe.shop_markers` tokens of
-    their own too, before a shop stage; `source` itself when the recipe has neither."""
-    if not recipe.shop_phrases and not recipe.shop_markers:
+def with_shop_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe, words: tuple[str, ...]) -> Path:
+    """`folder`: the model at `source` with the shop's `words` (`shop_words`) and `recipe.shop_markers`
+    tokens of their own too, before a shop stage; `source` itself when there are neither."""
+    if not words and not recipe.shop_markers:
         return source
     return with_phrase_tokens(
         source,
         folder,
-        replace(recipe, phrases=tuple(recipe.phrases) + tuple(recipe.shop_phrases)),
+        replace(recipe, phrases=tuple(dict.fromkeys((*recipe.phrases, *words)))),
         markers=tuple(recipe.shop_markers),
     )
 
