@@ -44,7 +44,7 @@ before 2026-12-06, 19:30 UTC).
 It makes each customer name of its conversations a token of its own and weights it as the statuses
 (`AgentRecipe.shop_names`: the recipe's tokenizer spelt a name a few letters a token, and names were
 copied cut short or garbled, most of all when a call was made again after a fault);
-`--without-name-tokens` leaves that out (the stage as it was before 2026-12-07, 03:30 UTC).
+`--without-name-tokens` leaves that out (the stage as it was before 2026-12-07, 03:00 UTC).
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
