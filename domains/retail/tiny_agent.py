@@ -438,15 +438,19 @@ def shop_words(recipe: AgentRecipe, shop_demos: Iterable[Mapping[str, Any]]) -> 
     return tuple(dict.fromkeys((*recipe.shop_phrases, *names)))
 
 
+def _with_shop_words(recipe: AgentRecipe, words: tuple[str, ...]) -> tuple[str, ...]:
+    """The recipe's phrases, then the shop's `words` not among them: what a shop stage tokenises and weights."""
+    return tuple(dict.fromkeys((*recipe.phrases, *words)))
+
+
 def shop_overrides(recipe: AgentRecipe, words: tuple[str, ...]) -> dict[str, Any]:
     """A shop stage's settings over `recipe_sft_settings`: weighted as the phrase stage, and the
     shop's own `words` (`shop_words`, tokens of their own by `with_shop_phrase_tokens`) too;
     results in full as the served shop shows them. The stage imitates every conversation, verified
     or not (hand-overs never verify; the expert makes no mistakes)."""
-    weighted = tuple(dict.fromkeys((*recipe.phrases, *words)))
     return {
         **phrase_overrides(recipe),
-        "weighted_phrases": weighted,
+        "weighted_phrases": _with_shop_words(recipe, words),
         # After the read both level-1 intents' next call is a message (the cancellation proposed,
         # the status told): its first word is the decision, weighted as a tool's name. Teacher-
         # forced on the expert's conversations, a stage without it made that choice greedily in 13
@@ -497,7 +501,7 @@ def with_shop_phrase_tokens(source: Path, folder: Path, recipe: AgentRecipe, wor
     return with_phrase_tokens(
         source,
         folder,
-        replace(recipe, phrases=tuple(dict.fromkeys((*recipe.phrases, *words)))),
+        replace(recipe, phrases=_with_shop_words(recipe, words)),
         markers=tuple(recipe.shop_markers),
     )
 
