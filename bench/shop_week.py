@@ -28,7 +28,7 @@ person resolved with tools outside the six, and GRPO draws every intent's record
 stops each week after the supervised step.
 
     .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
-        [--tool-list level1|all] [--beta 0.0] [--work DIR]
+        [--sft-steps 20] [--tool-list level1|all] [--beta 0.0] [--work DIR]
 
 The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
 served_week=<k>/<n> episodes=<n> stepped=<k>/200 step_vs_start=[...] grpo=<k>/200 grpo_reward_first=<x>
@@ -45,6 +45,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +63,7 @@ from domains.retail.traffic.simulate import simulate  # noqa: E402
 from evaluation.stats import cluster_bootstrap_ci  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
-from training.episode_update import EpisodeUpdateSettings, episode_update  # noqa: E402
+from training.episode_update import EpisodeUpdateSettings, episode_update, good_episodes  # noqa: E402
 from training.grpo import run as run_grpo  # noqa: E402
 from training.grpo_config import GRPORunConfig  # noqa: E402
 from training.reporting import JsonLinesReporter  # noqa: E402
@@ -154,6 +155,17 @@ class TallyingReporter(JsonLinesReporter):
         )
 
 
+def episode_intents(records: list[dict], tools: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """The supervised step's episodes per intent: the agent's own successes, and the hand-overs a
+    person completed (`training.episode_update.good_episodes`, as the step selects them)."""
+    by_id = {r["interaction_id"]: r for r in records}
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for episode in good_episodes(records, 4, tools, model_name=MODEL_NAME):
+        record = by_id[episode["interaction_id"]]
+        counts[record["intent"]]["resolved by a person" if record.get("handoff") else "the agent's own"] += 1
+    return {intent: dict(c) for intent, c in sorted(counts.items())}
+
+
 def paired(after: dict, before: dict) -> str:
     """`after` against `before` on the same served conversations: won/lost and the difference of
     completion rates with its 95% interval, resampling customers (the calibration gate's CI)."""
@@ -176,6 +188,12 @@ def main() -> None:
     parser.add_argument("--per-day", type=int, default=70, help="whole-shop conversations served a day, for 7 days")
     parser.add_argument("--grpo-steps", type=int, default=20, help="0: the supervised step alone")
     parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=EpisodeUpdateSettings.steps,
+        help="optimizer steps of the supervised step (the product's default: episodes_steps)",
+    )
+    parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
         default="level1",
@@ -185,8 +203,8 @@ def main() -> None:
     parser.add_argument("--weeks", type=int, default=1, help="weeks in a row, each served by the last week's output")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     args = parser.parse_args()
-    if args.per_day < 1 or args.grpo_steps < 0 or args.weeks < 1:
-        parser.error("--per-day and --weeks must be at least 1, --grpo-steps at least 0")
+    if args.per_day < 1 or args.grpo_steps < 0 or args.weeks < 1 or args.sft_steps < 1:
+        parser.error("--per-day, --weeks and --sft-steps must be at least 1, --grpo-steps at least 0")
     import torch
     from shop_stage import served, without_conversations
 
@@ -204,13 +222,15 @@ def main() -> None:
             records = stored_week(current, args.per_day, folder / "served", week, args.tool_list)
             completed = sum(r["outcome"] == "completed" for r in records)
             print(f"week {week}: served {completed}/{len(records)} completed", flush=True)
+            tools = tools_for_levels(LEVELS, "retail", args.tool_list)
+            print(f"week {week}: good episodes by intent {episode_intents(records, tools)}", flush=True)
             step = episode_update(
                 current,
                 records,
                 folder / "episodes",
-                EpisodeUpdateSettings(),
+                EpisodeUpdateSettings(steps=args.sft_steps),
                 level=4,
-                tools=tools_for_levels(LEVELS, "retail", args.tool_list),
+                tools=tools,
                 seed=week,
                 torch_threads=2,
                 model_name=MODEL_NAME,

@@ -86,6 +86,29 @@ def test_a_model_that_always_hands_over_has_every_conversation_finished_by_a_per
     assert {r["handoff"]["outcome"] for r in handed_over} == {"completed"}
 
 
+def test_the_person_reads_the_record_each_change_touches_before_proposing_it(handed_over):
+    """A generated scenario's gold is its writes alone; the person still reads the order (or the
+    account) a change touches first, so the ids it copies appear before it, as the policy asks."""
+    from domains.registry import load_domain
+
+    domain = load_domain("retail")
+    writes = 0
+    for record in handed_over:
+        person = record["messages"][record["handoff"]["at_message"] :]
+        calls = [c for m in person for c in m.get("tool_calls") or ()]
+        for index, call in enumerate(calls):
+            spec = domain.spec(call["name"])
+            if spec is None or spec.kind != "write":
+                continue
+            writes += 1
+            key = call["arguments"][spec.record.argument]
+            # A call the back end refused is made again: the read comes before the first try.
+            before = [c for c in calls[:index] if c["name"] not in ("send_message_to_customer", call["name"])]
+            assert before and before[-1]["arguments"] == {spec.record.argument: key}, record["interaction_id"]
+            assert domain.spec(before[-1]["name"]).kind == "read"
+    assert writes >= 5
+
+
 def test_a_model_that_never_hands_over_writes_no_handoff(kept):
     assert all("handoff" not in r for r in kept)
     assert {r["outcome"] for r in kept} == {"failed"}
@@ -294,6 +317,69 @@ def test_a_completed_handoff_becomes_a_demonstration_without_the_hand_over():
     record["messages"][2]["content"] = ""
     assert resolved_demonstration(record) == [*record["messages"][:2], *record["messages"][4:]]
     assert record["messages"][3]["role"] == "tool", "the record itself is left as it was"
+
+
+def _say(text: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"name": "send_message_to_customer", "arguments": {"message": text}}],
+    }
+
+
+def _heard(text: str) -> dict:
+    return {"role": "tool", "name": "send_message_to_customer", "content": text}
+
+
+def _identified_then_handed_over(person_finds: str) -> dict:
+    """The agent identifies the customer and hands over; the person greets, asks who the customer
+    is again, identifies (finding `person_finds`), reads and cancels."""
+    find = {"name": "find_user_id_by_email", "arguments": {"email": "a@b.c"}}
+    agent = [
+        {"role": "system", "content": "policy"},
+        {"role": "user", "content": "Hi, I need to return something."},
+        _say("Could you give me your email?"),
+        _heard("It is a@b.c."),
+        {"role": "assistant", "content": "", "tool_calls": [find]},
+        {"role": "tool", "name": "find_user_id_by_email", "content": "user_1"},
+        {"role": "assistant", "content": "", "tool_calls": [HAND_OVER]},
+        {"role": "tool", "name": "transfer_to_human_agents", "content": "Transfer successful"},
+    ]
+    person = [
+        _say("Hello, this is a member of the support team."),
+        _heard("Hi."),
+        _say("To verify your identity, could you please provide your email?"),
+        _heard("a@b.c"),
+        {"role": "assistant", "content": "", "tool_calls": [find]},
+        {"role": "tool", "name": "find_user_id_by_email", "content": "Error: the back end timed out"},
+        {"role": "assistant", "content": "", "tool_calls": [find]},
+        {"role": "tool", "name": "find_user_id_by_email", "content": person_finds},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"name": "get_order_details", "arguments": {"order_id": "#W1"}}],
+        },
+        {"role": "tool", "name": "get_order_details", "content": "{}"},
+        _say("Done."),
+    ]
+    return {
+        "interaction_id": "y",
+        "domain": "retail",
+        "messages": agent + person,
+        "outcome": "escalated",
+        "handoff": {"at_message": len(agent), "by": "human:sim-agent-01", "outcome": "completed"},
+    }
+
+
+def test_a_person_identifying_again_whom_the_agent_identified_is_left_out_of_the_demonstration():
+    record = _identified_then_handed_over("user_1")
+    demo = resolved_demonstration(record)
+    # The agent's part without the hand-over, then the person's from after the identification
+    # that found the same customer (its greeting, the identity asked again, the failed try: gone).
+    assert demo == [*record["messages"][:6], *record["messages"][-3:]]
+    # A person who found someone else is kept whole: the agent's identification is not the person's.
+    other = _identified_then_handed_over("user_2")
+    assert resolved_demonstration(other) == [*other["messages"][:6], *other["messages"][8:]]
 
 
 def test_no_demonstration_from_a_failed_or_unresolved_handoff():

@@ -62,16 +62,36 @@ def _say(text: str) -> Message:
 
 class GoldReplayHuman:
     """A person who does what the gold says, the way the domain's policy asks it done: greets,
-    asks the customer for what an identification call needs before making it, reads, proposes
-    each change and waits for the answer before making it, tells the gold's facts, and closes.
-    The hand-over in the gold is left out (the person is who it handed to). The `Policy` of a
-    domain without a rules agent."""
+    asks the customer for what an identification call needs before making it, reads the record
+    each change touches (when the gold has not just read it), proposes each change and waits for
+    the answer before making it, tells the gold's facts, and closes. The hand-over in the gold is
+    left out (the person is who it handed to). The `Policy` of a domain without a rules agent.
+
+    The read before a change is the policy's (and the reward's `step_order`): a gold of writes
+    alone, as generated scenarios have, made the person change an order it never looked at, and a
+    conversation that taught the agent a write whose ids appear nowhere before it."""
 
     name = "human:gold-replay"
 
     def __init__(self, domain: str = DEFAULT_DOMAIN) -> None:
-        self._kinds = load_domain(domain).kinds()
+        spec = load_domain(domain)
+        self._kinds = spec.kinds()
+        self._records = {s.name: s.record for s in spec.tool_specs if s.record is not None}
+        # The read of each table: the first read tool that names a record of it.
+        self._reads: dict[str, tuple[str, str]] = {}
+        for s in spec.tool_specs:
+            if s.kind == ToolKind.READ and s.record is not None:
+                self._reads.setdefault(s.record.table, (s.name, s.record.argument))
         self._scripts: dict[str, list[Message]] = {}
+
+    def _read_before(self, name: str, arguments: Mapping[str, Any]) -> Message | None:
+        """The read of the record the write `name` touches, or None when it names none or the
+        domain has no read of its table."""
+        record = self._records.get(name)
+        read = None if record is None else self._reads.get(record.table)
+        if record is None or read is None or arguments.get(record.argument) is None:
+            return None
+        return _call(read[0], {read[1]: arguments[record.argument]})
 
     def plan(self, task_id: str, row: Mapping[str, Any], seed: int) -> None:
         gold = row.get("gold") or {}
@@ -85,6 +105,9 @@ class GoldReplayHuman:
                 wanted = " and ".join(key.replace("_", " ") for key in arguments)
                 steps.append(_say(f"To verify your identity, could you please provide your {wanted}?"))
             elif kind == ToolKind.WRITE:
+                read = self._read_before(name, arguments)
+                if read is not None and read not in steps[-1:]:
+                    steps.append(read)
                 shown = ", ".join(f"{key}: {value}" for key, value in arguments.items())
                 steps.append(_say(f"I can {name.replace('_', ' ')} ({shown}). Shall I proceed?"))
             steps.append(_call(name, arguments))
@@ -189,19 +212,34 @@ def resolve_handovers(
     return parts
 
 
+def _found_at(messages: Sequence[Mapping[str, Any]], identify: frozenset[str]) -> tuple[int, str] | None:
+    """(the index just past the first identification result that found someone, that result), or
+    None when no identification call in `messages` succeeded."""
+    for index, message in enumerate(messages):
+        content = str(message.get("content") or "")
+        if message.get("role") == "tool" and message.get("name") in identify and not content.startswith("Error"):
+            return index + 1, content
+    return None
+
+
 def resolved_demonstration(record: Mapping[str, Any]) -> list[Message] | None:
     """The conversation a handed-over record teaches, when its person completed the task: the
     agent's part without the hand-over call (and its result), then the person's turns as the
     assistant's. None for a record without `handoff` or whose person's part failed.
 
     The person's turns are assistant turns already (the person spoke through the same tools), so
-    they are kept as recorded; what goes is the agent's decision to hand over."""
+    they are kept as recorded; what goes is the agent's decision to hand over, and, when the agent
+    had already identified the customer as the person then did again (the same result), the
+    person's part up to that identification: its greeting, the identity asked again and the call
+    made twice. Kept, the step taught an agent that identifies the customer to do it a second
+    time, in the desk's words, before the work it had handed over."""
     handoff = record.get("handoff")
     if not isinstance(handoff, Mapping) or handoff.get("outcome") != "completed":
         return None
     messages = [copy_json(dict(m)) for m in record.get("messages") or ()]
     at = int(handoff["at_message"])
-    hand_over = _hand_over_tools(str(record.get("domain") or DEFAULT_DOMAIN))
+    domain = load_domain(str(record.get("domain") or DEFAULT_DOMAIN))
+    hand_over = frozenset(domain.tool_names(ToolKind.HAND_OVER))
     agent: list[Message] = []
     for message in messages[:at]:
         if message.get("role") == "tool" and message.get("name") in hand_over:
@@ -213,4 +251,9 @@ def resolved_demonstration(record: Mapping[str, Any]) -> list[Message] | None:
                 continue
             message = {**message, "tool_calls": kept}
         agent.append(message)
-    return agent + messages[at:]
+    person = messages[at:]
+    identify = frozenset(domain.tool_names(ToolKind.IDENTIFY))
+    by_agent, by_person = _found_at(agent, identify), _found_at(person, identify)
+    if by_agent is not None and by_person is not None and by_agent[1] == by_person[1]:
+        person = person[by_person[0] :]
+    return agent + person
