@@ -25,7 +25,10 @@ built with). Each week:
 `--tool-list all` serves, steps, trains and measures with every tool listed (for an agent built with
 `bench/shop_stage.py --tool-list all`): the supervised step then also imitates the hand-overs a
 person resolved with tools outside the six, and GRPO draws every intent's records. `--grpo-steps 0`
-stops each week after the supervised step.
+stops each week after the supervised step; `--sft-steps` sets the step's length (the product's
+20 by default). Each week prints its good episodes per intent, the agent's own and those a person
+resolved. A second run with the same `--work` and `--model` (another `--sft-steps`, say) reads the
+served week and the figures measured before back instead of serving them again.
 
     .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
         [--sft-steps 20] [--tool-list level1|all] [--beta 0.0] [--work DIR]
@@ -77,16 +80,18 @@ MODEL_NAME = "bench"
 def stored_week(model: Path, per_day: int, work: Path, week: int, tool_list: str) -> list[dict]:
     """Week `week` (1, 2, ...) the model served on the whole shop, as the store gives it back. Each
     week is a fresh draw of conversations (seed WEEK_SEED + week - 1) from the same shop, as the
-    demo's weeks are."""
-    simulate(
-        days=7,
-        per_day=per_day,
-        seed=WEEK_SEED + week - 1,
-        out_dir=work / "landing",
-        policy=serving_policy(str(model), level=None, tool_list=tool_list),
-        n_users=CUSTOMERS,
-        policy_version=f"{MODEL_NAME}/{week}",
-    )
+    demo's weeks are. A folder that holds the week already (a run again with the same `--work`,
+    e.g. another `--sft-steps`) is read back, not served again: the draw and the model are the same."""
+    if not list((work / "landing").glob("*/interactions.jsonl")):
+        simulate(
+            days=7,
+            per_day=per_day,
+            seed=WEEK_SEED + week - 1,
+            out_dir=work / "landing",
+            policy=serving_policy(str(model), level=None, tool_list=tool_list),
+            n_users=CUSTOMERS,
+            policy_version=f"{MODEL_NAME}/{week}",
+        )
     db = work / "store.duckdb"
     ingest_paths(db, [work / "landing"])
     with open_store(db) as con:
@@ -155,6 +160,19 @@ class TallyingReporter(JsonLinesReporter):
         )
 
 
+def measured(model: Path, out: Path, tool_list: str) -> dict:
+    """`shop_stage.served` on the bench's 200 conversations, read back from `out` when a run with
+    the same `--work` (and `--model`) measured it already."""
+    from shop_stage import served
+
+    figures = out / "figures.json"
+    if figures.exists():
+        return json.loads(figures.read_text())
+    result = served(model, 200, out, tool_list)
+    figures.write_text(json.dumps(result))
+    return result
+
+
 def episode_intents(records: list[dict], tools: tuple[str, ...]) -> dict[str, dict[str, int]]:
     """The supervised step's episodes per intent: the agent's own successes, and the hand-overs a
     person completed (`training.episode_update.good_episodes`, as the step selects them)."""
@@ -206,7 +224,7 @@ def main() -> None:
     if args.per_day < 1 or args.grpo_steps < 0 or args.weeks < 1 or args.sft_steps < 1:
         parser.error("--per-day, --weeks and --sft-steps must be at least 1, --grpo-steps at least 0")
     import torch
-    from shop_stage import served, without_conversations
+    from shop_stage import without_conversations
 
     torch.set_num_threads(2)
     work = args.work or Path(tempfile.mkdtemp(prefix="shop-week-"))
@@ -214,7 +232,7 @@ def main() -> None:
     lines = []
     # One key for the gateway that serves and the ingestion that stores, as in a deployment.
     with using_pii_key(AgentRecipe().pii_key):
-        base = served(args.model, 200, work / "served-base", args.tool_list)
+        base = measured(args.model, work / "served-base", args.tool_list)
         print(f"base: {base['completed']}/{base['n']} {json.dumps(without_conversations(base))}", flush=True)
         current, last = args.model, base
         for week in range(1, args.weeks + 1):
@@ -227,7 +245,7 @@ def main() -> None:
             step = episode_update(
                 current,
                 records,
-                folder / "episodes",
+                folder / f"episodes-{args.sft_steps}",
                 EpisodeUpdateSettings(steps=args.sft_steps),
                 level=4,
                 tools=tools,
@@ -236,7 +254,7 @@ def main() -> None:
                 model_name=MODEL_NAME,
             )
             print(f"week {week}: supervised step {step.to_dict()}", flush=True)
-            stepped = served(Path(step.model_path), 200, folder / "measured-stepped", args.tool_list)
+            stepped = measured(Path(step.model_path), folder / f"measured-stepped-{args.sft_steps}", args.tool_list)
             print(f"week {week}: stepped {json.dumps(without_conversations(stepped))}", flush=True)
             line = (
                 f"week={week} served_week={completed}/{len(records)} episodes={step.episodes} "
@@ -244,9 +262,16 @@ def main() -> None:
             )
             trained, after = Path(step.model_path), stepped
             if args.grpo_steps:
-                path, curve = grpo(step.model_path, records, args.grpo_steps, folder, args.tool_list, args.beta)
+                path, curve = grpo(
+                    step.model_path,
+                    records,
+                    args.grpo_steps,
+                    folder / f"after-{args.sft_steps}",
+                    args.tool_list,
+                    args.beta,
+                )
                 print(f"week {week}: grpo rewards {[round(r, 3) for r in curve]}", flush=True)
-                trained, after = Path(path), served(Path(path), 200, folder / "measured", args.tool_list)
+                trained, after = Path(path), measured(Path(path), folder / f"measured-{args.sft_steps}", args.tool_list)
                 print(f"week {week}: {json.dumps(without_conversations(after))}", flush=True)
                 line += (
                     f" grpo={after['completed']}/200 grpo_reward_first={curve[0]:.3f} "

@@ -109,6 +109,37 @@ def test_the_person_reads_the_record_each_change_touches_before_proposing_it(han
     assert writes >= 5
 
 
+def test_what_a_change_needs_is_in_the_conversation_before_the_person_makes_it(handed_over):
+    """The person asks the customer for a change's details (the address, the payment method, the
+    items, the reason) before proposing it, so every value the call carries was said or read
+    before it, and the customer agreed to the change proposed: what a model imitating the
+    resolution can copy. New variants' item ids are the exception: they are a product's, which
+    the person does not read."""
+    from domains.registry import load_domain
+
+    domain = load_domain("retail")
+    checked = 0
+    for record in handed_over:
+        at = record["handoff"]["at_message"]
+        messages = record["messages"]
+        for index in range(at, len(messages)):
+            for call in messages[index].get("tool_calls") or ():
+                spec = domain.spec(call["name"])
+                if spec is None or spec.kind != "write":
+                    continue
+                heard = " ".join(str(m.get("content")) for m in messages[:index] if m.get("role") in ("user", "tool"))
+                assert "not what I asked for" not in messages[index - 1]["content"] + messages[index - 3]["content"]
+                for argument, value in call["arguments"].items():
+                    # The customer's id comes from an identification, which this agent never made
+                    # and the person, whom the gold does not ask to, does not make either.
+                    if argument in ("new_item_ids", "user_id"):
+                        continue
+                    for one in value if isinstance(value, list) else [value]:
+                        assert str(one) in heard, (record["interaction_id"], argument, one)
+                        checked += 1
+    assert checked >= 20
+
+
 def test_a_model_that_never_hands_over_writes_no_handoff(kept):
     assert all("handoff" not in r for r in kept)
     assert {r["outcome"] for r in kept} == {"failed"}

@@ -156,6 +156,7 @@ _GOAL_TEXT = {
 # Proposal keywords: every one found names an action the agent may be proposing.
 _PROPOSALS = [
     ("default address", "modify_user_address"),
+    ("user address", "modify_user_address"),  # the tool's own words (`modify_user_address`)
     ("cancel", "cancel_order"),
     ("exchang", "exchange_items"),
     ("return", "return_items"),

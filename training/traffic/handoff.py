@@ -18,6 +18,7 @@ person completed the task into one conversation an SFT step can learn from.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,13 @@ class GoldReplayHuman:
         for s in spec.tool_specs:
             if s.kind == ToolKind.READ and s.record is not None:
                 self._reads.setdefault(s.record.table, (s.name, s.record.argument))
+        # What identification calls take: asked once, at identification, never again for a change.
+        self._identity = frozenset(
+            str(key)
+            for s in spec.tool_specs
+            if s.kind == ToolKind.IDENTIFY
+            for key in (s.schema.get("function", {}).get("parameters", {}).get("properties") or {})
+        )
         self._scripts: dict[str, list[Message]] = {}
 
     def _read_before(self, name: str, arguments: Mapping[str, Any]) -> Message | None:
@@ -92,6 +100,21 @@ class GoldReplayHuman:
         if record is None or read is None or arguments.get(record.argument) is None:
             return None
         return _call(read[0], {read[1]: arguments[record.argument]})
+
+    def _details(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """What the person asks the customer for before proposing the write `name`: its arguments
+        but the record it touches and what an identification asks (the customer has said who they
+        are), named by their words ("payment_method_id" is "payment method", "address1" and
+        "address2" one "address"). Empty when there is nothing to ask."""
+        record = self._records.get(name)
+        words: list[str] = []
+        for argument in arguments:
+            if record is not None and argument == record.argument:
+                continue
+            word = re.sub(r"\d+$", "", re.sub(r"_ids?$", "", argument)).replace("_", " ").strip()
+            if word and argument not in self._identity and word not in words:
+                words.append(word)
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" and {words[-1]}" if words else ""
 
     def plan(self, task_id: str, row: Mapping[str, Any], seed: int) -> None:
         gold = row.get("gold") or {}
@@ -108,6 +131,9 @@ class GoldReplayHuman:
                 read = self._read_before(name, arguments)
                 if read is not None and read not in steps[-1:]:
                     steps.append(read)
+                asked = self._details(name, arguments)
+                if asked:
+                    steps.append(_say(f"Could you please tell me the {asked} for this change?"))
                 shown = ", ".join(f"{key}: {value}" for key, value in arguments.items())
                 steps.append(_say(f"I can {name.replace('_', ' ')} ({shown}). Shall I proceed?"))
             steps.append(_call(name, arguments))
