@@ -29,6 +29,8 @@ stops each week after the supervised step; `--sft-steps` sets the step's length 
 20 by default). Each week prints its good episodes per intent, the agent's own and those a person
 resolved. A second run with the same `--work` and `--model` (another `--sft-steps`, say) reads the
 served week and the figures measured before back instead of serving them again.
+`--without-resolutions` leaves the hand-overs out of the step: it imitates the agent's own
+successes only.
 
     .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
         [--sft-steps 20] [--tool-list level1|all] [--beta 0.0] [--work DIR]
@@ -217,6 +219,11 @@ def main() -> None:
         default="level1",
         help="the tools the agent was built with and serves, trains and is measured with",
     )
+    parser.add_argument(
+        "--without-resolutions",
+        action="store_true",
+        help="the supervised step imitates the agent's own successes only, not what a person finished",
+    )
     parser.add_argument("--beta", type=float, default=0.0, help="GRPO's KL coefficient (the product's default 0)")
     parser.add_argument("--weeks", type=int, default=1, help="weeks in a row, each served by the last week's output")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
@@ -242,10 +249,11 @@ def main() -> None:
             print(f"week {week}: served {completed}/{len(records)} completed", flush=True)
             tools = tools_for_levels(LEVELS, "retail", args.tool_list)
             print(f"week {week}: good episodes by intent {episode_intents(records, tools)}", flush=True)
+            arm = f"{args.sft_steps}{'-own' if args.without_resolutions else ''}"
             step = episode_update(
                 current,
-                records,
-                folder / f"episodes-{args.sft_steps}",
+                [r for r in records if not (args.without_resolutions and r.get("handoff"))],
+                folder / f"episodes-{arm}",
                 EpisodeUpdateSettings(steps=args.sft_steps),
                 level=4,
                 tools=tools,
@@ -254,7 +262,7 @@ def main() -> None:
                 model_name=MODEL_NAME,
             )
             print(f"week {week}: supervised step {step.to_dict()}", flush=True)
-            stepped = measured(Path(step.model_path), folder / f"measured-stepped-{args.sft_steps}", args.tool_list)
+            stepped = measured(Path(step.model_path), folder / f"measured-stepped-{arm}", args.tool_list)
             print(f"week {week}: stepped {json.dumps(without_conversations(stepped))}", flush=True)
             line = (
                 f"week={week} served_week={completed}/{len(records)} episodes={step.episodes} "
@@ -266,12 +274,12 @@ def main() -> None:
                     step.model_path,
                     records,
                     args.grpo_steps,
-                    folder / f"after-{args.sft_steps}",
+                    folder / f"after-{arm}",
                     args.tool_list,
                     args.beta,
                 )
                 print(f"week {week}: grpo rewards {[round(r, 3) for r in curve]}", flush=True)
-                trained, after = Path(path), measured(Path(path), folder / f"measured-{args.sft_steps}", args.tool_list)
+                trained, after = Path(path), measured(Path(path), folder / f"measured-{arm}", args.tool_list)
                 print(f"week {week}: {json.dumps(without_conversations(after))}", flush=True)
                 line += (
                     f" grpo={after['completed']}/200 grpo_reward_first={curve[0]:.3f} "

@@ -317,6 +317,15 @@ class Domain:
         (`training.traffic.handoff`)."""
         return None
 
+    def change_phrases(
+        self, tool: str, arguments: Mapping[str, Any], initial_state: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        """(the proposal, the confirmation) the shop's own agent says for the change `tool` with
+        `arguments` on `initial_state`, or None to let the person who takes a hand-over word them
+        from the tool's name. A person who speaks as the shop's agent does leaves resolutions a
+        model built on that agent's conversations can learn from (`training.traffic.handoff`)."""
+        return None
+
 
 @runtime_checkable
 class TrafficGenerator(Protocol):

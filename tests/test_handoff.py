@@ -140,6 +140,31 @@ def test_what_a_change_needs_is_in_the_conversation_before_the_person_makes_it(h
     assert checked >= 20
 
 
+def test_the_person_proposes_and_confirms_a_change_in_the_shops_own_words(handed_over):
+    """Retail words its changes as its own agent does (`Domain.change_phrases`), so a resolution
+    reads as the conversations a model of the shop was built on."""
+    from domains.registry import load_domain
+
+    domain = load_domain("retail")
+    checked = 0
+    for record in handed_over:
+        said = [
+            c["arguments"]["message"]
+            for m in record["messages"][record["handoff"]["at_message"] :]
+            for c in m.get("tool_calls") or ()
+            if c["name"] == "send_message_to_customer"
+        ]
+        writes = [a for a in (record.get("gold") or {}).get("actions") or () if a["name"] in domain.tool_names("write")]
+        for write in writes:
+            proposal, confirmation = domain.change_phrases(write["name"], write["arguments"], record["initial_state"])
+            assert proposal.endswith("Shall I proceed?") and proposal in said, record["interaction_id"]
+            if record["handoff"]["outcome"] == "completed":
+                assert confirmation in said
+            checked += 1
+    assert checked >= 5
+    assert domain.change_phrases("get_order_details", {"order_id": "#W1"}, {}) is None
+
+
 def test_a_model_that_never_hands_over_writes_no_handoff(kept):
     assert all("handoff" not in r for r in kept)
     assert {r["outcome"] for r in kept} == {"failed"}
@@ -425,7 +450,11 @@ def test_a_served_days_completed_handoffs_make_demonstrations_with_no_hand_over(
         calls = [c["name"] for m in demo for c in m.get("tool_calls") or ()]
         assert "transfer_to_human_agents" not in calls
         assert not any(m.get("role") == "tool" and m.get("name") == "transfer_to_human_agents" for m in demo)
-        assert re.match(r"Hello, this is a member", demo[2]["tool_calls"][0]["arguments"]["message"])
+        # The desk's greeting and the customer's answer to it go; the person's work follows the
+        # customer's opening as the agent's own would.
+        at = record["handoff"]["at_message"]
+        assert re.match(r"Hello, this is a member", record["messages"][at]["tool_calls"][0]["arguments"]["message"])
+        assert demo == [*record["messages"][:2], *record["messages"][at + 2 :]]
 
 
 def test_retrain_simulate_takes_level_and_fault_rate_only_for_a_served_day(tmp_path, capsys):
@@ -506,10 +535,9 @@ def test_at_level_1_a_persons_resolution_is_restated_in_the_levels_form(handed_o
         assert calls == wanted[: len(calls)] and calls
         assert "handoff" not in episode
         assert not any(re.match(r"Hello, this is a member", c["arguments"].get("message", "")) for c in calls)
-    # Above level 1 the person's turns are kept as they were written.
+    # Above level 1 the person's work is kept as it was written (without the desk's greeting).
     (above,) = good_episodes([by_id[episodes[0]["interaction_id"]]], level=4, fractions=everyone_trains)
-    assert any(
-        re.match(r"Hello, this is a member", c["arguments"].get("message", ""))
-        for m in above["messages"]
-        for c in m.get("tool_calls") or ()
-    )
+    calls = [c for m in above["messages"] for c in m.get("tool_calls") or ()]
+    assert not any(re.match(r"Hello, this is a member", c["arguments"].get("message", "")) for c in calls)
+    gold = [a for a in by_id[above["interaction_id"]]["gold"]["actions"] if a["name"] != "transfer_to_human_agents"]
+    assert all(a in [{"name": c["name"], "arguments": c["arguments"]} for c in calls] for a in gold) and gold

@@ -168,6 +168,13 @@ class RetailDomain(Domain):
 
         return RetailTraffic()
 
+    def change_phrases(
+        self, tool: str, arguments: Mapping[str, Any], initial_state: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        from domains.retail.traffic.agents import change_phrases
+
+        return change_phrases(tool, arguments, initial_state)
+
     def rules_agent(self, **options: Any) -> Any:
         # The shop's scripted agent (`domains.retail.traffic.agents.ScriptedAgent`) plays a whole
         # conversation in one call, reading each customer reply as it goes, so it is no

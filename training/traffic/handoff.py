@@ -64,9 +64,11 @@ def _say(text: str) -> Message:
 class GoldReplayHuman:
     """A person who does what the gold says, the way the domain's policy asks it done: greets,
     asks the customer for what an identification call needs before making it, reads the record
-    each change touches (when the gold has not just read it), proposes each change and waits for
-    the answer before making it, tells the gold's facts, and closes. The hand-over in the gold is
-    left out (the person is who it handed to). The `Policy` of a domain without a rules agent.
+    each change touches (when the gold has not just read it), asks the customer for the change's
+    details, proposes each change and waits for the answer before making it (and confirms it, in
+    the shop's agent's words where the domain has them: `Domain.change_phrases`), tells the gold's
+    facts, and closes. The hand-over in the gold is left out (the person is who it handed to). The
+    `Policy` of a domain without a rules agent.
 
     The read before a change is the policy's (and the reward's `step_order`): a gold of writes
     alone, as generated scenarios have, made the person change an order it never looked at, and a
@@ -75,7 +77,7 @@ class GoldReplayHuman:
     name = "human:gold-replay"
 
     def __init__(self, domain: str = DEFAULT_DOMAIN) -> None:
-        spec = load_domain(domain)
+        spec = self._domain = load_domain(domain)
         self._kinds = spec.kinds()
         self._records = {s.name: s.record for s in spec.tool_specs if s.record is not None}
         # The read of each table: the first read tool that names a record of it.
@@ -134,8 +136,15 @@ class GoldReplayHuman:
                 asked = self._details(name, arguments)
                 if asked:
                     steps.append(_say(f"Could you please tell me the {asked} for this change?"))
-                shown = ", ".join(f"{key}: {value}" for key, value in arguments.items())
-                steps.append(_say(f"I can {name.replace('_', ' ')} ({shown}). Shall I proceed?"))
+                phrases = self._domain.change_phrases(name, arguments, row.get("initial_state") or {})
+                if phrases is None:
+                    shown = ", ".join(f"{key}: {value}" for key, value in arguments.items())
+                    phrases = (f"I can {name.replace('_', ' ')} ({shown}). Shall I proceed?", "")
+                steps.append(_say(phrases[0]))
+                steps.append(_call(name, arguments))
+                if phrases[1]:
+                    steps.append(_say(phrases[1]))
+                continue
             steps.append(_call(name, arguments))
         outputs = [str(o) for o in gold.get("outputs") or ()]
         if outputs:
@@ -254,11 +263,13 @@ def resolved_demonstration(record: Mapping[str, Any]) -> list[Message] | None:
     assistant's. None for a record without `handoff` or whose person's part failed.
 
     The person's turns are assistant turns already (the person spoke through the same tools), so
-    they are kept as recorded; what goes is the agent's decision to hand over, and, when the agent
-    had already identified the customer as the person then did again (the same result), the
-    person's part up to that identification: its greeting, the identity asked again and the call
-    made twice. Kept, the step taught an agent that identifies the customer to do it a second
-    time, in the desk's words, before the work it had handed over."""
+    they are kept as recorded; what goes is the agent's decision to hand over, the desk's greeting
+    (and the customer's answer to it), and, when the agent had already identified the customer as
+    the person then did again (the same result), the person's part up to that identification: the
+    identity asked again and the call made twice. Kept, they taught an agent that had identified the
+    customer to greet as the desk next, where its own conversations read the order: one week's step
+    on them (`bench/shop_week.py --tool-list all`) broke a third of the status questions and most
+    cancellations the agent had served."""
     handoff = record.get("handoff")
     if not isinstance(handoff, Mapping) or handoff.get("outcome") != "completed":
         return None
@@ -278,8 +289,18 @@ def resolved_demonstration(record: Mapping[str, Any]) -> list[Message] | None:
             message = {**message, "tool_calls": kept}
         agent.append(message)
     person = messages[at:]
+    if _greets(person[:1]):
+        # The desk taking over is not work the agent would do: it said nothing the agent's part
+        # needs, and the customer's answer restates the request the agent already heard.
+        person = person[2:] if len(person) > 1 and person[1].get("role") == "tool" else person[1:]
     identify = frozenset(domain.tool_names(ToolKind.IDENTIFY))
     by_agent, by_person = _found_at(agent, identify), _found_at(person, identify)
     if by_agent is not None and by_person is not None and by_agent[1] == by_person[1]:
         person = person[by_person[0] :]
     return agent + person
+
+
+def _greets(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `messages` is the desk's greeting (`GoldReplayHuman`'s first turn)."""
+    calls = [c for m in messages for c in m.get("tool_calls") or ()]
+    return len(calls) == 1 and calls[0].get("arguments") == {"message": _GREETING}

@@ -366,9 +366,8 @@ _DONE_TEXT = {
 }
 
 
-def _fill(template: str, a: dict[str, Any], scenario: Scenario) -> str:
-    order = scenario.initial_state["orders"].get(scenario.order_id or "", {"items": []})
-    names = {item["item_id"]: item["name"] for item in order["items"]}
+def _fill(template: str, a: Mapping[str, Any], order: Mapping[str, Any]) -> str:
+    names = {item["item_id"]: item["name"] for item in order.get("items") or ()}
     address = ", ".join(str(a.get(k)) for k in ("address1", "address2", "city", "state", "zip", "country"))
     return template.format(
         o=a.get("order_id"),
@@ -379,14 +378,28 @@ def _fill(template: str, a: dict[str, Any], scenario: Scenario) -> str:
     )
 
 
+def _order_of(scenario: Scenario) -> Mapping[str, Any]:
+    """The scenario's order, whose item names a proposal says (even when a mistake names another)."""
+    return scenario.initial_state["orders"].get(scenario.order_id or "", {"items": []})
+
+
 def _proposal(name: str, a: dict[str, Any], scenario: Scenario) -> str:
     """The confirmation question for a write."""
-    return _fill(_PROPOSALS[name], a, scenario) + " Shall I proceed?"
+    return _fill(_PROPOSALS[name], a, _order_of(scenario)) + " Shall I proceed?"
 
 
 def _confirmation(name: str, a: dict[str, Any], scenario: Scenario) -> str:
     """The report after a successful write."""
-    return _fill(_DONE_TEXT[name], a, scenario)
+    return _fill(_DONE_TEXT[name], a, _order_of(scenario))
+
+
+def change_phrases(name: str, arguments: Mapping[str, Any], initial_state: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(proposal, confirmation) of the write `name` as this agent words them, on the order the
+    arguments name; None for a tool that is no write of the shop."""
+    if name not in _PROPOSALS:
+        return None
+    order = (initial_state.get("orders") or {}).get(str(arguments.get("order_id")), {"items": []})
+    return _fill(_PROPOSALS[name], arguments, order) + " Shall I proceed?", _fill(_DONE_TEXT[name], arguments, order)
 
 
 def run_policy(policy: Policy, scenario: Scenario, seed: int = 0, max_turns: int = DEFAULT_MAX_TURNS) -> Conversation:
