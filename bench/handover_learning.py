@@ -15,7 +15,9 @@ this week becomes one it handles next week". This bench measures that on the tin
 3. **Step, two ways, from the planted agent**, with the step's own settings
    (`episode_update.step_settings`, `EpisodeUpdateSettings` defaults):
    - *as recorded*: each completed hand-over as one conversation with the desk's turns as the
-     assistant's (`resolved_demonstration`), what the step imitated before it restated them;
+     assistant's (`resolved_demonstration`), what the step imitated before it restated them (since
+     2026-12-07 without the desk's greeting, and the desk reads, asks for the change's details and
+     words it as the shop's agent does; `bench/results/learning.md` was measured before that);
    - *restated*: `episode_update` on the served records, as the weekly run calls it now: at level
      1 a completed hand-over is the level-1 demonstration of its task (the calls the person made,
      in the form the agent was built with; `episode_update._in_level_form`).
