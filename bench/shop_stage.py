@@ -76,7 +76,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from domains.retail.level1 import LEVEL1_TOOLS, level1_demonstration  # noqa: E402
+from domains.retail.level1 import LEVEL1_INTENTS, LEVEL1_TOOLS, level1_demonstration  # noqa: E402
 from domains.retail.tiny_agent import (  # noqa: E402
     AgentRecipe,
     level1_tasks,
@@ -175,6 +175,12 @@ def main() -> None:
     parser.add_argument("--level1-steps", type=int, default=0, help="then this many level-1 steps at lr 1e-4")
     parser.add_argument("--compact-shop", action="store_true", help="the whole shop in short tool results too")
     parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument(
+        "--every-intent",
+        action="store_true",
+        help="the expert serves every intent (with --tool-list all), not only level 1's, handing over only 'other'",
+    )
+    parser.add_argument("--skip-before", action="store_true", help="measure only the stage's agent, not --model")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
@@ -226,7 +232,7 @@ def main() -> None:
     if args.without_faults:
         recipe = replace(recipe, shop_fault_rate=0.0)
     train, held = level1_tasks(work / "tasks", recipe)
-    demos = shop_demonstrations(work / "shop", recipe)
+    demos = shop_demonstrations(work / "shop", recipe, None if args.every_intent else LEVEL1_INTENTS)
     if args.without_name_tokens:
         recipe = replace(recipe, shop_names=False)
     words = shop_words(recipe, demos)
@@ -267,16 +273,19 @@ def main() -> None:
         summary = warm_start(current, level1_demos, work / "level1-refresh", refresh)
         print(f"level-1 refresh: train loss {summary['train_loss']:.4f}", flush=True)
         current = work / "level1-refresh"
-    before = served(args.model, args.conversations, work / "served-before")
+    before = None if args.skip_before else served(args.model, args.conversations, work / "served-before")
     after = served(current, args.conversations, work / "served-after", args.tool_list)
-    print(json.dumps({name: without_conversations(f) for name, f in (("before", before), ("after", after))}, indent=1))
-    l1_before, l1_after = level1(args.model, held), level1(current, held)
+    shown = (("before", before), ("after", after)) if before else (("after", after),)
+    print(json.dumps({name: without_conversations(f) for name, f in shown}, indent=1))
+    l1_before, l1_after = (float("nan") if args.skip_before else level1(args.model, held)), level1(current, held)
     print(
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
         f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
-        f"served_before={before['completed']}/{before['n']} served_after={after['completed']}/{after['n']} "
+        f"every_intent={args.every_intent} "
+        f"served_before={before['completed'] if before else '-'}/{before['n'] if before else '-'} "
+        f"served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
     )
 

@@ -109,6 +109,23 @@ def test_the_person_reads_the_record_each_change_touches_before_proposing_it(han
     assert writes >= 5
 
 
+def test_the_person_identifies_the_customer_the_agent_did_not_before_any_change(handed_over):
+    """This agent hands over before asking who the customer is; the person asks and identifies them
+    (a generated gold has no identification to replay) before changing anything."""
+    from domains.registry import load_domain
+
+    domain = load_domain("retail")
+    changed = 0
+    for record in handed_over:
+        person = record["messages"][record["handoff"]["at_message"] :]
+        specs = [domain.spec(c["name"]) for m in person for c in m.get("tool_calls") or ()]
+        kinds = [spec.kind for spec in specs if spec is not None]  # a message to the customer is no domain tool
+        if "write" in kinds:
+            changed += 1
+            assert "identify" in kinds[: kinds.index("write")], record["interaction_id"]
+    assert changed >= 5
+
+
 def test_what_a_change_needs_is_in_the_conversation_before_the_person_makes_it(handed_over):
     """The person asks the customer for a change's details (the address, the payment method, the
     items, the reason) before proposing it, so every value the call carries was said or read
@@ -130,9 +147,7 @@ def test_what_a_change_needs_is_in_the_conversation_before_the_person_makes_it(h
                 heard = " ".join(str(m.get("content")) for m in messages[:index] if m.get("role") in ("user", "tool"))
                 assert "not what I asked for" not in messages[index - 1]["content"] + messages[index - 3]["content"]
                 for argument, value in call["arguments"].items():
-                    # The customer's id comes from an identification, which this agent never made
-                    # and the person, whom the gold does not ask to, does not make either.
-                    if argument in ("new_item_ids", "user_id"):
+                    if argument == "new_item_ids":
                         continue
                     for one in value if isinstance(value, list) else [value]:
                         assert str(one) in heard, (record["interaction_id"], argument, one)

@@ -271,18 +271,19 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
     return train[: recipe.train_tasks], held[: recipe.held_out_tasks]
 
 
-def shop_demonstrations(work: Path, recipe: AgentRecipe) -> list[dict]:
+def shop_demonstrations(
+    work: Path, recipe: AgentRecipe, handles: tuple[str, ...] | None = LEVEL1_INTENTS
+) -> list[dict]:
     """Whole-shop conversations (every intent at the production mix, the persona mix, back-end
-    faults at `recipe.shop_fault_rate`, each retried) held by the scripted expert that serves only
-    the level-1 intents and hands the rest to a person, on the recipe's world; the training-split
-    customers' only, scrubbed as ingestion stores them (see `level1_tasks`)."""
+    faults at `recipe.shop_fault_rate`, each retried) held by the scripted expert that serves
+    `handles` (the level-1 intents; None: every intent) and hands the rest to a person, on the
+    recipe's world; the training-split customers' only, scrubbed as ingestion stores them (see
+    `level1_tasks`)."""
     records = _stored_traffic(
         recipe,
         per_day=recipe.shop_traffic,
         out_dir=work / "shop-landing",
-        agent=ScriptedAgent(
-            EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True, tool_fault_rate=recipe.shop_fault_rate
-        ),
+        agent=ScriptedAgent(EXPERT_RATES, handles=handles, asks_reason=True, tool_fault_rate=recipe.shop_fault_rate),
     )
     kept = [record for record in records if split_of(record["customer_id"]) == "train"]
     if not kept:

@@ -63,7 +63,8 @@ def _say(text: str) -> Message:
 
 class GoldReplayHuman:
     """A person who does what the gold says, the way the domain's policy asks it done: greets,
-    asks the customer for what an identification call needs before making it, reads the record
+    asks the customer for what an identification call needs before making it (and identifies the
+    customer by what they know when the gold has no identification), reads the record
     each change touches (when the gold has not just read it), asks the customer for the change's
     details, proposes each change and waits for the answer before making it (and confirms it, in
     the shop's agent's words where the domain has them: `Domain.change_phrases`), tells the gold's
@@ -118,9 +119,29 @@ class GoldReplayHuman:
                 words.append(word)
         return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" and {words[-1]}" if words else ""
 
+    def _identification(self, row: Mapping[str, Any]) -> list[Message]:
+        """The identity asked for and the identification call made with what the customer knows
+        (the first identification tool whose arguments they all know), or nothing when no tool
+        fits. A gold without one (a generated scenario's is its writes alone) left the person
+        changing an account it never identified: the policy's identify-before-write, and the
+        customer's id, which a change of the account carries, said nowhere before it."""
+        identity = self._domain.scenario_facts(row.get("user_scenario") or {}).identity
+        for spec in self._domain.tool_specs:
+            properties = (spec.schema.get("function", {}).get("parameters", {}) or {}).get("properties") or {}
+            if spec.kind != ToolKind.IDENTIFY or not properties or not all(k in identity for k in properties):
+                continue
+            wanted = " and ".join(key.replace("_", " ") for key in properties)
+            return [
+                _say(f"To verify your identity, could you please provide your {wanted}?"),
+                _call(spec.name, {key: identity[key] for key in properties}),
+            ]
+        return []
+
     def plan(self, task_id: str, row: Mapping[str, Any], seed: int) -> None:
         gold = row.get("gold") or {}
         steps = [_say(_GREETING)]
+        if not any(self._kinds.get(str(a.get("name"))) == ToolKind.IDENTIFY for a in gold.get("actions") or ()):
+            steps += self._identification(row)
         for action in gold.get("actions") or ():
             name, arguments = str(action["name"]), dict(action.get("arguments") or {})
             kind = self._kinds.get(name)
