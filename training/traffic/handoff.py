@@ -287,10 +287,10 @@ def resolved_demonstration(record: Mapping[str, Any]) -> list[Message] | None:
     they are kept as recorded; what goes is the agent's decision to hand over, the desk's greeting
     (and the customer's answer to it), and, when the agent had already identified the customer as
     the person then did again (the same result), the person's part up to that identification: the
-    identity asked again and the call made twice. Kept, they taught an agent that had identified the
-    customer to greet as the desk next, where its own conversations read the order: one week's step
-    on them (`bench/shop_week.py --tool-list all`) broke a third of the status questions and most
-    cancellations the agent had served."""
+    identity asked again and the call made twice. None of that is work the agent would do after its
+    own identification, where its own conversations read the order. (Leaving it out did not make
+    the tiny agent learn from resolutions: `bench/results/shipped_agent.md`, "People's resolutions
+    on the whole shop".)"""
     handoff = record.get("handoff")
     if not isinstance(handoff, Mapping) or handoff.get("outcome") != "completed":
         return None
