@@ -45,6 +45,9 @@ It makes each customer name of its conversations a token of its own and weights 
 (`AgentRecipe.shop_names`: the recipe's tokenizer spelt a name a few letters a token, and names were
 copied cut short or garbled, most of all when a call was made again after a fault);
 `--without-name-tokens` leaves that out (the stage as it was before 2026-12-07, 03:00 UTC).
+`--every-intent` has the expert serve every intent (handing over only what no tool serves; use
+with `--tool-list all`): the recipe teaching the whole shop at once. `--skip-before` measures only
+the stage's agent, not `--model`.
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
 the short tool results level 1 uses, and the whole shop served so too (a diagnostic: the served
 traffic has full results, so this bench patches the serving module's conversation start).
@@ -52,7 +55,7 @@ traffic has full results, so this bench patches the serving module's conversatio
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
         [--without-id-marker] [--without-faults] [--without-argument-ends] [--without-name-tokens]
-        [--model DIR] [--work DIR]
+        [--every-intent] [--skip-before] [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
 message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
