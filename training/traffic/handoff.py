@@ -61,6 +61,12 @@ def _say(text: str) -> Message:
     return _call(MESSAGE_TOOL, {"message": text})
 
 
+def _ask_identity(keys: Sequence[str]) -> Message:
+    """The person asking for what an identification call with `keys` takes."""
+    wanted = " and ".join(key.replace("_", " ") for key in keys)
+    return _say(f"To verify your identity, could you please provide your {wanted}?")
+
+
 class GoldReplayHuman:
     """A person who does what the gold says, the way the domain's policy asks it done: greets,
     asks the customer for what an identification call needs before making it (and identifies the
@@ -86,13 +92,14 @@ class GoldReplayHuman:
         for s in spec.tool_specs:
             if s.kind == ToolKind.READ and s.record is not None:
                 self._reads.setdefault(s.record.table, (s.name, s.record.argument))
-        # What identification calls take: asked once, at identification, never again for a change.
-        self._identity = frozenset(
-            str(key)
+        # Each identification tool and what it takes: asked once, at identification, never again
+        # for a change.
+        self._identify_tools = tuple(
+            (s.name, tuple(str(key) for key in s.parameters.get("properties") or {}))
             for s in spec.tool_specs
             if s.kind == ToolKind.IDENTIFY
-            for key in (s.schema.get("function", {}).get("parameters", {}).get("properties") or {})
         )
+        self._identity = frozenset(key for _, keys in self._identify_tools for key in keys)
         self._scripts: dict[str, list[Message]] = {}
 
     def _read_before(self, name: str, arguments: Mapping[str, Any]) -> Message | None:
@@ -126,15 +133,9 @@ class GoldReplayHuman:
         changing an account it never identified: the policy's identify-before-write, and the
         customer's id, which a change of the account carries, said nowhere before it."""
         identity = self._domain.scenario_facts(row.get("user_scenario") or {}).identity
-        for spec in self._domain.tool_specs:
-            properties = (spec.schema.get("function", {}).get("parameters", {}) or {}).get("properties") or {}
-            if spec.kind != ToolKind.IDENTIFY or not properties or not all(k in identity for k in properties):
-                continue
-            wanted = " and ".join(key.replace("_", " ") for key in properties)
-            return [
-                _say(f"To verify your identity, could you please provide your {wanted}?"),
-                _call(spec.name, {key: identity[key] for key in properties}),
-            ]
+        for name, keys in self._identify_tools:
+            if keys and all(key in identity for key in keys):
+                return [_ask_identity(keys), _call(name, {key: identity[key] for key in keys})]
         return []
 
     def plan(self, task_id: str, row: Mapping[str, Any], seed: int) -> None:
@@ -148,8 +149,7 @@ class GoldReplayHuman:
             if kind == ToolKind.HAND_OVER:
                 continue
             if kind == ToolKind.IDENTIFY:
-                wanted = " and ".join(key.replace("_", " ") for key in arguments)
-                steps.append(_say(f"To verify your identity, could you please provide your {wanted}?"))
+                steps.append(_ask_identity(tuple(arguments)))
             elif kind == ToolKind.WRITE:
                 read = self._read_before(name, arguments)
                 if read is not None and read not in steps[-1:]:

@@ -383,14 +383,19 @@ def _order_of(scenario: Scenario) -> Mapping[str, Any]:
     return scenario.initial_state["orders"].get(scenario.order_id or "", {"items": []})
 
 
+def _phrases(name: str, a: Mapping[str, Any], order: Mapping[str, Any]) -> tuple[str, str]:
+    """(the confirmation question, the report after success) of the write `name` on `order`."""
+    return _fill(_PROPOSALS[name], a, order) + " Shall I proceed?", _fill(_DONE_TEXT[name], a, order)
+
+
 def _proposal(name: str, a: dict[str, Any], scenario: Scenario) -> str:
     """The confirmation question for a write."""
-    return _fill(_PROPOSALS[name], a, _order_of(scenario)) + " Shall I proceed?"
+    return _phrases(name, a, _order_of(scenario))[0]
 
 
 def _confirmation(name: str, a: dict[str, Any], scenario: Scenario) -> str:
     """The report after a successful write."""
-    return _fill(_DONE_TEXT[name], a, _order_of(scenario))
+    return _phrases(name, a, _order_of(scenario))[1]
 
 
 def change_phrases(name: str, arguments: Mapping[str, Any], initial_state: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -398,8 +403,7 @@ def change_phrases(name: str, arguments: Mapping[str, Any], initial_state: Mappi
     arguments name; None for a tool that is no write of the shop."""
     if name not in _PROPOSALS:
         return None
-    order = (initial_state.get("orders") or {}).get(str(arguments.get("order_id")), {"items": []})
-    return _fill(_PROPOSALS[name], arguments, order) + " Shall I proceed?", _fill(_DONE_TEXT[name], arguments, order)
+    return _phrases(name, arguments, (initial_state.get("orders") or {}).get(str(arguments.get("order_id")), {}))
 
 
 def run_policy(policy: Policy, scenario: Scenario, seed: int = 0, max_turns: int = DEFAULT_MAX_TURNS) -> Conversation:
