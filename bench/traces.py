@@ -9,7 +9,7 @@ agent's recipe (`domains.retail.tiny_agent.level1_tasks`; its world has fewer he
 than a demo week evaluates, so training customers' tasks top the shadow set up: for timing a
 conversation is a conversation), `calibration_report`'s turns, tokens and compact results. The
 sizes are the demo's week: calibration 60 tasks x 2 trials, shadow 269 conversations x 1
-(the README's demo table), each for candidate and baseline.
+(the demo's 2026-12-01 run, `bench/results/demo.md`), each for candidate and baseline.
 
 "With traces" is what `calibration_report` and `shadow_report` do: `tracking.traces.week_traces`
 into a week run of a sqlite MLflow store (as `open_week_run` opens it), `tracing_to` around
