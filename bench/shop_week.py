@@ -26,14 +26,15 @@ built with). Each week:
 `bench/shop_stage.py --tool-list all`): the supervised step then also imitates the hand-overs a
 person resolved with tools outside the six, and GRPO draws every intent's records. `--grpo-steps 0`
 stops each week after the supervised step; `--sft-steps` sets the step's length (the product's
-20 by default). Each week prints its good episodes per intent, the agent's own and those a person
+20 by default) and `--sft-learning-rate` its peak rate (the product's 1e-4; the recipe's stages
+teach a new copy at 1e-3). Each week prints its good episodes per intent, the agent's own and those a person
 resolved. A second run with the same `--work` and `--model` (another `--sft-steps`, say) reads the
 served week and the figures measured before back instead of serving them again.
 `--without-resolutions` leaves the hand-overs out of the step: it imitates the agent's own
 successes only.
 
     .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
-        [--sft-steps 20] [--tool-list level1|all] [--beta 0.0] [--work DIR]
+        [--sft-steps 20] [--sft-learning-rate 1e-4] [--tool-list level1|all] [--beta 0.0] [--work DIR]
 
 The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
 served_week=<k>/<n> episodes=<n> stepped=<k>/200 step_vs_start=[...] grpo=<k>/200 grpo_reward_first=<x>
@@ -214,6 +215,12 @@ def main() -> None:
         help="optimizer steps of the supervised step (the product's default: episodes_steps)",
     )
     parser.add_argument(
+        "--sft-learning-rate",
+        type=float,
+        default=EpisodeUpdateSettings.learning_rate,
+        help="peak learning rate of the supervised step (the product's default: episodes_learning_rate)",
+    )
+    parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
         default="level1",
@@ -230,6 +237,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.per_day < 1 or args.grpo_steps < 0 or args.weeks < 1 or args.sft_steps < 1:
         parser.error("--per-day, --weeks and --sft-steps must be at least 1, --grpo-steps at least 0")
+    if not args.sft_learning_rate > 0:
+        parser.error("--sft-learning-rate must be above 0")
     import torch
     from shop_stage import without_conversations
 
@@ -249,12 +258,16 @@ def main() -> None:
             print(f"week {week}: served {completed}/{len(records)} completed", flush=True)
             tools = tools_for_levels(LEVELS, "retail", args.tool_list)
             print(f"week {week}: good episodes by intent {episode_intents(records, tools)}", flush=True)
-            arm = f"{args.sft_steps}{'-own' if args.without_resolutions else ''}"
+            default_rate = args.sft_learning_rate == EpisodeUpdateSettings.learning_rate
+            arm = (
+                f"{args.sft_steps}{'' if default_rate else f'-lr{args.sft_learning_rate:g}'}"
+                f"{'-own' if args.without_resolutions else ''}"
+            )
             step = episode_update(
                 current,
                 [r for r in records if not (args.without_resolutions and r.get("handoff"))],
                 folder / f"episodes-{arm}",
-                EpisodeUpdateSettings(steps=args.sft_steps),
+                EpisodeUpdateSettings(steps=args.sft_steps, learning_rate=args.sft_learning_rate),
                 level=4,
                 tools=tools,
                 seed=week,
