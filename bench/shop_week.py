@@ -31,10 +31,12 @@ teach a new copy at 1e-3). Each week prints its good episodes per intent, the ag
 resolved. A second run with the same `--work` and `--model` (another `--sft-steps`, say) reads the
 served week and the figures measured before back instead of serving them again.
 `--without-resolutions` leaves the hand-overs out of the step: it imitates the agent's own
-successes only.
+successes only; `--resolved-intents a,b` keeps only those intents' resolutions (one intent learnt
+at a time, beside the agent's own successes).
 
     .venv/bin/python bench/shop_week.py --model DIR [--weeks 1] [--per-day 70] [--grpo-steps 20]
-        [--sft-steps 20] [--sft-learning-rate 1e-4] [--tool-list level1|all] [--beta 0.0] [--work DIR]
+        [--sft-steps 20] [--sft-learning-rate 1e-4] [--without-resolutions] [--resolved-intents a,b]
+        [--tool-list level1|all] [--beta 0.0] [--work DIR]
 
 The last lines printed are `base=<k>/200 seconds=<t>`, then one a week: `week=<w>
 served_week=<k>/<n> episodes=<n> stepped=<k>/200 step_vs_start=[...] grpo=<k>/200 grpo_reward_first=<x>
@@ -65,6 +67,7 @@ from dataplane.scrub import using_pii_key  # noqa: E402
 from dataplane.splits import split_of  # noqa: E402
 from dataplane.store import load_records, open_store  # noqa: E402
 from domains.retail.tiny_agent import AgentRecipe  # noqa: E402
+from domains.retail.traffic.scenarios import DEFAULT_INTENT_MIX  # noqa: E402
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from evaluation.stats import cluster_bootstrap_ci  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
@@ -231,6 +234,11 @@ def main() -> None:
         action="store_true",
         help="the supervised step imitates the agent's own successes only, not what a person finished",
     )
+    parser.add_argument(
+        "--resolved-intents",
+        default="",
+        help="comma-separated intents: the step keeps only these intents' resolved hand-overs (default: every one)",
+    )
     parser.add_argument("--beta", type=float, default=0.0, help="GRPO's KL coefficient (the product's default 0)")
     parser.add_argument("--weeks", type=int, default=1, help="weeks in a row, each served by the last week's output")
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
@@ -239,6 +247,9 @@ def main() -> None:
         parser.error("--per-day, --weeks and --sft-steps must be at least 1, --grpo-steps at least 0")
     if not args.sft_learning_rate > 0:
         parser.error("--sft-learning-rate must be above 0")
+    focus = [i for i in args.resolved_intents.split(",") if i]
+    if unknown := sorted(set(focus) - set(DEFAULT_INTENT_MIX)):
+        parser.error(f"--resolved-intents: {', '.join(unknown)} not among {', '.join(sorted(DEFAULT_INTENT_MIX))}")
     import torch
     from shop_stage import without_conversations
 
@@ -261,11 +272,16 @@ def main() -> None:
             default_rate = args.sft_learning_rate == EpisodeUpdateSettings.learning_rate
             arm = (
                 f"{args.sft_steps}{'' if default_rate else f'-lr{args.sft_learning_rate:g}'}"
-                f"{'-own' if args.without_resolutions else ''}"
+                f"{'-own' if args.without_resolutions else ''}{''.join(f'-{i}' for i in focus)}"
             )
+            kept = [
+                r
+                for r in records
+                if not (r.get("handoff") and (args.without_resolutions or (focus and r["intent"] not in focus)))
+            ]
             step = episode_update(
                 current,
-                [r for r in records if not (args.without_resolutions and r.get("handoff"))],
+                kept,
                 folder / f"episodes-{arm}",
                 EpisodeUpdateSettings(steps=args.sft_steps, learning_rate=args.sft_learning_rate),
                 level=4,
