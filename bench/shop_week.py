@@ -180,13 +180,18 @@ def measured(model: Path, out: Path, tool_list: str) -> dict:
 
 
 def episode_intents(records: list[dict], tools: tuple[str, ...]) -> dict[str, dict[str, int]]:
-    """The supervised step's episodes per intent: the agent's own successes, and the hand-overs a
-    person completed (`training.episode_update.good_episodes`, as the step selects them)."""
+    """The supervised step's episodes per intent: the agent's own successes (a hand-over the gold asks
+    for among them), and the hand-overs a person completed (`training.episode_update.good_episodes`, as the step selects them)."""
     by_id = {r["interaction_id"]: r for r in records}
     counts: dict[str, Counter] = defaultdict(Counter)
     for episode in good_episodes(records, 4, tools, model_name=MODEL_NAME):
         record = by_id[episode["interaction_id"]]
-        counts[record["intent"]]["resolved by a person" if record.get("handoff") else "the agent's own"] += 1
+        calls = {c["name"] for m in episode["messages"] for c in m.get("tool_calls") or ()}
+        if not record.get("handoff"):
+            kind = "the agent's own"
+        else:  # a hand-over the gold asks for is the agent's own success, hand-over included
+            kind = "the agent's own hand-over" if "transfer_to_human_agents" in calls else "resolved by a person"
+        counts[record["intent"]][kind] += 1
     return {intent: dict(c) for intent, c in sorted(counts.items())}
 
 

@@ -529,6 +529,35 @@ def test_the_weeks_supervised_step_learns_from_what_the_person_finished(handed_o
     assert good_episodes(failed, level=4, fractions=everyone_trains) == []
 
 
+def test_a_hand_over_the_gold_asks_for_is_the_agents_own_success_and_is_imitated(handed_over):
+    """When the task's gold hands the conversation to a person (a request no tool serves), the
+    agent's hand-over is its success: the step imitates the agent's part, hand-over included, and
+    not the person's. Left out, a step at a teaching rate unlearnt handing over altogether."""
+    from training.episode_update import good_episodes
+
+    everyone_trains = (1.0, 0.0, 0.0)
+    summary = {"summary": "the customer needs a person"}
+    record = next(
+        r for r in handed_over if r.get("gold") and (r.get("human_label") or {}).get("task_success") is not False
+    )
+    asks_for_a_person = {
+        **record,
+        "gold": {"actions": [{"name": HAND_OVER["name"], "arguments": summary}], "outputs": []},
+    }
+    for outcome in ("completed", "failed"):  # whatever the person then did
+        handed = {**asks_for_a_person, "handoff": {**record["handoff"], "outcome": outcome}}
+        [episode] = good_episodes([handed], level=4, fractions=everyone_trains)
+        calls = [c["name"] for m in episode["messages"] for c in m.get("tool_calls") or ()]
+        assert calls[-1] == "transfer_to_human_agents", calls
+        agent_part = record["messages"][: record["handoff"]["at_message"]]
+        assert episode["messages"] == agent_part[: len(episode["messages"])], "the agent's own turns, as recorded"
+    # The same conversation when its gold is work a tool does: the person's resolution, no hand-over.
+    [resolved] = good_episodes([record], level=4, fractions=everyone_trains)
+    assert "transfer_to_human_agents" not in [
+        c["name"] for m in resolved["messages"] for c in m.get("tool_calls") or ()
+    ]
+
+
 def test_at_level_1_a_persons_resolution_is_restated_in_the_levels_form(handed_over):
     """At curriculum level 1 a completed hand-over teaches the level-1 demonstration of its task,
     not the desk's greeting and proposals (a form the level's agent never writes: the step then

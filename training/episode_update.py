@@ -17,7 +17,9 @@ episode too when the person completed it: the agent's part without the hand-over
 person's turns as the assistant's (`training.traffic.handoff.resolved_demonstration`), replayed
 and verified like any other; at curriculum level 1 it is restated as the domain's level-1
 demonstration of its task, the form the level's agent is built on (`_in_level_form`). That is
-how an intent the agent hands over this week becomes one it handles next week.
+how an intent the agent hands over this week becomes one it handles next week. A hand-over the
+task's gold asks for (a request no tool serves) is the agent's own success instead: its part,
+hand-over included, is the episode (`_tasks_taught`).
 
 The step is `training.sft.warm_start` with few steps and a small learning rate: it nudges a policy
 that can already act rather than teaching it the format. Below `min_episodes` it is skipped, and
@@ -36,6 +38,7 @@ from typing import Any
 
 from dataplane.settings import setting
 from dataplane.splits import DEFAULT_FRACTIONS, split_of
+from domains.api import ToolKind
 from domains.registry import load_domain
 from training.curriculum import compact_at
 from training.fields import as_dict
@@ -172,18 +175,10 @@ def good_episodes(
             continue
         if split_of(str(record.get("customer_id", "")), fractions) != "train":
             continue
-        if record.get("handoff"):
-            if (record["handoff"] or {}).get("outcome") != "completed":
-                continue
-            # At level 1 the person's turns are restated from the task, so they are not rebuilt here.
-            taught = record["messages"] if level == 1 else resolved_demonstration(record)
-            task = _in_level_form({**record, "messages": taught}, level, resolved=True)
-        else:
-            task = _in_level_form(record, level)
-        if task is not None:
-            task.pop("handoff", None)
         try:
-            episode = None if task is None else worth_imitating(task, tools)
+            episode = next(
+                (e for task in _tasks_taught(record, level) if (e := worth_imitating(task, tools)) is not None), None
+            )
         except UnreplayableError:
             if unreplayable is not None:
                 unreplayable.append(str(record.get("interaction_id", "?")))
@@ -191,6 +186,45 @@ def good_episodes(
         if episode is not None:
             out.append(episode)
     return out
+
+
+def _tasks_taught(record: Mapping[str, Any], level: int) -> Iterable[dict[str, Any]]:
+    """What `record` may teach, in `level`'s form, best first; the first that verifies is imitated.
+
+    A conversation the agent kept: itself. One it handed over: the agent's own part, when the
+    task's gold asks for that hand-over (a request no tool serves, which a person must take: the
+    hand-over is the agent's success, and a step that never saw one unlearnt it: at 300 steps of
+    1e-3 on a week's whole-shop episodes the agent stopped handing over and failed every such
+    request, `bench/results/shipped_agent.md`); else what the person finished, when they completed it."""
+    handoff = record.get("handoff")
+    if not handoff:
+        task = _in_level_form(record, level)
+        if task is not None:
+            yield task
+        return
+    if _gold_hands_over(record):
+        own = {k: v for k, v in record.items() if k != "handoff"}
+        task = _in_level_form(
+            {**own, "messages": list(record.get("messages") or ())[: int(handoff["at_message"])]}, level
+        )
+        if task is not None:
+            yield task
+    if as_dict(handoff).get("outcome") != "completed":
+        return
+    # At level 1 the person's turns are restated from the task, so they are not rebuilt here.
+    taught = record["messages"] if level == 1 else resolved_demonstration(record)
+    task = _in_level_form({**record, "messages": taught}, level, resolved=True)
+    if task is not None:
+        task.pop("handoff", None)
+        yield task
+
+
+def _gold_hands_over(record: Mapping[str, Any]) -> bool:
+    """Whether the record's gold hands the conversation to a person (one of its domain's
+    hand-over tools among the gold's calls)."""
+    hand_over = set(load_domain(domain_of(dict(record))).tool_names(ToolKind.HAND_OVER))
+    actions = (as_dict(record.get("gold")) or {}).get("actions") or ()
+    return any(isinstance(a, Mapping) and a.get("name") in hand_over for a in actions)
 
 
 def _refused(message: Mapping[str, Any]) -> bool:
