@@ -72,7 +72,12 @@ from domains.retail.traffic.simulate import simulate  # noqa: E402
 from evaluation.stats import cluster_bootstrap_ci  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
-from training.episode_update import EpisodeUpdateSettings, episode_update, good_episodes  # noqa: E402
+from training.episode_update import (  # noqa: E402
+    EpisodeUpdateSettings,
+    episode_update,
+    gold_hands_over,
+    good_episodes,
+)
 from training.grpo import run as run_grpo  # noqa: E402
 from training.grpo_config import GRPORunConfig  # noqa: E402
 from training.reporting import JsonLinesReporter  # noqa: E402
@@ -279,10 +284,14 @@ def main() -> None:
                 f"{args.sft_steps}{'' if default_rate else f'-lr{args.sft_learning_rate:g}'}"
                 f"{'-own' if args.without_resolutions else ''}{''.join(f'-{i}' for i in focus)}"
             )
+            # What is left out is people's resolutions; a hand-over the gold asks for stays (the
+            # agent's own success, `training.episode_update.gold_hands_over`).
             kept = [
                 r
                 for r in records
-                if not (r.get("handoff") and (args.without_resolutions or (focus and r["intent"] not in focus)))
+                if not r.get("handoff")
+                or gold_hands_over(r)
+                or not (args.without_resolutions or (focus and r["intent"] not in focus))
             ]
             step = episode_update(
                 current,

@@ -202,7 +202,7 @@ def _tasks_taught(record: Mapping[str, Any], level: int) -> Iterable[dict[str, A
         if task is not None:
             yield task
         return
-    if _gold_hands_over(record):
+    if gold_hands_over(record):
         own = {k: v for k, v in record.items() if k != "handoff"}
         task = _in_level_form(
             {**own, "messages": list(record.get("messages") or ())[: int(handoff["at_message"])]}, level
@@ -219,7 +219,7 @@ def _tasks_taught(record: Mapping[str, Any], level: int) -> Iterable[dict[str, A
         yield task
 
 
-def _gold_hands_over(record: Mapping[str, Any]) -> bool:
+def gold_hands_over(record: Mapping[str, Any]) -> bool:
     """Whether the record's gold hands the conversation to a person (one of its domain's
     hand-over tools among the gold's calls)."""
     hand_over = set(load_domain(domain_of(dict(record))).tool_names(ToolKind.HAND_OVER))
