@@ -191,11 +191,10 @@ def episode_intents(records: list[dict], tools: tuple[str, ...]) -> dict[str, di
     counts: dict[str, Counter] = defaultdict(Counter)
     for episode in good_episodes(records, 4, tools, model_name=MODEL_NAME):
         record = by_id[episode["interaction_id"]]
-        calls = {c["name"] for m in episode["messages"] for c in m.get("tool_calls") or ()}
         if not record.get("handoff"):
             kind = "the agent's own"
-        else:  # a hand-over the gold asks for is the agent's own success, hand-over included
-            kind = "the agent's own hand-over" if "transfer_to_human_agents" in calls else "resolved by a person"
+        else:  # a hand-over the gold asks for is the agent's own success; no resolution of it verifies
+            kind = "the agent's own hand-over" if gold_hands_over(record) else "resolved by a person"
         counts[record["intent"]][kind] += 1
     return {intent: dict(c) for intent, c in sorted(counts.items())}
 

@@ -209,7 +209,7 @@ def _tasks_taught(record: Mapping[str, Any], level: int) -> Iterable[dict[str, A
         )
         if task is not None:
             yield task
-    if as_dict(handoff).get("outcome") != "completed":
+    if handoff.get("outcome") != "completed":
         return
     # At level 1 the person's turns are restated from the task, so they are not rebuilt here.
     taught = record["messages"] if level == 1 else resolved_demonstration(record)
