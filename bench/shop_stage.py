@@ -45,7 +45,10 @@ It makes each customer name of its conversations a token of its own and weights 
 (`AgentRecipe.shop_names`: the recipe's tokenizer spelt a name a few letters a token, and names were
 copied cut short or garbled, most of all when a call was made again after a fault);
 `--without-name-tokens` leaves that out (the stage as it was before 2026-12-07, 03:00 UTC).
-`--every-intent` has the expert serve every intent (handing over only what no tool serves; use
+`--payment-markers` cuts each payment method's opening (`credit_card_`, `gift_card_`, `paypal_`) out
+as a token of its own beside `#W`, so a payment method's digits are a copy as an order id's are.
+`--handles a,b,c` has the expert serve those intents and hand the rest over (one intent more than
+level 1's, say). `--every-intent` has the expert serve every intent (handing over only what no tool serves; use
 with `--tool-list all`): the recipe teaching the whole shop at once. `--skip-before` measures only
 the stage's agent, not `--model`.
 `--compact-shop` asks whether the two forms are what interferes: the whole-shop demonstrations in
@@ -55,10 +58,10 @@ traffic has full results, so this bench patches the serving module's conversatio
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
         [--without-id-marker] [--without-faults] [--without-argument-ends] [--without-name-tokens]
-        [--every-intent] [--skip-before] [--model DIR] [--work DIR]
+        [--every-intent] [--handles a,b] [--payment-markers] [--skip-before] [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> fault_rate=<x> served_before=<k>/<n>
+message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> fault_rate=<x> every_intent=<bool> handles=<list> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -90,6 +93,7 @@ from domains.retail.tiny_agent import (  # noqa: E402
     with_level1,
     with_shop_phrase_tokens,
 )
+from domains.retail.traffic.scenarios import validate_intent_mix  # noqa: E402
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
@@ -98,6 +102,9 @@ from training.tiny.manifest import SHIPPED_AGENT_DIR  # noqa: E402
 
 SERVED_SEED = 11
 SERVED_CUSTOMERS = 1500
+# A payment method's id is its source and seven digits (`paypal_9560141`): the source's opening cut
+# out as a token of its own makes the digits a copy as `#W` makes an order id's.
+PAYMENT_MARKERS = ("credit_card_", "gift_card_", "paypal_")
 # The shop stages come after the recipe's seven phases, and the recipe seeds a stage with its number.
 FIRST_SHOP_PHASE = 8
 
@@ -217,6 +224,18 @@ def main() -> None:
         help="the stage without customer names as weighted tokens of their own (AgentRecipe.shop_names)",
     )
     parser.add_argument(
+        "--payment-markers",
+        action="store_true",
+        help="the stage with each payment method's opening (credit_card_, gift_card_, paypal_) cut out as "
+        "a token of its own, beside `#W` (AgentRecipe.shop_markers)",
+    )
+    parser.add_argument(
+        "--handles",
+        default=None,
+        help="comma-separated intents the expert serves (default: level 1's; --every-intent: all), "
+        "handing the rest to a person",
+    )
+    parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
         default="level1",
@@ -234,8 +253,14 @@ def main() -> None:
         recipe = replace(recipe, shop_markers=())
     if args.without_faults:
         recipe = replace(recipe, shop_fault_rate=0.0)
+    if args.payment_markers:
+        recipe = replace(recipe, shop_markers=(*recipe.shop_markers, *PAYMENT_MARKERS))
+    handles = None if args.every_intent else LEVEL1_INTENTS
+    if args.handles:
+        handles = tuple(dict.fromkeys(args.handles.split(",")))
+        validate_intent_mix(dict.fromkeys(handles, 1.0))  # names an unknown intent, or none
     train, held = level1_tasks(work / "tasks", recipe)
-    demos = shop_demonstrations(work / "shop", recipe, None if args.every_intent else LEVEL1_INTENTS)
+    demos = shop_demonstrations(work / "shop", recipe, handles)
     if args.without_name_tokens:
         recipe = replace(recipe, shop_names=False)
     words = shop_words(recipe, demos)
@@ -286,7 +311,7 @@ def main() -> None:
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
         f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
-        f"every_intent={args.every_intent} "
+        f"every_intent={args.every_intent} handles={list(handles) if handles else 'all'} "
         f"served_before={before['completed'] if before else '-'}/{before['n'] if before else '-'} "
         f"served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"

@@ -132,6 +132,64 @@ def test_confirms_a_matching_proposal_and_refuses_others():
     assert sim.sentiment_delta < 0
 
 
+@pytest.mark.parametrize(
+    ("instruction", "wrong", "right", "correction"),
+    [
+        (  # items: the proposal must name every item the customer wants returned
+            "Your name is Ann Lee and your zip code is 10001. Return #W2 via paypal_1: Desk Lamp; Mug; ",
+            "I can return the Desk Lamp and the Kettle from order #W2, refunded to paypal_1. Shall I proceed?",
+            "I can return the Desk Lamp and the Mug from order #W2, refunded to paypal_1. Shall I proceed?",
+            "I meant the Mug.",
+        ),
+        (  # the payment method it named, not another of its account's
+            "Your name is Ann Lee and your zip code is 10001. Return #W2 via paypal_1: Desk Lamp; ",
+            "I can return the Desk Lamp from order #W2, refunded to credit_card_9. Shall I proceed?",
+            "I can return the Desk Lamp from order #W2, refunded to paypal_1. Shall I proceed?",
+            "Please use paypal_1.",
+        ),
+        (  # an exchange's items, read from the instruction's variants
+            SOFIA,
+            "I can exchange the Desk Lamp from order #W7736983 for the new variant, settling any price "
+            "difference with paypal_123. Shall I proceed?",
+            "I can exchange the Coffee Maker from order #W7736983 for the new variant, settling any price "
+            "difference with paypal_123. Shall I proceed?",
+            "I meant the Coffee Maker.",
+        ),
+        (  # a cancellation's reason
+            "Your name is Ann Lee and your zip code is 10001. Cancel order #W1 because ordered by mistake. ",
+            "I can cancel order #W1 (reason: no longer needed). Shall I proceed?",
+            "I can cancel order #W1 (reason: ordered by mistake). Shall I proceed?",
+            "The reason is: ordered by mistake.",
+        ),
+    ],
+    ids=["items", "payment", "exchange", "reason"],
+)
+def test_refuses_a_proposal_naming_what_it_did_not_ask_for_and_says_what_it_wants(
+    instruction, wrong, right, correction
+):
+    sim = PersonaSimulator({"instruction": instruction, "known_info": {}, "persona": "polite"})
+    refused = sim.reply(wrong)
+    assert refused.startswith("No") and refused.endswith(correction), refused
+    assert sim.sentiment_delta < 0
+    assert sim.reply(right).startswith("Yes")
+
+
+def test_confirms_what_it_cannot_check():
+    # No payment method named by the customer, item ids rather than names for a cancellation: the
+    # customer knows nothing to object to.
+    sim = PersonaSimulator(scenario(known={**KNOWN, "payment_method_id": None}))
+    assert sim.reply("I can cancel order #W100 (reason: no longer needed). Shall I proceed?").startswith("Yes")
+    sim = PersonaSimulator(
+        {
+            "instruction": "Your zip code is 10001. For #W3, change payment to gift_card_4. ",
+            "known_info": {},
+            "persona": "",
+        }
+    )
+    assert sim.reply("I can switch the payment method of order #W3 to gift_card_4. Shall I proceed?").startswith("Yes")
+    assert sim.reply("I can switch the payment method of order #W3 to paypal_4. Shall I proceed?").startswith("No")
+
+
 def test_success_then_goodbye_finishes_with_positive_mood():
     sim = PersonaSimulator(scenario())
     sim.opening_message()

@@ -1,9 +1,11 @@
 """The simulated customer: knows only its `user_scenario`, answers the agent, judges the outcome.
 
 `PersonaSimulator` is rule-based and deterministic for a seed (phrasing varies by seed, facts and
-decisions never do): it reveals facts when asked, confirms proposals that match its goals and
-refuses others, and tracks its mood. `training.customers.make_simulator` picks it, or the LLM-backed
-simulator (`training.customers.llm`) when given a chat backend; both satisfy `CustomerSimulator`.
+decisions never do): it reveals facts when asked, confirms proposals that match its goals (the
+intent and order, and nothing it knows to be wrong: its items, the payment method and the cancel
+reason it asked for) and refuses others with the correction, and tracks its mood.
+`training.customers.make_simulator` picks it, or the LLM-backed simulator (`training.customers.llm`)
+when given a chat backend; both satisfy `CustomerSimulator`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from domains.retail.tools_write import CANCEL_REASONS
 from training.customers.base import ENDED, PERSONAS, SimulatedCustomerState
 
 _ORDER_ID = re.compile(r"#W\d+")
+_PAYMENT_ID = re.compile(r"\b(?:credit_card|gift_card|paypal)_\d+\b")
+# The intents whose write names items (all of the goal's must be in the proposal), and those
+# whose write names a payment method (the one the customer asked for, when it named one).
+_ITEM_INTENTS = frozenset({"return_items", "exchange_items", "modify_order_items"})
+_PAYING_INTENTS = _ITEM_INTENTS | {"modify_order_payment"}
 _AUTH_FACTS = ("email", "name", "zip")
 
 
@@ -331,9 +339,31 @@ class PersonaSimulator(SimulatedCustomerState):
             and (not ids or g.order_id in ids or g.order_id is None)
         ]
         if matching and (intents or ids):
-            return self._say("yes")
+            corrections = [self._mismatch(goal, text) for goal in matching]
+            if any(not c for c in corrections):
+                return self._say("yes")
+            self._feel(-0.1)
+            return f"{self._say('no', self._goal_text(matching[0]))} {corrections[0]}"
         self._feel(-0.1)
         return self._say("no", self._goal_text(self._pending()))
+
+    def _mismatch(self, goal: Goal, text: str) -> str:
+        """What the customer says to correct a proposal for `goal` that names what it did not ask
+        for ("" when nothing it knows is wrong): items it wants left out, another payment method
+        than the one it named, another cancel reason than its own. What it does not know (the
+        item ids, a payment method it never named) it cannot check."""
+        lowered, f = text.lower(), self.facts
+        if goal.intent in _ITEM_INTENTS:
+            missing = [item for item in goal.items if item.lower() not in lowered]
+            if missing:
+                return f"I meant the {' and the '.join(missing)}."
+        named = set(_PAYMENT_ID.findall(text))
+        if goal.intent in _PAYING_INTENTS and f.payment_method_id and named and f.payment_method_id not in named:
+            return f"Please use {f.payment_method_id}."
+        reasons = {reason for reason in CANCEL_REASONS if reason in lowered}
+        if goal.intent == "cancel_order" and f.reason and reasons and f.reason not in reasons:
+            return f"The reason is: {f.reason}."
+        return ""
 
     def _answer_facts(self, asked: list[str]) -> str:
         count = {fact: self._asked.get(fact, 0) + 1 for fact in asked}
