@@ -161,8 +161,18 @@ def test_confirms_a_matching_proposal_and_refuses_others():
             "I can cancel order #W1 (reason: ordered by mistake). Shall I proceed?",
             "The reason is: ordered by mistake.",
         ),
+        (  # an order's new address, every part of it
+            "Your name is Ann Lee and your zip code is 10001. For #W5, change address to "
+            "{'address1': '9 Oak Ave', 'address2': 'Suite 2', 'city': 'Reno', 'state': 'NV', 'zip': '89501', "
+            "'country': 'USA'}. ",
+            "I can update the shipping address of order #W5 to 9 Oak Ave, Suite 2, Reno, NV, 89510, USA. "
+            "Shall I proceed?",
+            "I can update the shipping address of order #W5 to 9 Oak Ave, Suite 2, Reno, NV, 89501, USA. "
+            "Shall I proceed?",
+            "The address is 9 Oak Ave, Suite 2, Reno, NV, 89501, USA.",
+        ),
     ],
-    ids=["items", "payment", "exchange", "reason"],
+    ids=["items", "payment", "exchange", "reason", "address"],
 )
 def test_refuses_a_proposal_naming_what_it_did_not_ask_for_and_says_what_it_wants(
     instruction, wrong, right, correction

@@ -2,8 +2,8 @@
 
 `PersonaSimulator` is rule-based and deterministic for a seed (phrasing varies by seed, facts and
 decisions never do): it reveals facts when asked, confirms proposals that match its goals (the
-intent and order, and nothing it knows to be wrong: its items, the payment method and the cancel
-reason it asked for) and refuses others with the correction, and tracks its mood.
+intent and order, and nothing it knows to be wrong: its items, and the payment method, address
+and cancel reason it asked for) and refuses others with the correction, and tracks its mood.
 `training.customers.make_simulator` picks it, or the LLM-backed simulator (`training.customers.llm`)
 when given a chat backend; both satisfy `CustomerSimulator`.
 """
@@ -24,6 +24,7 @@ _PAYMENT_ID = re.compile(r"\b(?:credit_card|gift_card|paypal)_\d+\b")
 # whose write names a payment method (the one the customer asked for, when it named one).
 _ITEM_INTENTS = frozenset({"return_items", "exchange_items", "modify_order_items"})
 _PAYING_INTENTS = _ITEM_INTENTS | {"modify_order_payment"}
+_ADDRESS_INTENTS = frozenset({"modify_order_address", "modify_user_address"})
 _AUTH_FACTS = ("email", "name", "zip")
 
 
@@ -350,7 +351,8 @@ class PersonaSimulator(SimulatedCustomerState):
     def _mismatch(self, goal: Goal, text: str) -> str:
         """What the customer says to correct a proposal for `goal` that names what it did not ask
         for ("" when nothing it knows is wrong): items it wants left out, another payment method
-        than the one it named, another cancel reason than its own. What it does not know (the
+        than the one it named, an address that is not the one it gave, another cancel reason than
+        its own. What it does not know (the
         item ids, a payment method it never named) it cannot check."""
         lowered, f = text.lower(), self.facts
         if goal.intent in _ITEM_INTENTS:
@@ -360,6 +362,9 @@ class PersonaSimulator(SimulatedCustomerState):
         named = set(_PAYMENT_ID.findall(text))
         if goal.intent in _PAYING_INTENTS and f.payment_method_id and named and f.payment_method_id not in named:
             return f"Please use {f.payment_method_id}."
+        parts = f.address.split(", ") if f.address else []
+        if goal.intent in _ADDRESS_INTENTS and any(part.lower() not in lowered for part in parts):
+            return f"The address is {f.address}."
         reasons = {reason for reason in CANCEL_REASONS if reason in lowered}
         if goal.intent == "cancel_order" and f.reason and reasons and f.reason not in reasons:
             return f"The reason is: {f.reason}."
