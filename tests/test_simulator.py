@@ -185,7 +185,7 @@ def test_refuses_a_proposal_naming_what_it_did_not_ask_for_and_says_what_it_want
 
 
 def test_confirms_what_it_cannot_check():
-    # No payment method named by the customer, item ids rather than names for a cancellation: the
+    # No payment method named by the customer, and a cancellation that names no items: the
     # customer knows nothing to object to.
     sim = PersonaSimulator(scenario(known={**KNOWN, "payment_method_id": None}))
     assert sim.reply("I can cancel order #W100 (reason: no longer needed). Shall I proceed?").startswith("Yes")
