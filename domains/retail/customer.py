@@ -19,7 +19,7 @@ from domains.retail.tools_write import CANCEL_REASONS
 from training.customers.base import ENDED, PERSONAS, SimulatedCustomerState
 
 _ORDER_ID = re.compile(r"#W\d+")
-_PAYMENT_ID = re.compile(r"\b(?:credit_card|gift_card|paypal)_\d+\b")
+_PAYMENT_ID = re.compile(r"\b(?:credit_card|gift_card|paypal)_\d+\b")  # the facts' and a proposal's
 # The intents whose write names items (all of the goal's must be in the proposal), and those
 # whose write names a payment method (the one the customer asked for, when it named one).
 _ITEM_INTENTS = frozenset({"return_items", "exchange_items", "modify_order_items"})
@@ -135,9 +135,7 @@ def scenario_facts(user_scenario: dict[str, Any]) -> Facts:
         facts.email = m.group(1)
     if (m := re.search(r"because (no longer needed|ordered by mistake)", text)) and not facts.reason:
         facts.reason = m.group(1)
-    if (
-        m := re.search(r"(?:via|payment to) ((?:credit_card|paypal|gift_card)_\d+)", text)
-    ) and not facts.payment_method_id:
+    if (m := re.search(rf"(?:via|payment to) ({_PAYMENT_ID.pattern})", text)) and not facts.payment_method_id:
         facts.payment_method_id = m.group(1)
     if (m := re.search(r"change address to (\{[^}]*\})", text)) and not facts.address:
         parsed = _address_fields(m.group(1))
@@ -352,8 +350,8 @@ class PersonaSimulator(SimulatedCustomerState):
         """What the customer says to correct a proposal for `goal` that names what it did not ask
         for ("" when nothing it knows is wrong): items it wants left out, another payment method
         than the one it named, an address that is not the one it gave, another cancel reason than
-        its own. What it does not know (the
-        item ids, a payment method it never named) it cannot check."""
+        its own. What it does not know (the item ids, a payment method it never named) it cannot
+        check."""
         lowered, f = text.lower(), self.facts
         if goal.intent in _ITEM_INTENTS:
             missing = [item for item in goal.items if item.lower() not in lowered]
