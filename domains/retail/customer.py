@@ -83,7 +83,7 @@ _ADDRESS_PAIR = re.compile(r"""['"](\w+)['"]\s*:\s*(?:'([^']*)'|"([^"]*)"|(None|
 
 
 def _address_fields(text: str) -> dict[str, str]:
-    """The key/value pairs of an address written as a Python or JSON object, read by pattern.
+    r"""The key/value pairs of an address written as a Python or JSON object, read by pattern.
 
     The instruction is producer text: it is never evaluated, and a field that does not parse is
     simply absent (the customer then does not know it).
