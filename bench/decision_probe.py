@@ -78,7 +78,7 @@ def expert_day(conversations: int, out: Path, fault_rate: float = 0.0) -> list[d
         seed=SERVED_SEED,
         out_dir=out,
         n_users=SERVED_CUSTOMERS,
-        agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_reason=True, tool_fault_rate=fault_rate),
+        agent=ScriptedAgent(EXPERT_RATES, handles=LEVEL1_INTENTS, asks_details=True, tool_fault_rate=fault_rate),
     )
     return day_records(summary)
 

@@ -135,7 +135,7 @@ def test_mistakes_happen_at_their_rate_and_cause_failures(mistake):
 
 def test_an_agent_that_handles_some_intents_hands_the_rest_over_after_identifying():
     handles = ("order_status", "cancel_order")
-    agent = ScriptedAgent(EXPERT_RATES, handles=handles, asks_reason=True)
+    agent = ScriptedAgent(EXPERT_RATES, handles=handles, asks_details=True)
     seen = collections.Counter()
     for index, scenario in enumerate(sample_scenarios(generated_world(), 200, seed=5)):
         conversation = agent.run(scenario, seed=index)
@@ -151,7 +151,7 @@ def test_an_agent_that_handles_some_intents_hands_the_rest_over_after_identifyin
 
 
 def test_an_agent_that_asks_the_reason_cancels_with_the_reason_it_heard():
-    agent = ScriptedAgent(EXPERT_RATES, asks_reason=True)
+    agent = ScriptedAgent(EXPERT_RATES, asks_details=True)
     cancellations = [s for s in sample_scenarios(generated_world(), 200, seed=6) if s.intent == "cancel_order"]
     assert len(cancellations) >= 10
     for index, scenario in enumerate(cancellations):
@@ -165,6 +165,31 @@ def test_an_agent_that_asks_the_reason_cancels_with_the_reason_it_heard():
         assert reason in answer.lower()
         cancel = next(e for e in conversation.episode.audit_log if e.tool == "cancel_pending_order")
         assert cancel.arguments["reason"] == reason and verified_success(conversation.episode)
+
+
+def test_an_expert_that_asks_for_details_writes_only_what_the_conversation_said_before():
+    # A demonstration a model can learn from: each argument of each change is, before the call, in
+    # the customer's words or a tool's result (the payment method used to come from the scenario's
+    # gold alone, so imitating it taught a guess).
+    handles = ("order_status", "cancel_order", "modify_order_payment")
+    agent = ScriptedAgent(EXPERT_RATES, handles=handles, asks_details=True)
+    writes = collections.Counter()
+    for index, scenario in enumerate(sample_scenarios(generated_world(), 300, seed=8)):
+        if scenario.intent not in handles:
+            continue
+        conversation = agent.run(scenario, seed=index)
+        assert verified_success(conversation.episode), scenario.intent
+        heard = ""
+        for message in conversation.messages:
+            if message["role"] in ("user", "tool"):
+                heard += " " + str(message.get("content") or "")
+                continue
+            for call in message.get("tool_calls") or []:
+                if call["name"] in WRITE_TOOLS:
+                    writes[call["name"]] += 1
+                    for argument, value in call["arguments"].items():
+                        assert str(value) in heard, (scenario.intent, argument, value)
+    assert writes["cancel_pending_order"] >= 10 and writes["modify_pending_order_payment"] >= 5, writes
 
 
 def test_an_expert_meeting_back_end_faults_retries_each_and_still_succeeds():

@@ -19,7 +19,7 @@ from domains.retail.tools_write import CANCEL_REASONS
 from training.customers.base import ENDED, PERSONAS, SimulatedCustomerState
 
 _ORDER_ID = re.compile(r"#W\d+")
-_PAYMENT_ID = re.compile(r"\b(?:credit_card|gift_card|paypal)_\d+\b")  # the facts' and a proposal's
+PAYMENT_ID = re.compile(r"\b(?:credit_card|gift_card|paypal)_\d+\b")  # the facts' and a proposal's
 # The intents whose write names items (all of the goal's must be in the proposal), and those
 # whose write names a payment method (the one the customer asked for, when it named one).
 _ITEM_INTENTS = frozenset({"return_items", "exchange_items", "modify_order_items"})
@@ -135,7 +135,7 @@ def scenario_facts(user_scenario: dict[str, Any]) -> Facts:
         facts.email = m.group(1)
     if (m := re.search(r"because (no longer needed|ordered by mistake)", text)) and not facts.reason:
         facts.reason = m.group(1)
-    if (m := re.search(rf"(?:via|payment to) ({_PAYMENT_ID.pattern})", text)) and not facts.payment_method_id:
+    if (m := re.search(rf"(?:via|payment to) ({PAYMENT_ID.pattern})", text)) and not facts.payment_method_id:
         facts.payment_method_id = m.group(1)
     if (m := re.search(r"change address to (\{[^}]*\})", text)) and not facts.address:
         parsed = _address_fields(m.group(1))
@@ -357,7 +357,7 @@ class PersonaSimulator(SimulatedCustomerState):
             missing = [item for item in goal.items if item.lower() not in lowered]
             if missing:
                 return f"I meant the {' and the '.join(missing)}."
-        named = set(_PAYMENT_ID.findall(text))
+        named = set(PAYMENT_ID.findall(text))
         if goal.intent in _PAYING_INTENTS and f.payment_method_id and named and f.payment_method_id not in named:
             return f"Please use {f.payment_method_id}."
         parts = f.address.split(", ") if f.address else []

@@ -18,7 +18,7 @@ footing from this recipe, on a generated world (level 1 tasks):
 6. optionally (`shop_stages`, off in the shipped recipe: measured, not yet good enough), a shop
    stage: conversations of the whole shop (every intent, the persona mix, identity not stated in
    the opening) held by the scripted expert restricted to the level-1 intents
-   (`ScriptedAgent(handles=..., asks_reason=True)`): it asks who the customer is (again when a
+   (`ScriptedAgent(handles=..., asks_details=True)`): it asks who the customer is (again when a
    customer will not say at first), asks why before cancelling, serves order status and
    cancellations, and hands every other request to a person; with level 1's tool list, in the
    served shop's form (full tool results), beside the level-1 demonstrations in theirs; the order
@@ -283,7 +283,7 @@ def shop_demonstrations(
         recipe,
         per_day=recipe.shop_traffic,
         out_dir=work / "shop-landing",
-        agent=ScriptedAgent(EXPERT_RATES, handles=handles, asks_reason=True, tool_fault_rate=recipe.shop_fault_rate),
+        agent=ScriptedAgent(EXPERT_RATES, handles=handles, asks_details=True, tool_fault_rate=recipe.shop_fault_rate),
     )
     kept = [record for record in records if split_of(record["customer_id"]) == "train"]
     if not kept:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from domains.retail.customer import PAYMENT_ID
 from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.scenarios import INTENTS, Scenario
 from training.sandbox.core import INJECTED_ERROR
@@ -139,9 +140,12 @@ class ScriptedAgent:
 
     `handles`: the intents it serves itself (None: all); any other request it hands to a person
     once the customer is identified, as an agent that knows only part of the shop should.
-    `asks_reason`: it asks the customer why before cancelling and cancels with the reason it heard,
-    rather than knowing the reason from the scenario: the conversation then holds every fact the
-    call needs, so a model imitating it can copy the reason from the customer's words.
+    `asks_details`: before a change whose argument only the customer can say, it asks for it and
+    makes the change with what it heard, rather than knowing it from the scenario: why, before a
+    cancellation; which payment method, before a payment change (`_DETAIL_QUESTIONS`). The
+    conversation then holds every fact the call needs, so a model imitating it can copy each
+    argument from the customer's words or a tool's result; a demonstration whose argument comes
+    from nowhere in it teaches a guess.
     `tool_fault_rate`: its conversations meet back-end faults at this rate (as served traffic does,
     `ServedTraffic.tool_fault_rate`), and it retries each (`_Turns`), so a model imitating it sees
     what to do after one."""
@@ -150,7 +154,7 @@ class ScriptedAgent:
         self,
         mistake_rates: Mapping[str, float] | None = None,
         handles: tuple[str, ...] | None = None,
-        asks_reason: bool = False,
+        asks_details: bool = False,
         tool_fault_rate: float = 0.0,
     ) -> None:
         self.rates = validate_mistake_rates(mistake_rates)
@@ -158,7 +162,7 @@ class ScriptedAgent:
         if unknown:
             raise AgentConfigError(f"handles: unknown intent(s) {unknown}; known: {list(INTENTS)}")
         self.handles = None if handles is None else frozenset(handles)
-        self.asks_reason = asks_reason
+        self.asks_details = asks_details
         self.tool_fault_rate = _checked_rate(tool_fault_rate, "tool_fault_rate")
 
     def draw_mistakes(self, scenario: Scenario, rng: random.Random) -> list[str]:
@@ -173,7 +177,7 @@ class ScriptedAgent:
         rng = random.Random(f"agent:{seed}")
         mistakes = self.draw_mistakes(scenario, rng)
         conversation = scenario_conversation(scenario, seed, tool_fault_rate=self.tool_fault_rate)
-        _Script(scenario, _Turns(conversation), mistakes, rng, self.handles, self.asks_reason).play()
+        _Script(scenario, _Turns(conversation), mistakes, rng, self.handles, self.asks_details).play()
         conversation.mistakes = mistakes
         return conversation
 
@@ -215,11 +219,11 @@ class _Script:
         mistakes: list[str],
         rng: random.Random,
         handles: frozenset[str] | None = None,
-        asks_reason: bool = False,
+        asks_details: bool = False,
     ) -> None:
         self.s, self.t, self.mistakes, self.rng = scenario, turns, mistakes, rng
-        self.handles, self.asks_reason = handles, asks_reason
-        self.heard_reason: str | None = None
+        self.handles, self.asks_details = handles, asks_details
+        self.heard: dict[str, str] = {}  # the write's arguments as the customer said them
 
     def play(self) -> None:
         if "skipped_authentication" not in self.mistakes and not self._authenticate():
@@ -237,13 +241,15 @@ class _Script:
         if self.handles is not None and self.s.intent not in self.handles:
             self._transfer(_UNHANDLED)
             return
-        if self.asks_reason and self.s.intent == "cancel_order":
+        if self.asks_details and self.s.intent in _DETAIL_QUESTIONS:
             # Asked before the order is read, so what follows the identification already differs
             # by request (a question here, a read for a status): the choice is the next tool.
-            self.heard_reason = self._ask_reason(self.s.order_id)
-            if self.heard_reason is None:
-                self._end("I'm sorry, I need a reason to cancel the order. Have a good day.")
+            argument, question, read_answer, missing = _DETAIL_QUESTIONS[self.s.intent]
+            value = read_answer(self.t.say(question.format(o=self.s.order_id)))
+            if value is None:
+                self._end(missing)
                 return
+            self.heard[argument] = value
         read = self._read_target()
         if self.s.intent == "order_status":
             self._tell_status(read)
@@ -311,8 +317,8 @@ class _Script:
             name, arguments = "cancel_pending_order", {"order_id": arguments["order_id"], "reason": "no longer needed"}
         if "wrong_item" in self.mistakes:
             arguments = self._swap_item(arguments)
-        if self.heard_reason is not None and name == "cancel_pending_order":
-            arguments["reason"] = self.heard_reason
+        if name == write["name"]:  # not a mistake's other write
+            arguments.update(self.heard)
         for product_id in self._products_of(arguments):
             self.t.call("get_product_details", {"product_id": product_id})
         self.t.say(_proposal(name, arguments, self.s))
@@ -322,11 +328,6 @@ class _Script:
             return
         self.t.say(_confirmation(name, arguments, self.s))
         self._end("Is there anything else I can help you with? Have a great day!")
-
-    def _ask_reason(self, order_id: str | None) -> str | None:
-        """The cancel reason the customer gives when asked, or None when the answer names none."""
-        reply = self.t.say(f"Could you tell me the reason for cancelling order {order_id}?")
-        return next((reason for reason in CANCEL_REASONS if reason in reply.lower()), None)
 
     def _swap_item(self, arguments: dict[str, Any]) -> dict[str, Any]:
         chosen = list(arguments["item_ids"])
@@ -341,6 +342,37 @@ class _Script:
         order = self.s.initial_state["orders"].get(arguments["order_id"], {"items": []})
         by_item = {item["item_id"]: item["product_id"] for item in order["items"]}
         return list(dict.fromkeys(by_item[i] for i in arguments["item_ids"] if i in by_item))
+
+
+def _reason_in(reply: str) -> str | None:
+    """The cancel reason a reply names, or None."""
+    return next((reason for reason in CANCEL_REASONS if reason in reply.lower()), None)
+
+
+def _payment_method_in(reply: str) -> str | None:
+    """The first payment method id a reply names, or None ("the original one" names none)."""
+    found = PAYMENT_ID.search(reply)
+    return found.group(0) if found else None
+
+
+# intent -> (the write's argument, the question, how the answer is read, what is said when the
+# answer names none). The cancellation's wording is the one the shipped recipe's demonstrations
+# were built with; a payment question must not read as a proposal to the customer ("would you
+# like me to" is one).
+_DETAIL_QUESTIONS = {
+    "cancel_order": (
+        "reason",
+        "Could you tell me the reason for cancelling order {o}?",
+        _reason_in,
+        "I'm sorry, I need a reason to cancel the order. Have a good day.",
+    ),
+    "modify_order_payment": (
+        "payment_method_id",
+        "Which payment method would you like to use for order {o}?",
+        _payment_method_in,
+        "I'm sorry, I need to know which payment method to use. Have a good day.",
+    ),
+}
 
 
 # Worded so the persona customer recognises the action proposed, then the action done.
