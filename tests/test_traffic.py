@@ -169,12 +169,21 @@ def test_an_agent_that_asks_the_reason_cancels_with_the_reason_it_heard():
 
 def test_an_expert_that_asks_for_details_writes_only_what_the_conversation_said_before():
     # A demonstration a model can learn from: each argument of each change is, before the call, in
-    # the customer's words or a tool's result (the payment method used to come from the scenario's
-    # gold alone, so imitating it taught a guess).
-    handles = ("order_status", "cancel_order", "modify_order_payment")
+    # the customer's words or a tool's result (the payment method and the new address used to come
+    # from the scenario's gold alone, so imitating them taught a guess).
+    # Exchanges and item changes are left out: the new variant is the scenario's choice, which no
+    # customer in these conversations names.
+    handles = (
+        "order_status",
+        "cancel_order",
+        "return_items",
+        "modify_order_payment",
+        "modify_order_address",
+        "modify_user_address",
+    )
     agent = ScriptedAgent(EXPERT_RATES, handles=handles, asks_details=True)
     writes = collections.Counter()
-    for index, scenario in enumerate(sample_scenarios(generated_world(), 300, seed=8)):
+    for index, scenario in enumerate(sample_scenarios(generated_world(), 400, seed=8)):
         if scenario.intent not in handles:
             continue
         conversation = agent.run(scenario, seed=index)
@@ -188,8 +197,9 @@ def test_an_expert_that_asks_for_details_writes_only_what_the_conversation_said_
                 if call["name"] in WRITE_TOOLS:
                     writes[call["name"]] += 1
                     for argument, value in call["arguments"].items():
-                        assert str(value) in heard, (scenario.intent, argument, value)
-    assert writes["cancel_pending_order"] >= 10 and writes["modify_pending_order_payment"] >= 5, writes
+                        for part in value if isinstance(value, list) else [value]:
+                            assert str(part) in heard, (scenario.intent, argument, part)
+    assert min(writes.values()) >= 5 and len(writes) == 5, writes
 
 
 def test_an_expert_meeting_back_end_faults_retries_each_and_still_succeeds():

@@ -142,7 +142,8 @@ class ScriptedAgent:
     once the customer is identified, as an agent that knows only part of the shop should.
     `asks_details`: before a change whose argument only the customer can say, it asks for it and
     makes the change with what it heard, rather than knowing it from the scenario: why, before a
-    cancellation; which payment method, before a payment change (`_DETAIL_QUESTIONS`). The
+    cancellation; which payment method, before a payment change or a return; the new address,
+    before an address change (`_DETAIL_QUESTIONS`). The
     conversation then holds every fact the call needs, so a model imitating it can copy each
     argument from the customer's words or a tool's result; a demonstration whose argument comes
     from nowhere in it teaches a guess.
@@ -244,12 +245,12 @@ class _Script:
         if self.asks_details and self.s.intent in _DETAIL_QUESTIONS:
             # Asked before the order is read, so what follows the identification already differs
             # by request (a question here, a read for a status): the choice is the next tool.
-            argument, question, read_answer, missing = _DETAIL_QUESTIONS[self.s.intent]
-            value = read_answer(self.t.say(question.format(o=self.s.order_id)))
-            if value is None:
+            question, read_answer, missing = _DETAIL_QUESTIONS[self.s.intent]
+            heard = read_answer(self.t.say(question.format(o=self.s.order_id)))
+            if heard is None:
                 self._end(missing)
                 return
-            self.heard[argument] = value
+            self.heard = heard
         read = self._read_target()
         if self.s.intent == "order_status":
             self._tell_status(read)
@@ -344,33 +345,66 @@ class _Script:
         return list(dict.fromkeys(by_item[i] for i in arguments["item_ids"] if i in by_item))
 
 
-def _reason_in(reply: str) -> str | None:
-    """The cancel reason a reply names, or None."""
-    return next((reason for reason in CANCEL_REASONS if reason in reply.lower()), None)
+def _reason_in(reply: str) -> dict[str, str] | None:
+    """The cancel reason a reply names, as the cancellation's argument; None when it names none."""
+    reason = next((reason for reason in CANCEL_REASONS if reason in reply.lower()), None)
+    return None if reason is None else {"reason": reason}
 
 
-def _payment_method_in(reply: str) -> str | None:
-    """The first payment method id a reply names, or None ("the original one" names none)."""
+def _payment_method_in(reply: str) -> dict[str, str] | None:
+    """The first payment method id a reply names, as the change's argument; None when it names
+    none ("the original payment method")."""
     found = PAYMENT_ID.search(reply)
-    return found.group(0) if found else None
+    return None if found is None else {"payment_method_id": found.group(0)}
 
 
-# intent -> (the write's argument, the question, how the answer is read, what is said when the
-# answer names none). The cancellation's wording is the one the shipped recipe's demonstrations
+def _address_in(reply: str) -> dict[str, str] | None:
+    """The address a reply gives as "The address is <street>, <suite>, <city>, <state>, <zip>,
+    <country>." (the suite may be absent), as an address change's arguments; None otherwise.
+
+    >>> _address_in("As I said, The address is 1 Elm St, Austin, TX, 78701, USA.")["address2"]
+    ''
+    >>> _address_in("I don't have a new address.") is None
+    True
+    """
+    found = re.search(r"address is (.+?)\.?$", reply.strip())
+    parts = found.group(1).split(", ") if found else []
+    if len(parts) == 5:
+        parts.insert(1, "")
+    if len(parts) != 6:
+        return None
+    return dict(zip(("address1", "address2", "city", "state", "zip", "country"), parts, strict=True))
+
+
+# intent -> (the question, how the answer is read into the write's arguments, what is said when
+# the answer gives none). The cancellation's wording is the one the shipped recipe's demonstrations
 # were built with; a payment question must not read as a proposal to the customer ("would you
 # like me to" is one).
 _DETAIL_QUESTIONS = {
     "cancel_order": (
-        "reason",
         "Could you tell me the reason for cancelling order {o}?",
         _reason_in,
         "I'm sorry, I need a reason to cancel the order. Have a good day.",
     ),
     "modify_order_payment": (
-        "payment_method_id",
         "Which payment method would you like to use for order {o}?",
         _payment_method_in,
         "I'm sorry, I need to know which payment method to use. Have a good day.",
+    ),
+    "return_items": (
+        "Which payment method should the refund for order {o} go to?",
+        _payment_method_in,
+        "I'm sorry, I need to know where to send the refund. Have a good day.",
+    ),
+    "modify_order_address": (
+        "What is the new shipping address for order {o}?",
+        _address_in,
+        "I'm sorry, I need the new address to change it. Have a good day.",
+    ),
+    "modify_user_address": (
+        "What is the new default address for your account?",
+        _address_in,
+        "I'm sorry, I need the new address to change it. Have a good day.",
     ),
 }
 
