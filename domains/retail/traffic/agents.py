@@ -143,10 +143,9 @@ class ScriptedAgent:
     `asks_details`: before a change whose argument only the customer can say, it asks for it and
     makes the change with what it heard, rather than knowing it from the scenario: why, before a
     cancellation; which payment method, before a payment change or a return; the new address,
-    before an address change (`_DETAIL_QUESTIONS`). The
-    conversation then holds every fact the call needs, so a model imitating it can copy each
-    argument from the customer's words or a tool's result; a demonstration whose argument comes
-    from nowhere in it teaches a guess.
+    before an address change (`_DETAIL_QUESTIONS`). The conversation then holds every fact the
+    call needs, so a model imitating it can copy each argument from the customer's words or a
+    tool's result; a demonstration whose argument comes from nowhere in it teaches a guess.
     `tool_fault_rate`: its conversations meet back-end faults at this rate (as served traffic does,
     `ServedTraffic.tool_fault_rate`), and it retries each (`_Turns`), so a model imitating it sees
     what to do after one."""
