@@ -72,9 +72,14 @@ _CLAUSES = [
 ]
 
 
+# The order an address's fields are said in ("The address is <address1>, <address2>, ..."): a
+# reader of the customer's answer splits it back by the same tuple.
+ADDRESS_FIELDS = ("address1", "address2", "city", "state", "zip", "country")
+
+
 def _format_address(value: Any) -> str:
     if isinstance(value, dict):
-        parts = [value.get(k) for k in ("address1", "address2", "city", "state", "zip", "country")]
+        parts = [value.get(k) for k in ADDRESS_FIELDS]
         return ", ".join(str(p) for p in parts if p)
     return str(value)
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from domains.retail.customer import PAYMENT_ID
+from domains.retail.customer import ADDRESS_FIELDS, PAYMENT_ID
 from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.scenarios import INTENTS, Scenario
 from training.sandbox.core import INJECTED_ERROR
@@ -359,7 +359,8 @@ def _payment_method_in(reply: str) -> dict[str, str] | None:
 
 def _address_in(reply: str) -> dict[str, str] | None:
     """The address a reply gives as "The address is <street>, <suite>, <city>, <state>, <zip>,
-    <country>." (the suite may be absent), as an address change's arguments; None otherwise.
+    <country>." (`ADDRESS_FIELDS`' order; the suite may be absent), as an address change's
+    arguments; None otherwise.
 
     >>> _address_in("As I said, The address is 1 Elm St, Austin, TX, 78701, USA.")["address2"]
     ''
@@ -368,11 +369,11 @@ def _address_in(reply: str) -> dict[str, str] | None:
     """
     found = re.search(r"address is (.+?)\.?$", reply.strip())
     parts = found.group(1).split(", ") if found else []
-    if len(parts) == 5:
+    if len(parts) == len(ADDRESS_FIELDS) - 1:
         parts.insert(1, "")
-    if len(parts) != 6:
+    if len(parts) != len(ADDRESS_FIELDS):
         return None
-    return dict(zip(("address1", "address2", "city", "state", "zip", "country"), parts, strict=True))
+    return dict(zip(ADDRESS_FIELDS, parts, strict=True))
 
 
 # intent -> (the question, how the answer is read into the write's arguments, what is said when
