@@ -188,17 +188,28 @@ def test_an_expert_that_asks_for_details_writes_only_what_the_conversation_said_
             continue
         conversation = agent.run(scenario, seed=index)
         assert verified_success(conversation.episode), scenario.intent
-        heard = ""
+        heard, answers, read, called = "", [], False, ""
         for message in conversation.messages:
             if message["role"] in ("user", "tool"):
                 heard += " " + str(message.get("content") or "")
+                if called == "send_message_to_customer":  # the customer's reply
+                    answers.append((read, str(message.get("content"))))
                 continue
             for call in message.get("tool_calls") or []:
+                called = call["name"]
+                read |= called in ("get_order_details", "get_user_details")
                 if call["name"] in WRITE_TOOLS:
                     writes[call["name"]] += 1
                     for argument, value in call["arguments"].items():
                         for part in value if isinstance(value, list) else [value]:
                             assert str(part) in heard, (scenario.intent, argument, part)
+                    # What only the customer could say was asked after the read, and answered in
+                    # the message before the proposal (the last answer is the customer's "yes").
+                    read_before, answer = answers[-2]
+                    detail = {
+                        k: v for k, v in call["arguments"].items() if k not in ("order_id", "user_id", "item_ids")
+                    }
+                    assert read_before and detail and all(str(v) in answer for v in detail.values() if v)
     assert min(writes.values()) >= 5 and len(writes) == 5, writes
 
 

@@ -140,10 +140,10 @@ class ScriptedAgent:
 
     `handles`: the intents it serves itself (None: all); any other request it hands to a person
     once the customer is identified, as an agent that knows only part of the shop should.
-    `asks_details`: before a change whose argument only the customer can say, it asks for it and
-    makes the change with what it heard, rather than knowing it from the scenario: why, before a
-    cancellation; which payment method, before a payment change or a return; the new address,
-    before an address change (`_DETAIL_QUESTIONS`). The conversation then holds every fact the
+    `asks_details`: before a change whose argument only the customer can say, it asks for it (once
+    it has read the record it changes) and makes the change with what it heard, rather than knowing
+    it from the scenario: why, before a cancellation; which payment method, before a payment change
+    or a return; the new address, before an address change (`_DETAIL_QUESTIONS`). The conversation then holds every fact the
     call needs, so a model imitating it can copy each argument from the customer's words or a
     tool's result; a demonstration whose argument comes from nowhere in it teaches a guess.
     `tool_fault_rate`: its conversations meet back-end faults at this rate (as served traffic does,
@@ -241,20 +241,30 @@ class _Script:
         if self.handles is not None and self.s.intent not in self.handles:
             self._transfer(_UNHANDLED)
             return
-        if self.asks_details and self.s.intent in _DETAIL_QUESTIONS:
-            # Asked before the order is read, so what follows the identification already differs
-            # by request (a question here, a read for a status): the choice is the next tool.
-            question, read_answer, missing = _DETAIL_QUESTIONS[self.s.intent]
-            heard = read_answer(self.t.say(question.format(o=self.s.order_id)))
-            if heard is None:
-                self._end(missing)
-                return
-            self.heard = heard
         read = self._read_target()
         if self.s.intent == "order_status":
             self._tell_status(read)
             return
+        if self.asks_details and self.s.intent in _DETAIL_QUESTIONS and not self._ask_details():
+            return
         self._write()
+
+    def _ask_details(self) -> bool:
+        """Asks what only the customer can say for this change (`_DETAIL_QUESTIONS`) and keeps the
+        answer for the write; False (the conversation closed) when the answer names none.
+
+        Asked after the read, right before the proposal: the proposal and the call then copy the
+        answer from the message before them rather than across the read's result (an order's JSON
+        holds its current payment method, beside the one asked for), and every handled request
+        meets its one decision after the read, as the person who resolves a hand-over meets it
+        (`training.traffic.handoff`: read, ask, propose)."""
+        question, read_answer, missing = _DETAIL_QUESTIONS[self.s.intent]
+        heard = read_answer(self.t.say(question.format(o=self.s.order_id)))
+        if heard is None:
+            self._end(missing)
+            return False
+        self.heard = heard
+        return True
 
     def _authenticate(self) -> bool:
         reply = self.t.say(_ASK_ID)
