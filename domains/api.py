@@ -326,6 +326,13 @@ class Domain:
         model built on that agent's conversations can learn from (`training.traffic.handoff`)."""
         return None
 
+    def detail_question(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+        """The question the shop's own agent asks, once it has read the record, for what only the
+        customer can say before the change `tool` with `arguments` (a reason, a payment method, an
+        address), or None to let the person who takes a hand-over ask for the arguments by their
+        names. Asked in the agent's words, a resolution reads as the agent's own conversations."""
+        return None
+
 
 @runtime_checkable
 class TrafficGenerator(Protocol):

@@ -161,7 +161,7 @@ def test_the_person_proposes_and_confirms_a_change_in_the_shops_own_words(handed
     from domains.registry import load_domain
 
     domain = load_domain("retail")
-    checked = 0
+    checked = asked = 0
     for record in handed_over:
         said = [
             c["arguments"]["message"]
@@ -176,7 +176,13 @@ def test_the_person_proposes_and_confirms_a_change_in_the_shops_own_words(handed
             if record["handoff"]["outcome"] == "completed":
                 assert confirmation in said
             checked += 1
-    assert checked >= 5
+            # What only the customer can say is asked as the shop's agent asks it, right before the
+            # proposal (the asking expert of the recipe's shop stage: `ScriptedAgent(asks_details=True)`).
+            question = domain.detail_question(write["name"], write["arguments"])
+            if question is not None:
+                assert said[said.index(proposal) - 1] == question, record["interaction_id"]
+                asked += 1
+    assert checked >= 5 and asked >= 3
     assert domain.change_phrases("get_order_details", {"order_id": "#W1"}, {}) is None
 
 

@@ -175,6 +175,11 @@ class RetailDomain(Domain):
 
         return change_phrases(tool, arguments, initial_state)
 
+    def detail_question(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+        from domains.retail.traffic.agents import detail_question
+
+        return detail_question(tool, arguments)
+
     def rules_agent(self, **options: Any) -> Any:
         # The shop's scripted agent (`domains.retail.traffic.agents.ScriptedAgent`) plays a whole
         # conversation in one call, reading each customer reply as it goes, so it is no

@@ -72,8 +72,9 @@ class GoldReplayHuman:
     asks the customer for what an identification call needs before making it (and identifies the
     customer by what they know when the gold has no identification), reads the record
     each change touches (when the gold has not just read it), asks the customer for the change's
-    details, proposes each change and waits for the answer before making it (and confirms it, in
-    the shop's agent's words where the domain has them: `Domain.change_phrases`), tells the gold's
+    details, proposes each change and waits for the answer before making it (and confirms it), in
+    the shop's agent's words where the domain has them (`Domain.detail_question`,
+    `Domain.change_phrases`), tells the gold's
     facts, and closes. The hand-over in the gold is left out (the person is who it handed to). The
     `Policy` of a domain without a rules agent.
 
@@ -154,9 +155,12 @@ class GoldReplayHuman:
                 read = self._read_before(name, arguments)
                 if read is not None and read not in steps[-1:]:
                     steps.append(read)
+                question = self._domain.detail_question(name, arguments)
                 asked = self._details(name, arguments)
-                if asked:
-                    steps.append(_say(f"Could you please tell me the {asked} for this change?"))
+                if question is None and asked:
+                    question = f"Could you please tell me the {asked} for this change?"
+                if question is not None:
+                    steps.append(_say(question))
                 phrases = self._domain.change_phrases(name, arguments, row.get("initial_state") or {})
                 if phrases is None:
                     shown = ", ".join(f"{key}: {value}" for key, value in arguments.items())

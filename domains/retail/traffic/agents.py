@@ -245,7 +245,7 @@ class _Script:
         if self.s.intent == "order_status":
             self._tell_status(read)
             return
-        if self.asks_details and self.s.intent in _DETAIL_QUESTIONS and not self._ask_details():
+        if self.asks_details and self._write_name() in _DETAIL_QUESTIONS and not self._ask_details():
             return
         self._write()
 
@@ -258,13 +258,16 @@ class _Script:
         holds its current payment method, beside the one asked for), and every handled request
         meets its one decision after the read, as the person who resolves a hand-over meets it
         (`training.traffic.handoff`: read, ask, propose)."""
-        question, read_answer, missing = _DETAIL_QUESTIONS[self.s.intent]
+        question, read_answer, missing = _DETAIL_QUESTIONS[self._write_name()]
         heard = read_answer(self.t.say(question.format(o=self.s.order_id)))
         if heard is None:
             self._end(missing)
             return False
         self.heard = heard
         return True
+
+    def _write_name(self) -> str | None:
+        return None if self.s.write is None else str(self.s.write["name"])
 
     def _authenticate(self) -> bool:
         reply = self.t.say(_ASK_ID)
@@ -386,27 +389,28 @@ def _address_in(reply: str) -> dict[str, str] | None:
     return dict(zip(ADDRESS_FIELDS, parts, strict=True))
 
 
-# intent -> (the question, how the answer is read into the write's arguments, what is said when
-# the answer gives none). The cancellation's wording is the one the shipped recipe's demonstrations
+# write tool -> (the question, how the answer is read into the write's arguments, what is said
+# when the answer gives none). The person who takes a hand-over asks the same questions
+# (`detail_question`). The cancellation's wording is the one the shipped recipe's demonstrations
 # were built with; a payment question must not read as a proposal to the customer ("would you
 # like me to" is one).
 _DETAIL_QUESTIONS = {
-    "cancel_order": (
+    "cancel_pending_order": (
         "Could you tell me the reason for cancelling order {o}?",
         _reason_in,
         "I'm sorry, I need a reason to cancel the order. Have a good day.",
     ),
-    "modify_order_payment": (
+    "modify_pending_order_payment": (
         "Which payment method would you like to use for order {o}?",
         _payment_method_in,
         "I'm sorry, I need to know which payment method to use. Have a good day.",
     ),
-    "return_items": (
+    "return_delivered_order_items": (
         "Which payment method should the refund for order {o} go to?",
         _payment_method_in,
         "I'm sorry, I need to know where to send the refund. Have a good day.",
     ),
-    "modify_order_address": (
+    "modify_pending_order_address": (
         "What is the new shipping address for order {o}?",
         _address_in,
         "I'm sorry, I need the new address to change it. Have a good day.",
@@ -472,6 +476,17 @@ def _proposal(name: str, a: dict[str, Any], scenario: Scenario) -> str:
 def _confirmation(name: str, a: dict[str, Any], scenario: Scenario) -> str:
     """The report after a successful write."""
     return _phrases(name, a, _order_of(scenario))[1]
+
+
+def detail_question(name: str, arguments: Mapping[str, Any]) -> str | None:
+    """What the expert asks, after reading the record and before proposing the change `name`
+    with `arguments`, for what only the customer can say; None when it asks nothing.
+
+    >>> detail_question("modify_pending_order_payment", {"order_id": "#W1", "payment_method_id": "paypal_2"})
+    'Which payment method would you like to use for order #W1?'
+    """
+    asked = _DETAIL_QUESTIONS.get(name)
+    return None if asked is None else asked[0].format(o=arguments.get("order_id"))
 
 
 def change_phrases(name: str, arguments: Mapping[str, Any], initial_state: Mapping[str, Any]) -> tuple[str, str] | None:
