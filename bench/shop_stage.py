@@ -47,6 +47,8 @@ copied cut short or garbled, most of all when a call was made again after a faul
 `--without-name-tokens` leaves that out (the stage as it was before 2026-12-07, 03:00 UTC).
 `--payment-markers` cuts each payment method's opening (`credit_card_`, `gift_card_`, `paypal_`) out
 as a token of its own beside `#W`, so a payment method's digits are a copy as an order id's are.
+`--weighted-markers` weights each marker (`AgentRecipe.shop_markers`) as the statuses: which source a
+payment method names is a choice among three tokens (not in the recipe yet).
 `--handles a,b,c` has the expert serve those intents and hand the rest over (one intent more than
 level 1's, say). `--every-intent` has the expert serve every intent (handing over only what no tool serves; use
 with `--tool-list all`): the recipe teaching the whole shop at once. `--skip-before` measures only
@@ -58,10 +60,10 @@ traffic has full results, so this bench patches the serving module's conversatio
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
         [--without-id-marker] [--without-faults] [--without-argument-ends] [--without-name-tokens]
-        [--every-intent] [--handles a,b] [--payment-markers] [--skip-before] [--model DIR] [--work DIR]
+        [--every-intent] [--handles a,b] [--payment-markers] [--weighted-markers] [--skip-before] [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> fault_rate=<x> every_intent=<bool> handles=<list> served_before=<k>/<n>
+message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> weighted_markers=<bool> fault_rate=<x> every_intent=<bool> handles=<list> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -230,6 +232,12 @@ def main() -> None:
         "a token of its own, beside `#W` (AgentRecipe.shop_markers)",
     )
     parser.add_argument(
+        "--weighted-markers",
+        action="store_true",
+        help="the stage with each marker (`#W`, and with --payment-markers each payment method's opening) "
+        "weighted as the statuses",
+    )
+    parser.add_argument(
         "--handles",
         default=None,
         help="comma-separated intents the expert serves (default: level 1's; --every-intent: all), "
@@ -282,6 +290,8 @@ def main() -> None:
         settings = replace(settings, weighted_message_opening=False)
     if args.without_argument_ends:
         settings = replace(settings, weighted_argument_ends=False)
+    if args.weighted_markers:
+        settings = replace(settings, weighted_phrases=(*settings.weighted_phrases, *recipe.shop_markers))
     current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe, words)
     for stage in range(args.stages):
         folder = work / f"shop{FIRST_SHOP_PHASE + stage}"
@@ -310,7 +320,7 @@ def main() -> None:
         f"stages={args.stages} steps={args.steps} shop_only={args.shop_only} compact_shop={args.compact_shop} "
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
-        f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} fault_rate={recipe.shop_fault_rate} "
+        f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} weighted_markers={args.weighted_markers} fault_rate={recipe.shop_fault_rate} "
         f"every_intent={args.every_intent} handles={list(handles) if handles else 'all'} "
         f"served_before={before['completed'] if before else '-'}/{before['n'] if before else '-'} "
         f"served_after={after['completed']}/{after['n']} "
