@@ -429,10 +429,10 @@ _DETAIL_QUESTIONS = {
 
 # The changes whose question comes before the order is read. A cancellation's reason is one of two
 # phrases, a copy of no distance; asked after the read, its question became what the shop stage's
-# agent said after reading any pending order, status questions included (18 of 45 served status
-# questions failed so, against 2 of 45 with it asked before; bench/results/shipped_agent.md,
-# "The payment method asked after the read"). Before the read, the cancellation parts from the
-# other requests on the customer's words alone.
+# agent said after reading any pending order, status questions included (asked of 15 of 45 served
+# status questions, 18 failed in all, against 2 of 45 failed with it asked before;
+# bench/results/shipped_agent.md, "The payment method asked after the read"). Before the read,
+# the cancellation parts from the other requests on the customer's words alone.
 _ASKED_BEFORE_THE_READ = frozenset({"cancel_pending_order"})
 
 # Worded so the persona customer recognises the action proposed, then the action done.
