@@ -48,7 +48,9 @@ copied cut short or garbled, most of all when a call was made again after a faul
 `--payment-markers` cuts each payment method's opening (`credit_card_`, `gift_card_`, `paypal_`) out
 as a token of its own beside `#W`, so a payment method's digits are a copy as an order id's are.
 `--weighted-markers` weights each marker (`AgentRecipe.shop_markers`) as the statuses: which source a
-payment method names is a choice among three tokens (not in the recipe yet).
+payment method names is a choice among three tokens (measured with the cancellation's question moved
+back before the read: every proposal then named `credit_card_`, and the digits' copy was lost; not
+in the recipe).
 `--handles a,b,c` has the expert serve those intents and hand the rest over (one intent more than
 level 1's, say). `--every-intent` has the expert serve every intent (handing over only what no tool serves; use
 with `--tool-list all`): the recipe teaching the whole shop at once. `--skip-before` measures only
