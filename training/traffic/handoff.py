@@ -156,8 +156,7 @@ class GoldReplayHuman:
                 if read is not None and read not in steps[-1:]:
                     steps.append(read)
                 question = self._domain.detail_question(name, arguments)
-                asked = self._details(name, arguments)
-                if question is None and asked:
+                if question is None and (asked := self._details(name, arguments)):
                     question = f"Could you please tell me the {asked} for this change?"
                 if question is not None:
                     steps.append(_say(question))

@@ -142,8 +142,9 @@ class ScriptedAgent:
     once the customer is identified, as an agent that knows only part of the shop should.
     `asks_details`: before a change whose argument only the customer can say, it asks for it (once
     it has read the record it changes, but for a cancellation's reason: `_ASKED_BEFORE_THE_READ`)
-    and makes the change with what it heard, rather than knowing it from the scenario: why, before a cancellation; which payment method, before a payment change
-    or a return; the new address, before an address change (`_DETAIL_QUESTIONS`). The conversation then holds every fact the
+    and makes the change with what it heard, rather than knowing it from the scenario: why, before
+    a cancellation; which payment method, before a payment change or a return; the new address,
+    before an address change (`_DETAIL_QUESTIONS`). The conversation then holds every fact the
     call needs, so a model imitating it can copy each argument from the customer's words or a
     tool's result; a demonstration whose argument comes from nowhere in it teaches a guess.
     `tool_fault_rate`: its conversations meet back-end faults at this rate (as served traffic does,
@@ -262,8 +263,9 @@ class _Script:
         the answer from the message before them rather than across the read's result (an order's
         JSON holds its current payment method, beside the one asked for). The cancellation's is
         the exception (`_ASKED_BEFORE_THE_READ`)."""
-        question, read_answer, missing = _DETAIL_QUESTIONS[self._write_name()]
-        heard = read_answer(self.t.say(question.format(o=self.s.order_id)))
+        name = str(self._write_name())
+        _, read_answer, missing = _DETAIL_QUESTIONS[name]
+        heard = read_answer(self.t.say(str(detail_question(name, {"order_id": self.s.order_id}))))
         if heard is None:
             self._end(missing)
             return False
