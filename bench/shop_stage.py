@@ -51,6 +51,8 @@ as a token of its own beside `#W`, so a payment method's digits are a copy as an
 payment method names is a choice among three tokens (measured with the cancellation's question moved
 back before the read: every proposal then named `credit_card_`, and the digits' copy was lost; not
 in the recipe).
+`--intent-weights modify_order_payment=0.3` draws the stage's conversations at the production mix
+with those intents' weights replaced (a rare intent the expert serves is then seen more often).
 `--handles a,b,c` has the expert serve those intents and hand the rest over (one intent more than
 level 1's, say). `--every-intent` has the expert serve every intent (handing over only what no tool serves; use
 with `--tool-list all`): the recipe teaching the whole shop at once. `--skip-before` measures only
@@ -62,10 +64,12 @@ traffic has full results, so this bench patches the serving module's conversatio
     .venv/bin/python bench/shop_stage.py [--stages 1] [--steps 450] [--shop-only] [--level1-steps N] [--compact-shop]
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
         [--without-id-marker] [--without-faults] [--without-argument-ends] [--without-name-tokens]
-        [--every-intent] [--handles a,b] [--payment-markers] [--weighted-markers] [--skip-before] [--model DIR] [--work DIR]
+        [--every-intent] [--handles a,b] [--payment-markers] [--weighted-markers] [--intent-weights i=w,...]
+        [--skip-before] [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
-message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> weighted_markers=<bool> fault_rate=<x> every_intent=<bool> handles=<list> served_before=<k>/<n>
+message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> weighted_markers=<bool> fault_rate=<x> every_intent=<bool> handles=<list>
+intent_weights=<pairs> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -97,7 +101,7 @@ from domains.retail.tiny_agent import (  # noqa: E402
     with_level1,
     with_shop_phrase_tokens,
 )
-from domains.retail.traffic.scenarios import validate_intent_mix  # noqa: E402
+from domains.retail.traffic.scenarios import DEFAULT_INTENT_MIX, validate_intent_mix  # noqa: E402
 from domains.retail.traffic.simulate import simulate  # noqa: E402
 from orchestration.cli.demo import serving_policy  # noqa: E402
 from training.curriculum import tools_for_levels  # noqa: E402
@@ -246,6 +250,12 @@ def main() -> None:
         "handing the rest to a person",
     )
     parser.add_argument(
+        "--intent-weights",
+        default=None,
+        help="comma-separated intent=weight pairs that replace those intents' weights in the production mix "
+        "the stage's conversations are drawn at (modify_order_payment=0.3: more of a rare intent)",
+    )
+    parser.add_argument(
         "--tool-list",
         choices=("level1", "all"),
         default="level1",
@@ -269,8 +279,18 @@ def main() -> None:
     if args.handles:
         handles = tuple(dict.fromkeys(args.handles.split(",")))
         validate_intent_mix(dict.fromkeys(handles, 1.0))  # names an unknown intent, or none
+    mix = None
+    if args.intent_weights:
+        try:
+            weights = {
+                name: float(weight) for name, weight in (pair.split("=") for pair in args.intent_weights.split(","))
+            }
+        except ValueError:
+            parser.error(f"--intent-weights: expected intent=weight pairs, got {args.intent_weights!r}")
+        mix = validate_intent_mix({**DEFAULT_INTENT_MIX, **weights})
     train, held = level1_tasks(work / "tasks", recipe)
-    demos = shop_demonstrations(work / "shop", recipe, handles)
+    demos = shop_demonstrations(work / "shop", recipe, handles, mix)
+    print(f"stage conversations per intent: {dict(Counter(demo['intent'] for demo in demos))}", flush=True)
     if args.without_name_tokens:
         recipe = replace(recipe, shop_names=False)
     words = shop_words(recipe, demos)
@@ -323,7 +343,7 @@ def main() -> None:
         f"tool_list={args.tool_list} status_tokens={not args.without_status_tokens} "
         f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
         f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} weighted_markers={args.weighted_markers} fault_rate={recipe.shop_fault_rate} "
-        f"every_intent={args.every_intent} handles={list(handles) if handles else 'all'} "
+        f"every_intent={args.every_intent} handles={list(handles) if handles else 'all'} intent_weights={args.intent_weights or '-'} "
         f"served_before={before['completed'] if before else '-'}/{before['n'] if before else '-'} "
         f"served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from domains.retail.domain import ORDER_STATUSES
-from domains.retail.tiny_agent import BUILD_SUMMARY, STAGE_MARKER, AgentRecipe, build_agent
+from domains.retail.tiny_agent import BUILD_SUMMARY, STAGE_MARKER, AgentRecipe, build_agent, shop_demonstrations
 from domains.retail.tools_write import CANCEL_REASONS
 from domains.retail.traffic.worldgen import FIRST_NAMES, LAST_NAMES
 from training.checkpoints import load_policy
@@ -108,3 +108,16 @@ def test_a_recipe_without_phrases_ships_the_tokenizer_it_trained(tmp_path):
     assert [s["stage"] for s in summary["stages"]][-3:] == ["decision3", "shop5", "shop6"]
     _, tokenizer = load_policy(tmp_path / "out")
     assert not set(CANCEL_REASONS) & set(tokenizer.get_added_vocab())
+
+
+def test_the_shop_stage_draws_its_conversations_at_the_mix_it_is_given(tmp_path):
+    # A rare intent the expert serves can be drawn more often than the production mix has it.
+    handles = ("order_status", "cancel_order", "modify_order_payment")
+    demos = shop_demonstrations(tmp_path, TOY, handles, intent_mix={"modify_order_payment": 1.0})
+    assert demos and {demo["intent"] for demo in demos} == {"modify_order_payment"}
+    # The expert serves it: every one of them ends with the payment change, none with a hand-over.
+    for demo in demos:
+        called = [call["name"] for m in demo["messages"] for call in m.get("tool_calls") or []]
+        assert "modify_pending_order_payment" in called and "transfer_to_human_agents" not in called
+    default = shop_demonstrations(tmp_path / "default", TOY, handles)
+    assert len({demo["intent"] for demo in default}) > 3

@@ -272,18 +272,22 @@ def level1_tasks(work: Path, recipe: AgentRecipe) -> tuple[list[dict], list[dict
 
 
 def shop_demonstrations(
-    work: Path, recipe: AgentRecipe, handles: tuple[str, ...] | None = LEVEL1_INTENTS
+    work: Path,
+    recipe: AgentRecipe,
+    handles: tuple[str, ...] | None = LEVEL1_INTENTS,
+    intent_mix: Mapping[str, float] | None = None,
 ) -> list[dict]:
-    """Whole-shop conversations (every intent at the production mix, the persona mix, back-end
-    faults at `recipe.shop_fault_rate`, each retried) held by the scripted expert that serves
-    `handles` (the level-1 intents; None: every intent) and hands the rest to a person, on the
-    recipe's world; the training-split customers' only, scrubbed as ingestion stores them (see
-    `level1_tasks`)."""
+    """Whole-shop conversations (every intent at `intent_mix`, by default the production mix, the
+    persona mix, back-end faults at `recipe.shop_fault_rate`, each retried) held by the scripted
+    expert that serves `handles` (the level-1 intents; None: every intent) and hands the rest to a
+    person, on the recipe's world; the training-split customers' only, scrubbed as ingestion stores
+    them (see `level1_tasks`)."""
     records = _stored_traffic(
         recipe,
         per_day=recipe.shop_traffic,
         out_dir=work / "shop-landing",
         agent=ScriptedAgent(EXPERT_RATES, handles=handles, asks_details=True, tool_fault_rate=recipe.shop_fault_rate),
+        intent_mix=intent_mix,
     )
     kept = [record for record in records if split_of(record["customer_id"]) == "train"]
     if not kept:
