@@ -186,6 +186,10 @@ class Domain:
     # Regular expressions of world keys that look like PII to a generic detector (an order id with
     # many digits, a payment-method id) and must survive masking, so replay still works.
     world_key_patterns: ClassVar[tuple[str, ...]] = ()
+    # Groups of identifier openings that each name one kind of record (a payment method's source:
+    # `credit_card_`, `paypal_`), which a relabelled training copy of a conversation may swap
+    # consistently (`training.tiny.relabel`), so a tiny policy must copy the opening, not guess it.
+    interchangeable_prefixes: ClassVar[tuple[tuple[str, ...], ...]] = ()
     # Failure-mode hints: a short sentence per failure mode, shown beside the counts.
     failure_hints: ClassVar[Mapping[str, str]] = {}
     status_rules: ClassVar[StatusRules | None] = None

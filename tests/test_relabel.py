@@ -113,3 +113,42 @@ def test_an_email_pseudonym_gets_fresh_hex_the_same_throughout_the_conversation(
         assert pseudonym in copy[1]["content"] and _calls(copy)[0]["arguments"]["email"] == pseudonym
         fresh |= found
     assert len(fresh) == len(copies)
+
+
+def test_a_payment_methods_source_is_swapped_the_same_way_throughout_a_copy():
+    """A domain's interchangeable openings (retail: a payment method's source) are permuted per
+    copy, consistently, so a source in a call can only be copied from the conversation."""
+    from domains.registry import load_domain
+    from training.tiny.relabel import Relabeller
+
+    groups = load_domain("retail").interchangeable_prefixes
+    text = 'Please use paypal_7271316. {"payment_method_id": "paypal_7271316", "old": "credit_card_1234567"}'
+    sources = set()
+    for seed in range(12):
+        copy = Relabeller((), (), random.Random(seed), groups).text(text)
+        said, called, old = re.findall(r"(credit_card_|gift_card_|paypal_)(\d{7})", copy)
+        assert said == called and old[0] != said[0]  # one mapping: the same id stays one id, two stay two
+        assert said[1] != "7271316"  # the digits are relabelled as before
+        sources.add(said[0])
+    assert sources == {"credit_card_", "gift_card_", "paypal_"}
+    # Words that are not an identifier's opening, and domains without groups, are left alone.
+    assert Relabeller((), (), random.Random(0), groups).text("source credit_card, paypal_x") == (
+        "source credit_card, paypal_x"
+    )
+    assert Relabeller((), (), random.Random(0)).text("paypal_7271316").startswith("paypal_")
+
+
+def test_sft_rows_swap_the_sources_only_when_asked(demos):
+    # Level-1 conversations show the order's payment ids: copies swap their sources only with
+    # swap_prefixes (the recipe's shop stage), and are otherwise drawn exactly as before.
+    replayed = json.dumps([row["messages"] for row in sft_rows(demos)])
+    assert re.search(r"(credit_card|gift_card|paypal)_\d{7}", replayed)
+    plain = sft_rows(demos, relabelled=40, seed=3)
+    swapped = sft_rows(demos, relabelled=40, seed=3, swap_prefixes=True)
+    assert plain != swapped
+    assert plain == sft_rows(demos, relabelled=40, seed=3)
+
+    def sources(rows):
+        return {m for r in rows for m in re.findall(r"(credit_card|gift_card|paypal)_\d{7}", json.dumps(r["messages"]))}
+
+    assert sources(swapped) == {"credit_card", "gift_card", "paypal"}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dataplane.settings import setting
-from domains.registry import DEFAULT_DOMAIN
+from domains.registry import DEFAULT_DOMAIN, load_domain
 from training.checkpoints import load_policy, save_final_model
 from training.fields import as_dict, tool_results_after
 from training.rewards import verified_success
@@ -78,6 +78,13 @@ class SFTSettings:
         False,
         "train on relabelled copies (training.tiny.relabel), a fresh copy per example drawn, so identifiers "
         "can be fitted only by copying them",
+    )
+    # A domain's interchangeable identifier openings (`Domain.interchangeable_prefixes`, retail: a
+    # payment method's source) swapped per relabelled copy: the shop stage's agent named the
+    # commonest source in every proposal, whichever the customer said. Off by default, so copies of
+    # conversations whose agent never names such an id are drawn as they always were.
+    relabel_swaps_prefixes: bool = setting(
+        False, "relabelled copies also swap the domain's interchangeable identifier openings (payment sources)"
     )
     # Which tool to call is a token or two of a conversation, so a token-mean loss barely sees it:
     # the shipped tiny agent fitted its demonstrations to 0.02 a token while answering every
@@ -258,13 +265,16 @@ def sft_rows(
     verified_only: bool = True,
     relabelled: int = 0,
     seed: int = 0,
+    swap_prefixes: bool = False,
 ) -> list[dict[str, Any]]:
     """`{"messages", "tools"}` rows for TRL's SFTTrainer from every replayable record with gold
     (only the verified ones when `verified_only`); the prompt lists `tools` (None: every tool).
     `relabelled` > 0: that many rows instead, relabelled copies of the trajectories in turn
-    (training.tiny.relabel; names drawn from the replayed customers' own)."""
+    (training.tiny.relabel; names drawn from the replayed customers' own; with `swap_prefixes` the
+    domain's interchangeable identifier openings swapped too)."""
     records = list(records)
-    return _rows(_replayed(records, compact, tools, verified_only), tools, relabelled, seed, _domain(records))
+    replayed = _replayed(records, compact, tools, verified_only)
+    return _rows(replayed, tools, relabelled, seed, _domain(records), swap_prefixes)
 
 
 def _domain(records: list[Mapping[str, Any]]) -> str:
@@ -281,13 +291,15 @@ def _rows(
     relabelled: int,
     seed: int,
     domain: str = DEFAULT_DOMAIN,
+    swap_prefixes: bool = False,
 ) -> list[dict[str, Any]]:
     tools_json = json.dumps(list(tool_schemas(tools, domain)))
     if not relabelled or not replayed:
         return [{"messages": messages, "tools": tools_json} for messages, _ in replayed]
     pool, rng = name_pool(names for _, names in replayed), random.Random(seed)
+    groups = load_domain(domain).interchangeable_prefixes if swap_prefixes else ()
     return [
-        {"messages": relabel_messages(*replayed[i % len(replayed)], pool, rng), "tools": tools_json}
+        {"messages": relabel_messages(*replayed[i % len(replayed)], pool, rng, groups), "tools": tools_json}
         for i in range(relabelled)
     ]
 
@@ -567,7 +579,7 @@ def warm_start(
     records = list(records)
     replayed = _replayed(records, settings.compact, settings.tools, settings.verified_only)
     relabelled = settings.steps * settings.batch_size if settings.relabel else 0
-    rows = _rows(replayed, settings.tools, relabelled, settings.seed, _domain(records))
+    rows = _rows(replayed, settings.tools, relabelled, settings.seed, _domain(records), settings.relabel_swaps_prefixes)
     if not rows:
         raise NoTrajectoriesError(f"no verified trajectory among the records given for {base_path}")
     model, tokenizer = load_policy(base_path)

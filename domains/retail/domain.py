@@ -51,6 +51,9 @@ class RetailDomain(Domain):
         r"(?:credit_card|gift_card|paypal)_\d{7}",
         r"\b\d{10}\b",
     )
+    # A payment method's source: the shop stage's agent named the commonest (`credit_card_`) in
+    # every proposal until relabelled copies swapped them (bench/results/shipped_agent.md).
+    interchangeable_prefixes: ClassVar[tuple[tuple[str, ...], ...]] = (("credit_card_", "gift_card_", "paypal_"),)
     status_rules: ClassVar[StatusRules | None] = StatusRules(
         table="orders",
         field="status",

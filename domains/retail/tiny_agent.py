@@ -468,6 +468,10 @@ def shop_overrides(recipe: AgentRecipe, words: tuple[str, ...]) -> dict[str, Any
         # (`argument_end_positions`); teacher-forced it went on to the reason in 27 of 36 calls
         # without this weight, 36 of 36 with it (bench/decision_probe.py --arguments).
         "weighted_argument_ends": True,
+        # Most of the shop's payment methods are credit cards: without the sources swapped in the
+        # relabelled copies, the stage's agent proposed `credit_card_` whichever method the customer
+        # named (bench/results/shipped_agent.md, "A payment method's source as a copy").
+        "relabel_swaps_prefixes": True,
         "learning_rate": recipe.shop_lr,
         "compact": False,
     }

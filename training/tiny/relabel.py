@@ -42,13 +42,33 @@ def name_pool(names: Iterable[Sequence[str]]) -> tuple[str, ...]:
 
 
 class Relabeller:
-    """One consistent renaming: the same digit run or name maps to the same replacement."""
+    """One consistent renaming: the same digit run or name maps to the same replacement.
 
-    def __init__(self, names: Sequence[str], pool: Sequence[str], rng: random.Random):
+    `prefix_groups` (a domain's `Domain.interchangeable_prefixes`): openings of identifiers that
+    name one kind of record each, such as a payment method's source (`credit_card_`, `paypal_`).
+    A copy swaps the members of each group by one random permutation, wherever one opens a digit
+    run. A log in which most methods are credit cards otherwise lets a policy fit the source by its
+    prior: the shop stage's agent named `credit_card_` in every proposal, whichever method the
+    customer said. Swapped, the source in a call is predictable only from the conversation.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        pool: Sequence[str],
+        rng: random.Random,
+        prefix_groups: Sequence[Sequence[str]] = (),
+    ):
         self._rng = rng
         self._digits: dict[str, str] = {}
         self._pseudonyms: dict[str, str] = {}
         self._names: dict[str, str] = {}
+        self._groups = [tuple(group) for group in prefix_groups if len(group) > 1]
+        self._swaps: dict[str, str] | None = None  # drawn at the first prefix the copy meets
+        openings = sorted({prefix for group in self._groups for prefix in group}, key=len, reverse=True)
+        self._prefix_re = (
+            re.compile(rf"(?<![A-Za-z0-9_])({'|'.join(map(re.escape, openings))})(?=\d{{4,}})") if openings else None
+        )
         for name in names:
             if name not in self._names:
                 new = rng.choice(pool) if pool else name
@@ -74,7 +94,18 @@ class Relabeller:
             self._pseudonyms[old] = f"user_{fresh}{old[len('user_') + 16 :]}"
         return self._pseudonyms[old]
 
+    def _prefix(self, match: re.Match) -> str:
+        # Drawn lazily: a copy with no such identifier takes nothing from the stream, so copies of
+        # conversations without one are relabelled exactly as before the swap existed.
+        if self._swaps is None:
+            self._swaps = {}
+            for group in self._groups:
+                self._swaps.update(zip(group, self._rng.sample(group, len(group)), strict=True))
+        return self._swaps[match.group(0)]
+
     def text(self, value: str) -> str:
+        if self._prefix_re is not None:
+            value = self._prefix_re.sub(self._prefix, value)
         value = PSEUDONYM_RE.sub(self._pseudonym, value)
         value = _DIGIT_RUN.sub(self._digit_run, value)
         if self._name_re is not None:
@@ -93,10 +124,15 @@ class Relabeller:
 
 
 def relabel_messages(
-    messages: Sequence[Mapping[str, Any]], names: Sequence[str], pool: Sequence[str], rng: random.Random
+    messages: Sequence[Mapping[str, Any]],
+    names: Sequence[str],
+    pool: Sequence[str],
+    rng: random.Random,
+    prefix_groups: Sequence[Sequence[str]] = (),
 ) -> list[dict[str, Any]]:
-    """A copy of a chat-form trajectory with its identifiers relabelled (the system message kept)."""
-    relabeller = Relabeller(names, pool, rng)
+    """A copy of a chat-form trajectory with its identifiers relabelled (the system message kept);
+    `prefix_groups` as `Relabeller`'s."""
+    relabeller = Relabeller(names, pool, rng, prefix_groups)
     out = []
     for message in messages:
         if message.get("role") == "system":
