@@ -51,6 +51,10 @@ as a token of its own beside `#W`, so a payment method's digits are a copy as an
 payment method names is a choice among three tokens (measured with the cancellation's question moved
 back before the read: every proposal then named `credit_card_`, and the digits' copy was lost; not
 in the recipe).
+Its relabelled copies swap a payment method's source (`credit_card_`, `gift_card_`, `paypal_`) by
+one permutation per copy (`SFTSettings.relabel_swaps_prefixes`: most of the shop's methods are credit
+cards, and the agent proposed `credit_card_` whichever the customer named); `--without-source-swap`
+leaves that out (the stage as it was before 2026-12-08, 00:10 UTC).
 `--intent-weights modify_order_payment=0.3` draws the stage's conversations at the production mix
 with those intents' weights replaced (a rare intent the expert serves is then seen more often).
 `--handles a,b,c` has the expert serve those intents and hand the rest over (one intent more than
@@ -65,11 +69,12 @@ traffic has full results, so this bench patches the serving module's conversatio
         [--tool-list level1|all] [--without-status-tokens] [--without-message-opening] [--conversations 200]
         [--without-id-marker] [--without-faults] [--without-argument-ends] [--without-name-tokens]
         [--every-intent] [--handles a,b] [--payment-markers] [--weighted-markers] [--intent-weights i=w,...]
+        [--without-source-swap]
         [--skip-before] [--model DIR] [--work DIR]
 
 The last line printed is `stages=<n> steps=<n> shop_only=<bool> compact_shop=<bool> tool_list=<list> status_tokens=<bool>
 message_opening=<bool> argument_ends=<bool> name_tokens=<bool> markers=<list> weighted_markers=<bool> fault_rate=<x> every_intent=<bool> handles=<list>
-intent_weights=<pairs> served_before=<k>/<n>
+intent_weights=<pairs> source_swap=<bool> served_before=<k>/<n>
 served_after=<k>/<n> level1_before=<x> level1_after=<x> seconds=<t>`.
 """
 
@@ -250,6 +255,12 @@ def main() -> None:
         "handing the rest to a person",
     )
     parser.add_argument(
+        "--without-source-swap",
+        action="store_true",
+        help="the stage without a payment method's source swapped in its relabelled copies "
+        "(SFTSettings.relabel_swaps_prefixes)",
+    )
+    parser.add_argument(
         "--intent-weights",
         default=None,
         help="comma-separated intent=weight pairs that replace those intents' weights in the production mix "
@@ -312,6 +323,8 @@ def main() -> None:
         settings = replace(settings, weighted_message_opening=False)
     if args.without_argument_ends:
         settings = replace(settings, weighted_argument_ends=False)
+    if args.without_source_swap:
+        settings = replace(settings, relabel_swaps_prefixes=False)
     if args.weighted_markers:
         settings = replace(settings, weighted_phrases=(*settings.weighted_phrases, *recipe.shop_markers))
     current = with_shop_phrase_tokens(args.model, work / "shop-phrased", recipe, words)
@@ -344,6 +357,7 @@ def main() -> None:
         f"message_opening={not args.without_message_opening} argument_ends={settings.weighted_argument_ends} "
         f"name_tokens={recipe.shop_names} markers={list(recipe.shop_markers)} weighted_markers={args.weighted_markers} fault_rate={recipe.shop_fault_rate} "
         f"every_intent={args.every_intent} handles={list(handles) if handles else 'all'} intent_weights={args.intent_weights or '-'} "
+        f"source_swap={settings.relabel_swaps_prefixes} "
         f"served_before={before['completed'] if before else '-'}/{before['n'] if before else '-'} "
         f"served_after={after['completed']}/{after['n']} "
         f"level1_before={l1_before:.3f} level1_after={l1_after:.3f} seconds={time.monotonic() - started:.0f}"
