@@ -81,8 +81,9 @@ class SFTSettings:
     )
     # A domain's interchangeable identifier openings (`Domain.interchangeable_prefixes`, retail: a
     # payment method's source) swapped per relabelled copy: the shop stage's agent named the
-    # commonest source in every proposal, whichever the customer said. Off by default, so copies of
-    # conversations whose agent never names such an id are drawn as they always were.
+    # commonest source in every proposal, whichever the customer said. Off by default: level-1 reads
+    # show an order's payment ids too, and the copies the shipped agent and the weekly step train
+    # on stay drawn as they always were.
     relabel_swaps_prefixes: bool = setting(
         False, "relabelled copies also swap the domain's interchangeable identifier openings (payment sources)"
     )
