@@ -95,6 +95,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from domains.retail.domain import RetailDomain  # noqa: E402
 from domains.retail.level1 import LEVEL1_INTENTS, LEVEL1_TOOLS, level1_demonstration  # noqa: E402
 from domains.retail.tiny_agent import (  # noqa: E402
     AgentRecipe,
@@ -117,7 +118,7 @@ SERVED_SEED = 11
 SERVED_CUSTOMERS = 1500
 # A payment method's id is its source and seven digits (`paypal_9560141`): the source's opening cut
 # out as a token of its own makes the digits a copy as `#W` makes an order id's.
-PAYMENT_MARKERS = ("credit_card_", "gift_card_", "paypal_")
+PAYMENT_MARKERS = RetailDomain.interchangeable_prefixes[0]
 # The shop stages come after the recipe's seven phases, and the recipe seeds a stage with its number.
 FIRST_SHOP_PHASE = 8
 

@@ -15,6 +15,7 @@ left as they are, and the structure (which tool, which argument, which words) ne
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,6 +42,16 @@ def name_pool(names: Iterable[Sequence[str]]) -> tuple[str, ...]:
     return tuple(sorted({name for customer in names for name in customer}))
 
 
+@functools.lru_cache(maxsize=8)
+def _opening_pattern(openings: frozenset[str]) -> re.Pattern | None:
+    """The openings where they open a digit run (longest first), compiled once per set: a copy is
+    relabelled for every example a stage trains on."""
+    if not openings:
+        return None
+    alternatives = "|".join(map(re.escape, sorted(openings, key=len, reverse=True)))
+    return re.compile(rf"(?<![A-Za-z0-9_])({alternatives})(?=\d{{4,}})")
+
+
 class Relabeller:
     """One consistent renaming: the same digit run or name maps to the same replacement.
 
@@ -65,10 +76,7 @@ class Relabeller:
         self._names: dict[str, str] = {}
         self._groups = [tuple(group) for group in prefix_groups if len(group) > 1]
         self._swaps: dict[str, str] | None = None  # drawn at the first prefix the copy meets
-        openings = sorted({prefix for group in self._groups for prefix in group}, key=len, reverse=True)
-        self._prefix_re = (
-            re.compile(rf"(?<![A-Za-z0-9_])({'|'.join(map(re.escape, openings))})(?=\d{{4,}})") if openings else None
-        )
+        self._prefix_re = _opening_pattern(frozenset(prefix for group in self._groups for prefix in group))
         for name in names:
             if name not in self._names:
                 new = rng.choice(pool) if pool else name
